@@ -1,0 +1,63 @@
+#ifndef CFFMPEG_SHIM_H
+#define CFFMPEG_SHIM_H
+
+// The C declarations the Transcoder needs from FFmpeg (libavcodec, libavformat, libavutil, libswscale)
+// and giflib. Function-like macros do not import into Swift, so the few we need are re-exported as
+// static inline functions carrying the module prefix (the CNIOLinux convention).
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/avutil.h>
+#include <libavutil/error.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+#include <gif_lib.h>
+
+/// `AVERROR(e)`: FFmpeg's negative error code for a POSIX errno value.
+static inline int CFFmpeg_AVERROR(int e) { return AVERROR(e); }
+
+/// `AVERROR_EOF`: returned by the send/receive API when a codec is fully drained.
+static inline int CFFmpeg_AVERROR_EOF(void) { return AVERROR_EOF; }
+
+/// `AVERROR(EAGAIN)`: the send/receive API's "call the other side first".
+static inline int CFFmpeg_AVERROR_EAGAIN(void) { return AVERROR(EAGAIN); }
+
+/// `AV_NOPTS_VALUE`: a timestamp that is not set. The macro is a 64-bit constant that Swift sees as
+/// unsigned, so it is re-exported with its real type.
+static inline int64_t CFFmpeg_AV_NOPTS_VALUE(void) { return AV_NOPTS_VALUE; }
+
+/// A read cursor over a GIF held in memory, handed to giflib through `GifFileType.UserData`.
+/// The caller owns `data` and keeps it alive until `DGifCloseFile`.
+typedef struct CFFmpeg_GifMemoryReader {
+    const uint8_t *data;
+    size_t size;
+    size_t position;
+} CFFmpeg_GifMemoryReader;
+
+/// giflib's `InputFunc` over `CFFmpeg_GifMemoryReader`. A short read at the end of the data is how a
+/// truncated file shows up: giflib then reports `D_GIF_ERR_READ_FAILED` for the record being read.
+static inline int CFFmpeg_GifMemoryRead(GifFileType *gif, GifByteType *buffer, int length) {
+    CFFmpeg_GifMemoryReader *reader = (CFFmpeg_GifMemoryReader *)gif->UserData;
+    if (reader == NULL || length <= 0) {
+        return 0;
+    }
+    size_t remaining = reader->size - reader->position;
+    size_t count = (size_t)length < remaining ? (size_t)length : remaining;
+    if (count > 0) {
+        memcpy(buffer, reader->data + reader->position, count);
+        reader->position += count;
+    }
+    return (int)count;
+}
+
+/// Opens a giflib decoder over `reader` (which must outlive the returned handle).
+static inline GifFileType *CFFmpeg_DGifOpenMemory(CFFmpeg_GifMemoryReader *reader, int *error) {
+    return DGifOpen(reader, CFFmpeg_GifMemoryRead, error);
+}
+
+#endif

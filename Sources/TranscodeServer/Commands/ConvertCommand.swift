@@ -1,0 +1,98 @@
+import ArgumentParser
+import Foundation
+import Transcoder
+
+/// `transcode-server convert IN... --out DIR`: converts files on disk, one result triple per input.
+struct ConvertCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "convert",
+        abstract: "Convert GIF files to DIR/NAME.mp4, DIR/NAME.jpg and DIR/NAME.json.",
+        discussion: """
+            Exits 0 when every input converted, 1 otherwise. Each failure is one line on standard error: \
+            NAME: CODE: message.
+            """
+    )
+
+    @Argument(help: "GIF files to convert.")
+    var inputs: [String]
+
+    @Option(name: .long, help: "Output directory (created if missing).")
+    var out: String
+
+    @Option(name: .long, help: "Background colour transparency is flattened over, RRGGBB or #RRGGBB.")
+    var background: String = TranscodeOptions().background.description
+
+    @Option(name: .long, help: "x264 constant rate factor, 0-51 (lower: better and larger).")
+    var crf: Int = TranscodeOptions.defaultCRF
+
+    @Option(name: .long, help: "x264 preset (ultrafast ... veryslow).")
+    var preset: String = TranscodeOptions.defaultPreset
+
+    @Option(name: .long, help: "x264 threads per file.")
+    var threads: Int = 1
+
+    func validate() throws {
+        guard RGBColor(hex: self.background) != nil else {
+            throw ValidationError("--background must be RRGGBB or #RRGGBB, got \(self.background)")
+        }
+        var options = TranscodeOptions()
+        options.crf = self.crf
+        options.preset = self.preset
+        options.threads = self.threads
+        do {
+            try options.validate()
+        } catch let error as TranscodeError {
+            throw ValidationError(error.message)
+        }
+    }
+
+    func run() throws {
+        var options = TranscodeOptions()
+        options.background = RGBColor(hex: self.background) ?? .white
+        options.crf = self.crf
+        options.preset = self.preset
+        options.threads = self.threads
+        let transcoder = Transcoder(options: options)
+        try FileManager.default.createDirectory(atPath: self.out, withIntermediateDirectories: true)
+
+        var failures = 0
+        for input in self.inputs {
+            let url = URL(fileURLWithPath: input)
+            let name = url.deletingPathExtension().lastPathComponent
+            do {
+                let bytes = try self.read(input, limit: options.limits.maxInputBytes)
+                try transcoder.convert(bytes, directory: self.out, name: name)
+            } catch let error as TranscodeError {
+                failures += 1
+                Self.report("\(name): \(error.code): \(error.message)")
+            } catch {
+                failures += 1
+                Self.report("\(name): io: \(error)")
+            }
+        }
+        if failures > 0 {
+            throw ExitCode.failure
+        }
+    }
+
+    /// Reads a file, refusing one larger than the input limit before reading it.
+    private func read(_ path: String, limit: Int) throws -> [UInt8] {
+        let attributes: [FileAttributeKey: Any]
+        do {
+            attributes = try FileManager.default.attributesOfItem(atPath: path)
+        } catch {
+            throw TranscodeError(.io, "cannot read \(path)")
+        }
+        if let size = attributes[.size] as? Int, size > limit {
+            throw TranscodeError(.tooLarge, "the GIF is \(size) bytes; the limit is \(limit)")
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TranscodeError(.io, "cannot read \(path)")
+        }
+        return [UInt8](data)
+    }
+
+    private static func report(_ line: String) {
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+}

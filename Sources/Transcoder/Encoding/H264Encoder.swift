@@ -1,0 +1,93 @@
+import CFFmpeg
+
+/// Encodes yuv420p frames with libx264 through libavcodec, with variable frame durations.
+///
+/// Timestamps are milliseconds: the codec time base is 1/1000, so a GIF delay (always a whole number
+/// of centiseconds) is represented exactly and the MP4's duration equals the sum of the delays.
+final class H264Encoder {
+    static let timeBase = AVRational(num: 1, den: 1000)
+
+    let width: Int
+    let height: Int
+    private let codec: CodecContext
+    private let packet: Packet
+    /// Duration of each frame sent, by pts, until its packet comes back: libavcodec 5.x does not carry
+    /// frame durations through the encoder, and the muxer needs the last one to end the track exactly.
+    private var durations: [Int64: Int64] = [:]
+
+    /// - Parameters:
+    ///   - averageFrameRate: frames per second over the whole animation; x264 uses it for level and
+    ///     rate-control heuristics, the timestamps stay exact either way.
+    ///   - globalHeader: put SPS/PPS in extradata (MP4 needs it).
+    init(
+        width: Int, height: Int, options: TranscodeOptions, averageFrameRate: AVRational, globalHeader: Bool
+    ) throws {
+        self.width = width
+        self.height = height
+        self.codec = try CodecContext(encoderNamed: "libx264")
+        self.packet = try Packet()
+        self.codec.withUnsafeMutablePointer { context in
+            context.pointee.width = Int32(width)
+            context.pointee.height = Int32(height)
+            context.pointee.pix_fmt = AV_PIX_FMT_YUV420P
+            context.pointee.time_base = Self.timeBase
+            context.pointee.framerate = averageFrameRate
+            context.pointee.sample_aspect_ratio = AVRational(num: 1, den: 1)
+            // BT.709 limited range, tagged in the VUI so every player converts colours the same way.
+            context.pointee.color_primaries = AVCOL_PRI_BT709
+            context.pointee.color_trc = AVCOL_TRC_BT709
+            context.pointee.colorspace = AVCOL_SPC_BT709
+            context.pointee.color_range = AVCOL_RANGE_MPEG
+            context.pointee.thread_count = Int32(options.threads)
+            if globalHeader {
+                context.pointee.flags |= Int32(AV_CODEC_FLAG_GLOBAL_HEADER)
+            }
+        }
+        try self.codec.open(options: [
+            ("preset", options.preset),
+            ("crf", String(options.crf)),
+            // High profile: every browser and iOS device since 2013 decodes it, and it compresses
+            // flat GIF content noticeably better than Main (8x8 transforms).
+            ("profile", "high"),
+        ])
+    }
+
+    /// The stream parameters a muxer copies.
+    func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result {
+        try self.codec.withUnsafeMutablePointer(body)
+    }
+
+    /// Sends one picture shown from `pts` for `duration` milliseconds; hands every packet that is ready
+    /// to `emit` (the packet is only valid during the call).
+    func encode(
+        _ frame: VideoFrame, pts: Int64, duration: Int64, emit: (Packet) throws -> Void
+    ) throws {
+        self.durations[pts] = duration
+        let progress = try frame.withUnsafeMutablePointer { frame in
+            frame.pointee.pts = pts
+            frame.pointee.pict_type = AV_PICTURE_TYPE_NONE
+            return try self.codec.send(frame)
+        }
+        guard progress == .done else {
+            throw FFmpegError(code: CFFmpeg_AVERROR_EAGAIN(), function: "avcodec_send_frame")
+        }
+        try self.drain(emit: emit)
+    }
+
+    /// Flushes the encoder's lookahead and hands the remaining packets to `emit`.
+    func finish(emit: (Packet) throws -> Void) throws {
+        _ = try self.codec.send(nil)
+        try self.drain(emit: emit)
+    }
+
+    private func drain(emit: (Packet) throws -> Void) throws {
+        while try self.codec.receive(into: self.packet) == .done {
+            self.packet.withUnsafeMutablePointer { packet in
+                if let duration = self.durations.removeValue(forKey: packet.pointee.pts) {
+                    packet.pointee.duration = duration
+                }
+            }
+            try emit(self.packet)
+        }
+    }
+}

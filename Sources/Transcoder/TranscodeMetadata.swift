@@ -1,0 +1,40 @@
+/// What a transcode produced, written as JSON beside the outputs.
+public struct TranscodeMetadata: Codable, Hashable, Sendable {
+    /// Whether a page should use the video or keep serving the GIF.
+    public enum Recommendation: String, Codable, Hashable, Sendable {
+        /// The MP4 is smaller than the GIF.
+        case video
+        /// The MP4 is not smaller than the GIF (tiny or single-colour GIFs).
+        case keepGIF = "keep-gif"
+    }
+
+    /// The GIF's logical screen.
+    public var sourceWidth: Int
+    public var sourceHeight: Int
+    /// The video (and poster) size: even, padded or scaled down into the output box.
+    public var outputWidth: Int
+    public var outputHeight: Int
+    /// Frames decoded from the GIF.
+    public var gifFrameCount: Int
+    /// Frames in the MP4 (identical consecutive pictures merge into one longer frame).
+    public var encodedFrameCount: Int
+    /// Length of one play, in milliseconds: the sum of the frames' browser-clamped delays.
+    public var durationMs: Int
+    /// The NETSCAPE2.0 loop count as written; `nil` when the GIF has no loop block.
+    public var loopCount: Int?
+    /// How many times a browser plays the animation: `nil` means forever (loop count 0), otherwise
+    /// 1 with no loop block and n + 1 for a loop count n.
+    public var playCount: Int?
+    /// Whether a browser would loop it forever (use `<video loop>`, `AVPlayerLooper`).
+    public var loopsForever: Bool
+    /// Whether any shown picture had transparent pixels (flattened over `background`).
+    public var hasTransparency: Bool
+    /// The GIF broke off; the frames before the break were kept, as browsers do.
+    public var truncated: Bool
+    /// The colour transparency was flattened over, `#rrggbb`.
+    public var background: RGBColor
+    public var gifBytes: Int
+    public var mp4Bytes: Int
+    public var posterBytes: Int
+    public var recommendation: Recommendation
+}

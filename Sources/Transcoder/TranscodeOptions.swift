@@ -1,0 +1,120 @@
+/// An opaque RGB colour, written `#RRGGBB`.
+public struct RGBColor: Hashable, Sendable, Codable, CustomStringConvertible {
+    public var red: UInt8
+    public var green: UInt8
+    public var blue: UInt8
+
+    public init(red: UInt8, green: UInt8, blue: UInt8) {
+        self.red = red
+        self.green = green
+        self.blue = blue
+    }
+
+    public static let white = RGBColor(red: 255, green: 255, blue: 255)
+    public static let black = RGBColor(red: 0, green: 0, blue: 0)
+
+    /// Parses `#RRGGBB` or `RRGGBB` (hex digits of either case); `nil` for anything else.
+    public init?(hex: String) {
+        var text = Substring(hex)
+        if text.hasPrefix("#") { text = text.dropFirst() }
+        guard text.count == 6, text.allSatisfy(\.isHexDigit), let value = UInt32(text, radix: 16) else {
+            return nil
+        }
+        self.init(red: UInt8(value >> 16), green: UInt8((value >> 8) & 0xFF), blue: UInt8(value & 0xFF))
+    }
+
+    /// `#rrggbb`, lower case.
+    public var description: String {
+        let digits = Array("0123456789abcdef")
+        var text = "#"
+        for byte in [self.red, self.green, self.blue] {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return text
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let color = RGBColor(hex: text) else {
+            throw DecodingError.dataCorrupted(
+                .init(codingPath: decoder.codingPath, debugDescription: "expected #RRGGBB, got \(text)"))
+        }
+        self = color
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(self.description)
+    }
+}
+
+/// Bounds checked by the pre-scan, before any pixel is decoded.
+public struct TranscodeLimits: Hashable, Sendable {
+    /// Largest accepted input, in bytes. Default 50 MB.
+    public var maxInputBytes: Int = 50_000_000
+    /// Largest canvas (and frame rectangle) width. Default 4096.
+    public var maxWidth: Int = 4096
+    /// Largest canvas (and frame rectangle) height. Default 4096.
+    public var maxHeight: Int = 4096
+    /// Most frames. Default 3000.
+    public var maxFrames: Int = 3000
+    /// Most pixels decoding may produce: canvas pixels x frames. Default 1.5 gigapixels.
+    public var maxTotalPixels: Int64 = 1_500_000_000
+
+    public init() {}
+}
+
+/// What the output looks like and how hard the encoder works.
+public struct TranscodeOptions: Hashable, Sendable {
+    /// The colour transparency is flattened over (the MP4 has no alpha). Default white.
+    public var background: RGBColor = .white
+    /// x264 constant rate factor, 0-51; lower is better and larger. See `defaultCRF`.
+    public var crf: Int = TranscodeOptions.defaultCRF
+    /// x264 preset. See `defaultPreset`.
+    public var preset: String = TranscodeOptions.defaultPreset
+    /// x264 threads per job. Default 1: the server runs jobs side by side, one core each.
+    public var threads: Int = 1
+    /// Canvases larger than this box are scaled down (aspect kept). Default 1920 x 1080.
+    public var maxOutputWidth: Int = 1920
+    public var maxOutputHeight: Int = 1080
+    /// Input limits.
+    public var limits = TranscodeLimits()
+
+    // Chosen by measuring the corpus with scripts/bench (see README, "Choosing CRF and preset").
+    public static let defaultCRF = 23
+    public static let defaultPreset = "medium"
+
+    /// x264's preset names.
+    public static let presets = [
+        "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow", "placebo",
+    ]
+
+    public init() {}
+
+    /// Checks the values a client or an operator can set.
+    /// - Throws: `TranscodeError` with code `invalid-options`.
+    public func validate() throws {
+        guard (0...51).contains(self.crf) else {
+            throw TranscodeError(.invalidOptions, "crf must be 0-51, got \(self.crf)")
+        }
+        guard Self.presets.contains(self.preset) else {
+            throw TranscodeError(
+                .invalidOptions, "preset must be one of \(Self.presets.joined(separator: ", ")), got \(self.preset)")
+        }
+        guard (1...64).contains(self.threads) else {
+            throw TranscodeError(.invalidOptions, "threads must be 1-64, got \(self.threads)")
+        }
+        guard self.maxOutputWidth >= 2, self.maxOutputHeight >= 2 else {
+            throw TranscodeError(.invalidOptions, "the output box must be at least 2x2")
+        }
+    }
+
+    /// The options that change the output bytes, as a stable string: part of a cache key, so that the
+    /// same GIF converted with other options is stored apart. Limits do not change the output; the thread
+    /// count does (x264 is deterministic only for a fixed count), so it is part of the fingerprint.
+    public var outputFingerprint: String {
+        "v1;bg=\(self.background);crf=\(self.crf);preset=\(self.preset);threads=\(self.threads);"
+            + "box=\(self.maxOutputWidth)x\(self.maxOutputHeight)"
+    }
+}

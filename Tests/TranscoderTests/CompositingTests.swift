@@ -1,0 +1,209 @@
+import Testing
+
+@testable import Transcoder
+
+/// Browser compositing rules, checked on the pixels of the reopened MP4. Colour regions are at least
+/// 8 pixels and even-aligned, so 4:2:0 chroma does not blur them; PSNR above 35 dB means every region
+/// has the right colour.
+@Suite struct CompositingTests {
+    // Palette indices of GIFBuilder's default palette.
+    static let black: UInt8 = 0, white: UInt8 = 1, red: UInt8 = 2, green: UInt8 = 3, blue: UInt8 = 4
+
+    /// Frame 1 fills a 32x32 canvas red, frame 2 paints green over the top-left quarter with `disposal`,
+    /// frame 3 paints blue over the bottom-right quarter.
+    private func threeFrames(disposal: Int) -> GIFBuilder {
+        var gif = GIFBuilder(width: 32, height: 32)
+        gif.frames = [
+            .filled(Self.red, width: 32, height: 32, disposal: 1),
+            .filled(Self.green, width: 16, height: 16, disposal: disposal),
+            .filled(Self.blue, left: 16, top: 16, width: 16, height: 16),
+        ]
+        return gif
+    }
+
+    private func expectPictures(_ result: Conversion, _ expected: [[UInt32]], sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(result.video.pictures.count == expected.count, sourceLocation: sourceLocation)
+        for (index, (actual, wanted)) in zip(result.video.pictures, expected).enumerated() {
+            let quality = psnr(actual, wanted)
+            #expect(quality > 35, "frame \(index): PSNR \(quality) dB", sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test(arguments: [0, 1, 4])
+    func keepDisposals(disposal: Int) throws {
+        let result = try convert(try self.threeFrames(disposal: disposal).build())
+        self.expectPictures(result, [
+            picture(width: 32, height: 32, base: 0xFF0000),
+            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00)]),
+            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00), (16, 16, 16, 16, 0x0000FF)]),
+        ])
+    }
+
+    @Test func disposalTwoClearsToTransparentShownAsBackground() throws {
+        var options = TranscodeOptions()
+        options.background = RGBColor(hex: "#ffff00")!
+        let result = try convert(try self.threeFrames(disposal: 2).build(), options: options)
+        self.expectPictures(result, [
+            picture(width: 32, height: 32, base: 0xFF0000),
+            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00)]),
+            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0xFFFF00), (16, 16, 16, 16, 0x0000FF)]),
+        ])
+        #expect(result.metadata.hasTransparency)
+    }
+
+    @Test func disposalThreeRestoresThePreviousCanvas() throws {
+        let result = try convert(try self.threeFrames(disposal: 3).build())
+        self.expectPictures(result, [
+            picture(width: 32, height: 32, base: 0xFF0000),
+            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00)]),
+            picture(width: 32, height: 32, base: 0xFF0000, [(16, 16, 16, 16, 0x0000FF)]),
+        ])
+        #expect(!result.metadata.hasTransparency)
+    }
+
+    @Test func disposalThreeOnTheFirstFrameRestoresTransparency() throws {
+        var gif = GIFBuilder(width: 32, height: 32)
+        gif.frames = [
+            .filled(Self.green, width: 16, height: 16, disposal: 3),
+            .filled(Self.blue, left: 16, top: 16, width: 16, height: 16),
+        ]
+        let result = try convert(try gif.build())
+        self.expectPictures(result, [
+            picture(width: 32, height: 32, base: 0xFFFFFF, [(0, 0, 16, 16, 0x00FF00)]),
+            picture(width: 32, height: 32, base: 0xFFFFFF, [(16, 16, 16, 16, 0x0000FF)]),
+        ])
+        #expect(result.metadata.hasTransparency)
+    }
+
+    @Test func transparentIndexShowsWhatIsUnderneath() throws {
+        var gif = GIFBuilder(width: 32, height: 32)
+        var overlay = GIFBuilder.Frame.filled(Self.blue, width: 32, height: 32, transparentIndex: Int(Self.black))
+        for y in 0..<32 { for x in 0..<16 { overlay.pixels[y * 32 + x] = Self.black } }
+        gif.frames = [.filled(Self.red, width: 32, height: 32), overlay]
+        let result = try convert(try gif.build())
+        self.expectPictures(result, [
+            picture(width: 32, height: 32, base: 0xFF0000),
+            picture(width: 32, height: 32, base: 0xFF0000, [(16, 0, 16, 32, 0x0000FF)]),
+        ])
+        #expect(!result.metadata.hasTransparency)
+    }
+
+    @Test(arguments: ["#000000", "#00ff00", "#FFFFFF"])
+    func transparencyIsFlattenedOverTheBackground(hex: String) throws {
+        var gif = GIFBuilder(width: 32, height: 32)
+        var frame = GIFBuilder.Frame.filled(Self.red, width: 32, height: 32, transparentIndex: Int(Self.white))
+        for y in 16..<32 { for x in 0..<32 { frame.pixels[y * 32 + x] = Self.white } }
+        gif.frames = [frame]
+        var options = TranscodeOptions()
+        options.background = RGBColor(hex: hex)!
+        let result = try convert(try gif.build(), options: options)
+        let background = UInt32(hex.dropFirst(), radix: 16)!
+        self.expectPictures(result, [picture(width: 32, height: 32, base: 0xFF0000, [(0, 16, 32, 16, background)])])
+        #expect(result.metadata.hasTransparency)
+        #expect(result.metadata.background == RGBColor(hex: hex))
+    }
+
+    @Test func interlacedRowsLandInPlace() throws {
+        var gif = GIFBuilder(width: 32, height: 32)
+        var frame = GIFBuilder.Frame.filled(Self.red, width: 32, height: 32)
+        frame.interlaced = true
+        // Bands of 8 rows: red, blue, green, white.
+        for y in 0..<32 { for x in 0..<32 { frame.pixels[y * 32 + x] = [Self.red, Self.blue, Self.green, Self.white][y / 8] } }
+        gif.frames = [frame]
+        let result = try convert(try gif.build())
+        self.expectPictures(result, [
+            picture(width: 32, height: 32, base: 0xFF0000, [(0, 8, 32, 8, 0x0000FF), (0, 16, 32, 8, 0x00FF00), (0, 24, 32, 8, 0xFFFFFF)])
+        ])
+    }
+
+    @Test func localPaletteOverridesTheGlobalOne() throws {
+        var gif = GIFBuilder(width: 32, height: 32)
+        var frame = GIFBuilder.Frame.filled(1, width: 32, height: 32)
+        frame.localPalette = [0x000000, 0x123456]
+        gif.frames = [.filled(Self.red, width: 32, height: 32), frame, .filled(1, width: 32, height: 32)]
+        let result = try convert(try gif.build())
+        self.expectPictures(result, [
+            picture(width: 32, height: 32, base: 0xFF0000),
+            picture(width: 32, height: 32, base: 0x123456),
+            picture(width: 32, height: 32, base: 0xFFFFFF),
+        ])
+    }
+
+    @Test func indicesPastThePaletteReadAsBlack() throws {
+        var gif = GIFBuilder(width: 32, height: 32)
+        gif.palette = [0xFF0000, 0x00FF00]
+        var frame = GIFBuilder.Frame.filled(0, width: 32, height: 32)
+        for y in 0..<32 { for x in 16..<32 { frame.pixels[y * 32 + x] = 7 } }
+        gif.frames = [frame]
+        let result = try convert(try gif.build())
+        self.expectPictures(result, [picture(width: 32, height: 32, base: 0xFF0000, [(16, 0, 16, 32, 0x000000)])])
+    }
+
+    @Test func framesAreClippedToTheScreen() throws {
+        var gif = GIFBuilder(width: 32, height: 32)
+        gif.frames = [
+            .filled(Self.red, width: 32, height: 32),
+            .filled(Self.blue, left: 24, top: 16, width: 40, height: 40),
+            .filled(Self.green, left: 100, top: 100, width: 8, height: 8, delay: 30),
+        ]
+        let result = try convert(try gif.build())
+        // The third frame lies wholly outside: it changes nothing, so it merges into the second.
+        #expect(result.metadata.gifFrameCount == 3)
+        #expect(result.video.ptsMilliseconds == [0, 100])
+        #expect(result.metadata.durationMs == 500)
+        self.expectPictures(result, [
+            picture(width: 32, height: 32, base: 0xFF0000),
+            picture(width: 32, height: 32, base: 0xFF0000, [(24, 16, 8, 16, 0x0000FF)]),
+        ])
+    }
+
+    @Test func oddSizesArePaddedWithBackgroundNotResampled() throws {
+        var gif = GIFBuilder(width: 33, height: 17)
+        gif.frames = [.filled(Self.red, width: 33, height: 17)]
+        var options = TranscodeOptions()
+        options.background = .black
+        let result = try convert(try gif.build(), options: options)
+        #expect(result.metadata.outputWidth == 34)
+        #expect(result.metadata.outputHeight == 18)
+        #expect(result.video.width == 34)
+        #expect(result.video.height == 18)
+        // Away from the one-pixel seam (where 4:2:0 chroma is shared), the picture is untouched.
+        let frame = try #require(result.video.pictures.first)
+        let interior = (0..<16).flatMap { y in (0..<32).map { x in frame[y * 34 + x] } }
+        #expect(psnr(interior, [UInt32](repeating: rgba(0xFF0000), count: interior.count)) > 35)
+        let bottom = (0..<32).map { x in frame[17 * 34 + x] }
+        #expect(bottom.allSatisfy { ($0 & 0xFF) < 100 }, "bottom padding row is not background")
+    }
+
+    @Test func oneByOneBecomesTwoByTwo() throws {
+        var gif = GIFBuilder(width: 1, height: 1)
+        gif.loopCount = nil
+        gif.frames = [.filled(Self.white, width: 1, height: 1, delay: 0)]
+        let result = try convert(try gif.build())
+        #expect(result.video.width == 2 && result.video.height == 2)
+        #expect(result.metadata.sourceWidth == 1 && result.metadata.sourceHeight == 1)
+        #expect(result.metadata.durationMs == 100)
+    }
+
+    @Test func largeCanvasesAreScaledIntoTheBox() throws {
+        var gif = GIFBuilder(width: 64, height: 32)
+        gif.frames = [.filled(Self.red, width: 32, height: 32), .filled(Self.blue, left: 32, top: 0, width: 32, height: 32)]
+        var options = TranscodeOptions()
+        options.maxOutputWidth = 32
+        options.maxOutputHeight = 32
+        let result = try convert(try gif.build(), options: options)
+        #expect(result.metadata.outputWidth == 32 && result.metadata.outputHeight == 16)
+        #expect(result.video.width == 32 && result.video.height == 16)
+        let last = try #require(result.video.pictures.last)
+        let left = (0..<16).flatMap { y in (0..<14).map { last[y * 32 + $0] } }
+        let right = (0..<16).flatMap { y in (18..<32).map { last[y * 32 + $0] } }
+        #expect(psnr(left, [UInt32](repeating: rgba(0xFF0000), count: left.count)) > 30)
+        #expect(psnr(right, [UInt32](repeating: rgba(0x0000FF), count: right.count)) > 30)
+    }
+
+    @Test(arguments: [(4000, 100, 1920, 48), (1080, 2160, 540, 1080), (1921, 1081, 1920, 1080), (1920, 1080, 1920, 1080), (3, 5, 4, 6)])
+    func outputSize(width: Int, height: Int, expectedWidth: Int, expectedHeight: Int) {
+        let size = Transcoder.outputSize(width: width, height: height, maxWidth: 1920, maxHeight: 1080)
+        #expect(size.width == expectedWidth && size.height == expectedHeight)
+    }
+}

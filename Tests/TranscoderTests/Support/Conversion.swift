@@ -1,0 +1,62 @@
+import Foundation
+import Testing
+
+@testable import Transcoder
+
+/// A converted GIF: its metadata, the reopened MP4, and where the files are.
+struct Conversion {
+    var metadata: TranscodeMetadata
+    var video: MP4Probe
+    var directory: String
+
+    var mp4Path: String { self.directory + "/out.mp4" }
+    var posterPath: String { self.directory + "/out.jpg" }
+    var metadataPath: String { self.directory + "/out.json" }
+}
+
+/// A fresh temporary directory, removed when `body` returns.
+func withTemporaryDirectory<Result>(_ body: (String) throws -> Result) throws -> Result {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("transcoder-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try body(path)
+}
+
+/// Converts `gif` into a temporary directory and probes the result.
+func convert(_ gif: [UInt8], options: TranscodeOptions = TranscodeOptions()) throws -> Conversion {
+    try withTemporaryDirectory { directory in
+        let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "out")
+        let video = try MP4Probe(path: directory + "/out.mp4")
+        return Conversion(metadata: metadata, video: video, directory: directory)
+    }
+}
+
+/// Converts and expects `code`; also checks that nothing was left in the directory.
+func expectFailure(_ gif: [UInt8], _ code: TranscodeError.Code, options: TranscodeOptions = TranscodeOptions(),
+    sourceLocation: SourceLocation = #_sourceLocation) throws {
+    try withTemporaryDirectory { directory in
+        do {
+            try Transcoder(options: options).convert(gif, directory: directory, name: "out")
+            Issue.record("expected \(code), the conversion succeeded", sourceLocation: sourceLocation)
+        } catch let error as TranscodeError {
+            #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
+        }
+        let left = try FileManager.default.contentsOfDirectory(atPath: directory)
+        #expect(left.isEmpty, "files left behind: \(left)", sourceLocation: sourceLocation)
+    }
+}
+
+/// An expected picture: the canvas filled with `base`, then rectangles painted over it (0xRRGGBB).
+func picture(width: Int, height: Int, base: UInt32, _ rectangles: [(x: Int, y: Int, w: Int, h: Int, color: UInt32)] = [])
+    -> [UInt32]
+{
+    var pixels = [UInt32](repeating: rgba(base), count: width * height)
+    for rectangle in rectangles {
+        for y in rectangle.y..<(rectangle.y + rectangle.h) {
+            for x in rectangle.x..<(rectangle.x + rectangle.w) {
+                pixels[y * width + x] = rgba(rectangle.color)
+            }
+        }
+    }
+    return pixels
+}

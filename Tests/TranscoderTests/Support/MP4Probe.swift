@@ -1,0 +1,168 @@
+import CFFmpeg
+import Foundation
+
+/// Reopens an MP4 with libavformat/libavcodec and reports what a player would see: the streams, the
+/// codec settings, every frame's presentation time and (optionally) its pixels as RGBA.
+struct MP4Probe {
+    var videoStreams = 0
+    var audioStreams = 0
+    var codecName = ""
+    var pixelFormat = ""
+    var profile: Int32 = 0
+    var width = 0
+    var height = 0
+    var colorPrimaries = AVCOL_PRI_UNSPECIFIED
+    var colorSpace = AVCOL_SPC_UNSPECIFIED
+    /// Presentation times in milliseconds, sorted.
+    var ptsMilliseconds: [Int64] = []
+    /// The video stream's duration in milliseconds, as the container states it.
+    var streamDurationMilliseconds: Int64 = 0
+    /// The file's duration in milliseconds (what a player's seek bar shows).
+    var formatDurationMilliseconds: Int64 = 0
+    /// Decoded pictures in presentation order, RGBA (R in the low byte), `width * height` each.
+    var pictures: [[UInt32]] = []
+    /// Whether the `moov` atom comes before `mdat` (faststart).
+    var moovBeforeMdat = false
+
+    init(path: String, decodePictures: Bool = true) throws {
+        var context: UnsafeMutablePointer<AVFormatContext>?
+        guard avformat_open_input(&context, path, nil, nil) >= 0, let context else { throw ProbeError.open }
+        defer { var context: UnsafeMutablePointer<AVFormatContext>? = context; avformat_close_input(&context) }
+        guard avformat_find_stream_info(context, nil) >= 0 else { throw ProbeError.open }
+        if let duration = Optional(context.pointee.duration), duration > 0 {
+            self.formatDurationMilliseconds = duration / 1000
+        }
+
+        var videoIndex: Int32 = -1
+        for index in 0..<Int(context.pointee.nb_streams) {
+            let stream = context.pointee.streams[index]!
+            switch stream.pointee.codecpar.pointee.codec_type {
+            case AVMEDIA_TYPE_VIDEO:
+                self.videoStreams += 1
+                if videoIndex < 0 { videoIndex = Int32(index) }
+            case AVMEDIA_TYPE_AUDIO:
+                self.audioStreams += 1
+            default:
+                break
+            }
+        }
+        guard videoIndex >= 0 else { return }
+        let stream = context.pointee.streams[Int(videoIndex)]!
+        let parameters = stream.pointee.codecpar!
+        let timeBase = stream.pointee.time_base
+        self.codecName = String(cString: avcodec_get_name(parameters.pointee.codec_id))
+        self.pixelFormat = av_get_pix_fmt_name(AVPixelFormat(rawValue: parameters.pointee.format)).map { String(cString: $0) } ?? ""
+        self.profile = parameters.pointee.profile
+        self.width = Int(parameters.pointee.width)
+        self.height = Int(parameters.pointee.height)
+        self.colorPrimaries = parameters.pointee.color_primaries
+        self.colorSpace = parameters.pointee.color_space
+        self.streamDurationMilliseconds = av_rescale_q(stream.pointee.duration, timeBase, AVRational(num: 1, den: 1000))
+
+        guard let codec = avcodec_find_decoder(parameters.pointee.codec_id),
+            var decoder = Optional(avcodec_alloc_context3(codec)), decoder != nil
+        else { throw ProbeError.decoder }
+        defer { avcodec_free_context(&decoder) }
+        avcodec_parameters_to_context(decoder, parameters)
+        guard avcodec_open2(decoder, codec, nil) >= 0 else { throw ProbeError.decoder }
+
+        var packet = av_packet_alloc()
+        var frame = av_frame_alloc()
+        defer {
+            av_packet_free(&packet)
+            av_frame_free(&frame)
+        }
+        var decoded: [(Int64, [UInt32])] = []
+        func receive() throws {
+            while avcodec_receive_frame(decoder, frame) >= 0 {
+                let pts = av_rescale_q(frame!.pointee.best_effort_timestamp, timeBase, AVRational(num: 1, den: 1000))
+                decoded.append((pts, decodePictures ? try Self.rgba(frame!) : []))
+                av_frame_unref(frame)
+            }
+        }
+        while av_read_frame(context, packet) >= 0 {
+            if packet!.pointee.stream_index == videoIndex {
+                avcodec_send_packet(decoder, packet)
+                try receive()
+            }
+            av_packet_unref(packet)
+        }
+        avcodec_send_packet(decoder, nil)
+        try receive()
+        decoded.sort { $0.0 < $1.0 }
+        self.ptsMilliseconds = decoded.map(\.0)
+        self.pictures = decoded.map(\.1)
+        self.moovBeforeMdat = try Self.moovComesFirst(path)
+    }
+
+    private static func rgba(_ frame: UnsafeMutablePointer<AVFrame>) throws -> [UInt32] {
+        let width = Int(frame.pointee.width)
+        let height = Int(frame.pointee.height)
+        guard
+            let scaler = sws_getContext(
+                Int32(width), Int32(height), AVPixelFormat(rawValue: frame.pointee.format), Int32(width), Int32(height),
+                AV_PIX_FMT_RGBA, SWS_POINT | SWS_ACCURATE_RND, nil, nil, nil)
+        else { throw ProbeError.decoder }
+        defer { sws_freeContext(scaler) }
+        let coefficients = sws_getCoefficients(SWS_CS_ITU709)
+        sws_setColorspaceDetails(scaler, coefficients, 0, coefficients, 1, 0, 1 << 16, 1 << 16)
+        var pixels = [UInt32](repeating: 0, count: width * height)
+        pixels.withUnsafeMutableBytes { buffer in
+            var destination: [UnsafeMutablePointer<UInt8>?] = [
+                buffer.baseAddress!.assumingMemoryBound(to: UInt8.self), nil, nil, nil,
+            ]
+            var strides: [Int32] = [Int32(width * 4), 0, 0, 0]
+            withUnsafePointer(to: &frame.pointee.data) { data in
+                withUnsafePointer(to: &frame.pointee.linesize) { linesize in
+                    data.withMemoryRebound(to: UnsafePointer<UInt8>?.self, capacity: 8) { planes in
+                        linesize.withMemoryRebound(to: Int32.self, capacity: 8) { sourceStrides in
+                            _ = sws_scale(scaler, planes, sourceStrides, 0, Int32(height), &destination, &strides)
+                        }
+                    }
+                }
+            }
+        }
+        return pixels
+    }
+
+    /// Walks the top-level boxes of the file.
+    private static func moovComesFirst(_ path: String) throws -> Bool {
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        var offset = 0
+        while offset + 8 <= bytes.count {
+            let size = Int(bytes[offset]) << 24 | Int(bytes[offset + 1]) << 16 | Int(bytes[offset + 2]) << 8
+                | Int(bytes[offset + 3])
+            let type = String(decoding: bytes[(offset + 4)..<(offset + 8)], as: UTF8.self)
+            if type == "moov" { return true }
+            if type == "mdat" { return false }
+            guard size >= 8 else { return false }
+            offset += size
+        }
+        return false
+    }
+
+    enum ProbeError: Error {
+        case open
+        case decoder
+    }
+}
+
+/// Peak signal-to-noise ratio over the RGB channels of two same-sized RGBA pictures, in dB
+/// (infinity when identical).
+func psnr(_ a: [UInt32], _ b: [UInt32]) -> Double {
+    precondition(a.count == b.count)
+    var squared: Double = 0
+    for index in a.indices {
+        for shift in [0, 8, 16] as [UInt32] {
+            let difference = Double(Int((a[index] >> shift) & 0xFF) - Int((b[index] >> shift) & 0xFF))
+            squared += difference * difference
+        }
+    }
+    let mean = squared / Double(a.count * 3)
+    return mean == 0 ? .infinity : 10 * log10(255 * 255 / mean)
+}
+
+/// An opaque RGBA pixel from 0xRRGGBB.
+func rgba(_ color: UInt32) -> UInt32 {
+    (color >> 16) & 0xFF | (color & 0xFF00) | (color & 0xFF) << 16 | 0xFF00_0000
+}

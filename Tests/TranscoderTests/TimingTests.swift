@@ -1,0 +1,74 @@
+import Testing
+
+@testable import Transcoder
+
+/// The browser delay rule, frame merging and loop semantics, checked on the reopened MP4.
+@Suite struct TimingTests {
+    /// Two frames of different colours, both with `delay` centiseconds.
+    private func twoFrames(delay: Int) -> GIFBuilder {
+        var gif = GIFBuilder(width: 16, height: 16)
+        gif.frames = [.filled(2, width: 16, height: 16, delay: delay), .filled(4, width: 16, height: 16, delay: delay)]
+        return gif
+    }
+
+    @Test(arguments: [(0, 100), (1, 100), (2, 20), (7, 70), (65535, 655_350)])
+    func delayRule(delay: Int, milliseconds: Int64) throws {
+        let result = try convert(try self.twoFrames(delay: delay).build())
+        #expect(result.video.ptsMilliseconds == [0, milliseconds])
+        #expect(result.metadata.durationMs == Int(2 * milliseconds))
+        #expect(result.video.streamDurationMilliseconds == 2 * milliseconds)
+        #expect(result.video.formatDurationMilliseconds == 2 * milliseconds)
+    }
+
+    @Test func missingGraphicControlExtensionPlaysAs100ms() throws {
+        var gif = GIFBuilder(width: 16, height: 16)
+        gif.frames = [.filled(2, width: 16, height: 16, delay: nil), .filled(3, width: 16, height: 16, delay: nil)]
+        let result = try convert(try gif.build())
+        #expect(result.video.ptsMilliseconds == [0, 100])
+        #expect(result.metadata.durationMs == 200)
+    }
+
+    @Test func variableDelaysKeepTheLastFrame() throws {
+        var gif = GIFBuilder(width: 16, height: 16)
+        gif.frames = [0, 5, 1, 300].enumerated().map { index, delay in
+            .filled(UInt8(2 + index), width: 16, height: 16, delay: delay)
+        }
+        let result = try convert(try gif.build())
+        #expect(result.video.ptsMilliseconds == [0, 100, 150, 250])
+        #expect(result.metadata.durationMs == 3250)
+        #expect(result.video.streamDurationMilliseconds == 3250)
+        #expect(result.video.formatDurationMilliseconds == 3250)
+    }
+
+    @Test func identicalConsecutiveFramesMerge() throws {
+        var gif = GIFBuilder(width: 16, height: 16)
+        gif.frames = [(2, 10), (2, 20), (4, 30), (4, 5), (2, 10)].map { index, delay in
+            .filled(UInt8(index), width: 16, height: 16, delay: delay)
+        }
+        let result = try convert(try gif.build())
+        #expect(result.metadata.gifFrameCount == 5)
+        #expect(result.metadata.encodedFrameCount == 3)
+        #expect(result.video.ptsMilliseconds == [0, 300, 650])
+        #expect(result.metadata.durationMs == 750)
+        #expect(result.video.formatDurationMilliseconds == 750)
+    }
+
+    @Test func singleFrameKeepsItsDelay() throws {
+        var gif = GIFBuilder(width: 8, height: 8)
+        gif.frames = [.filled(2, width: 8, height: 8, delay: 250)]
+        let result = try convert(try gif.build())
+        #expect(result.video.ptsMilliseconds == [0])
+        #expect(result.metadata.durationMs == 2500)
+        #expect(result.video.formatDurationMilliseconds == 2500)
+    }
+
+    @Test(arguments: [(Int?.none, Int?.some(1), false), (0, nil, true), (1, 2, false), (3, 4, false), (65535, 65536, false)])
+    func loopCount(written: Int?, plays: Int?, forever: Bool) throws {
+        var gif = self.twoFrames(delay: 10)
+        gif.loopCount = written
+        let result = try convert(try gif.build())
+        #expect(result.metadata.loopCount == written)
+        #expect(result.metadata.playCount == plays)
+        #expect(result.metadata.loopsForever == forever)
+    }
+}
