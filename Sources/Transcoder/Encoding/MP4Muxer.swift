@@ -32,7 +32,11 @@ final class MP4Muxer {
                 avcodec_parameters_from_context(stream.pointee.codecpar, codec), "avcodec_parameters_from_context")
         }
         stream.pointee.time_base = H264Encoder.timeBase
-        try FFmpegError.check(avio_open(&context.pointee.pb, path, AVIO_FLAG_WRITE), "avio_open")
+        let opened = avio_open(&context.pointee.pb, path, AVIO_FLAG_WRITE)
+        guard opened >= 0 else {
+            throw TranscodeError(
+                .io, "cannot create \(path)", underlying: FFmpegError(code: opened, function: "avio_open"))
+        }
         self.isOpen = true
         var options: OpaquePointer?
         defer { av_dict_free(&options) }

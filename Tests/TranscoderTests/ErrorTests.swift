@@ -1,0 +1,119 @@
+import Foundation
+import Testing
+
+@testable import Transcoder
+
+/// Bad input gets a specific code, nothing is left behind, and limits hold before pixels are decoded.
+@Suite struct ErrorTests {
+    private func animation(width: Int = 32, height: Int = 32, frames: Int = 3) -> GIFBuilder {
+        var gif = GIFBuilder(width: width, height: height)
+        gif.frames = (0..<frames).map { .filled(UInt8(2 + $0 % 5), width: width, height: height) }
+        return gif
+    }
+
+    @Test func notAGIF() throws {
+        try expectFailure(Array("\u{89}PNG\r\n\u{1A}\n0000000000000".utf8), .notAGIF)
+        try expectFailure([], .notAGIF)
+        try expectFailure(Array("GIF90a".utf8) + [UInt8](repeating: 0, count: 20), .notAGIF)
+    }
+
+    @Test func truncatedHeaderIsCorrupt() throws {
+        try expectFailure(Array("GIF8".utf8), .corrupt)
+        try expectFailure(Array("GIF89a".utf8) + [1, 0], .corrupt)
+    }
+
+    @Test func headerWithoutFramesIsCorrupt() throws {
+        var gif = GIFBuilder(width: 8, height: 8)
+        gif.frames = []
+        try expectFailure(try gif.build(), .corrupt)
+    }
+
+    @Test func inputLimit() throws {
+        let bytes = try self.animation().build()
+        var options = TranscodeOptions()
+        options.limits.maxInputBytes = bytes.count - 1
+        try expectFailure(bytes, .tooLarge, options: options)
+        options.limits.maxInputBytes = bytes.count
+        #expect(try convert(bytes, options: options).metadata.gifFrameCount == 3)
+    }
+
+    @Test func canvasLimit() throws {
+        var options = TranscodeOptions()
+        options.limits.maxWidth = 31
+        try expectFailure(try self.animation().build(), .dimensionsTooLarge, options: options)
+        options = TranscodeOptions()
+        options.limits.maxHeight = 31
+        try expectFailure(try self.animation().build(), .dimensionsTooLarge, options: options)
+    }
+
+    @Test func frameRectangleLimit() throws {
+        // A tiny canvas with a frame rectangle far larger than any allowed canvas: giflib would have to
+        // decode all of it even though clipping throws it away.
+        var gif = GIFBuilder(width: 8, height: 8)
+        gif.frames = [.filled(2, width: 64, height: 8)]
+        var options = TranscodeOptions()
+        options.limits.maxWidth = 32
+        try expectFailure(try gif.build(), .dimensionsTooLarge, options: options)
+    }
+
+    @Test func frameLimit() throws {
+        var options = TranscodeOptions()
+        options.limits.maxFrames = 2
+        try expectFailure(try self.animation(frames: 3).build(), .tooManyFrames, options: options)
+        options.limits.maxFrames = 3
+        #expect(try convert(try self.animation(frames: 3).build(), options: options).metadata.gifFrameCount == 3)
+    }
+
+    @Test func totalPixelLimit() throws {
+        var options = TranscodeOptions()
+        options.limits.maxTotalPixels = 32 * 32 * 3 - 1
+        try expectFailure(try self.animation(frames: 3).build(), .tooManyPixels, options: options)
+        options.limits.maxTotalPixels = 32 * 32 * 3
+        #expect(try convert(try self.animation(frames: 3).build(), options: options).metadata.gifFrameCount == 3)
+    }
+
+    @Test func invalidOptions() throws {
+        let bytes = try self.animation().build()
+        var options = TranscodeOptions()
+        options.crf = 52
+        try expectFailure(bytes, .invalidOptions, options: options)
+        options = TranscodeOptions()
+        options.preset = "warp"
+        try expectFailure(bytes, .invalidOptions, options: options)
+    }
+
+    @Test func truncatedFileKeepsTheCompleteFrames() throws {
+        var gif = self.animation(frames: 3)
+        gif.frames[2] = .filled(4, width: 32, height: 32, delay: 50)
+        let bytes = try gif.build()
+        // Cut inside the last frame's image data (the trailer and a few LZW bytes go).
+        let cut = Array(bytes.prefix(bytes.count - 6))
+        let result = try convert(cut)
+        #expect(result.metadata.truncated)
+        #expect(result.metadata.gifFrameCount == 2)
+        #expect(result.metadata.durationMs == 200)
+        #expect(result.video.ptsMilliseconds == [0, 100])
+    }
+
+    @Test func missingTrailerIsMarkedTruncated() throws {
+        let bytes = try self.animation(frames: 2).build()
+        #expect(bytes.last == 0x3B)
+        let result = try convert(Array(bytes.dropLast()))
+        #expect(result.metadata.truncated)
+        #expect(result.metadata.gifFrameCount == 2)
+    }
+
+    @Test func damagedImageDataStopsAtTheLastGoodFrame() throws {
+        var gif = self.animation(frames: 3)
+        gif.frames[1].pixels = (0..<(32 * 32)).map { UInt8($0 % 8) }
+        var bytes = try gif.build()
+        // The second image descriptor's LZW minimum code size is replaced by an impossible 12-bit one:
+        // the pre-scan treats the animation as ending after frame 1.
+        let descriptors = bytes.indices.filter { bytes[$0] == 0x2C && $0 + 10 < bytes.count && bytes[$0 + 5] == 32 && bytes[$0 + 7] == 32 }
+        let second = try #require(descriptors.dropFirst().first)
+        bytes[second + 10] = 12
+        let result = try convert(bytes)
+        #expect(result.metadata.truncated)
+        #expect(result.metadata.gifFrameCount == 1)
+    }
+}

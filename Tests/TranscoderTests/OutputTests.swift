@@ -1,0 +1,94 @@
+import CFFmpeg
+import Foundation
+import Testing
+
+@testable import Transcoder
+
+/// What a browser or AVPlayer receives: a web-ready container, a matching poster, stable bytes.
+@Suite struct OutputTests {
+    private func sample() throws -> [UInt8] {
+        var gif = GIFBuilder(width: 48, height: 32)
+        gif.frames = (0..<6).map { .filled(UInt8(2 + $0 % 4), left: $0 * 4, top: 0, width: 16, height: 32, delay: 4) }
+        return try gif.build()
+    }
+
+    @Test func webReadyContainer() throws {
+        let result = try convert(try self.sample())
+        #expect(result.video.codecName == "h264")
+        #expect(result.video.pixelFormat == "yuv420p")
+        #expect(result.video.profile == 100)  // High
+        #expect(result.video.colorPrimaries == AVCOL_PRI_BT709)
+        #expect(result.video.videoStreams == 1)
+        #expect(result.video.audioStreams == 0)
+        #expect(result.video.moovBeforeMdat)
+        #expect(result.video.width % 2 == 0 && result.video.height % 2 == 0)
+    }
+
+    @Test func filesAndMetadataAgree() throws {
+        try withTemporaryDirectory { directory in
+            let bytes = try self.sample()
+            let metadata = try Transcoder().convert(bytes, directory: directory, name: "clip")
+            let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+            #expect(names == ["clip.jpg", "clip.json", "clip.mp4"])
+            let json = try Data(contentsOf: URL(fileURLWithPath: directory + "/clip.json"))
+            #expect(try JSONDecoder().decode(TranscodeMetadata.self, from: json) == metadata)
+            #expect(metadata.gifBytes == bytes.count)
+            #expect(metadata.mp4Bytes == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.mp4")[.size] as? Int))
+            #expect(metadata.posterBytes == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.jpg")[.size] as? Int))
+            #expect(metadata.recommendation == (metadata.mp4Bytes < metadata.gifBytes ? .video : .keepGIF))
+        }
+    }
+
+    @Test func posterIsTheFirstFrameAtTheVideoSize() throws {
+        var gif = GIFBuilder(width: 33, height: 31)
+        gif.frames = [.filled(2, width: 33, height: 31), .filled(4, width: 33, height: 31)]
+        try withTemporaryDirectory { directory in
+            try Transcoder().convert(try gif.build(), directory: directory, name: "p")
+            let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: directory + "/p.jpg")))
+            #expect(bytes.prefix(2) == [0xFF, 0xD8])
+            let poster = try MP4Probe(path: directory + "/p.jpg")
+            #expect(poster.codecName == "mjpeg")
+            #expect(poster.width == 34 && poster.height == 32)
+            let first = try #require(poster.pictures.first)
+            let interior = (0..<30).flatMap { y in (0..<32).map { first[y * 34 + $0] } }
+            #expect(psnr(interior, [UInt32](repeating: rgba(0xFF0000), count: interior.count)) > 30)
+        }
+    }
+
+    @Test func sameInputSameBytes() throws {
+        let bytes = try self.sample()
+        try withTemporaryDirectory { directory in
+            let transcoder = Transcoder()
+            try transcoder.convert(bytes, directory: directory, name: "a")
+            try transcoder.convert(bytes, directory: directory, name: "b")
+            for ext in ["mp4", "jpg", "json"] {
+                let a = try Data(contentsOf: URL(fileURLWithPath: "\(directory)/a.\(ext)"))
+                let b = try Data(contentsOf: URL(fileURLWithPath: "\(directory)/b.\(ext)"))
+                #expect(a == b, "\(ext) differs")
+            }
+        }
+    }
+
+    @Test func failureLeavesEarlierOutputsAlone() throws {
+        try withTemporaryDirectory { directory in
+            let good = try self.sample()
+            let first = try Transcoder().convert(good, directory: directory, name: "x")
+            #expect(throws: TranscodeError.self) {
+                try Transcoder().convert(Array("not a gif".utf8), directory: directory, name: "x")
+            }
+            let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+            #expect(names == ["x.jpg", "x.json", "x.mp4"])
+            let json = try Data(contentsOf: URL(fileURLWithPath: directory + "/x.json"))
+            #expect(try JSONDecoder().decode(TranscodeMetadata.self, from: json) == first)
+        }
+    }
+
+    @Test func unwritableDirectoryIsAnIOError() throws {
+        do {
+            try Transcoder().convert(try self.sample(), directory: "/nonexistent-\(UUID().uuidString)", name: "x")
+            Issue.record("writing into a missing directory succeeded")
+        } catch let error as TranscodeError {
+            #expect(error.code == .io, "\(error)")
+        }
+    }
+}
