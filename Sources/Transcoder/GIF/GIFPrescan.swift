@@ -135,10 +135,11 @@ struct GIFPrescan: Sendable {
                     let name = Array(identifier)
                     let isLoopBlock =
                         name == Array("NETSCAPE2.0".utf8) || name == Array("ANIMEXTS1.0".utf8)
-                    // Sub-block 1 of a loop block carries the count; browsers take the first one they see.
+                    // Sub-block 1 of a loop block carries the count. Chrome and Firefox overwrite it with
+                    // every loop block they meet, so the last one wins.
                     while let length = reader.readByte(), length > 0 {
                         guard let data = reader.read(count: Int(length)) else { break scan }
-                        if isLoopBlock, self.loopCount == nil, length >= 3, data[data.startIndex] == 1 {
+                        if isLoopBlock, length >= 3, data[data.startIndex] == 1 {
                             self.loopCount =
                                 Int(data[data.startIndex + 1]) | Int(data[data.startIndex + 2]) << 8
                         }
