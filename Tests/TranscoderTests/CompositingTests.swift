@@ -21,7 +21,9 @@ import Testing
         return gif
     }
 
-    private func expectPictures(_ result: Conversion, _ expected: [[UInt32]], sourceLocation: SourceLocation = #_sourceLocation) {
+    private func expectPictures(
+        _ result: Conversion, _ expected: [[UInt32]], sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         #expect(result.video.pictures.count == expected.count, sourceLocation: sourceLocation)
         for (index, (actual, wanted)) in zip(result.video.pictures, expected).enumerated() {
             let quality = psnr(actual, wanted)
@@ -32,32 +34,38 @@ import Testing
     @Test(arguments: [0, 1, 4])
     func keepDisposals(disposal: Int) throws {
         let result = try convert(try self.threeFrames(disposal: disposal).build())
-        self.expectPictures(result, [
-            picture(width: 32, height: 32, base: 0xFF0000),
-            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00)]),
-            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00), (16, 16, 16, 16, 0x0000FF)]),
-        ])
+        self.expectPictures(
+            result,
+            [
+                picture(width: 32, height: 32, base: 0xFF0000),
+                picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00)]),
+                picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00), (16, 16, 16, 16, 0x0000FF)]),
+            ])
     }
 
     @Test func disposalTwoClearsToTransparentShownAsBackground() throws {
         var options = TranscodeOptions()
         options.background = RGBColor(hex: "#ffff00")!
         let result = try convert(try self.threeFrames(disposal: 2).build(), options: options)
-        self.expectPictures(result, [
-            picture(width: 32, height: 32, base: 0xFF0000),
-            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00)]),
-            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0xFFFF00), (16, 16, 16, 16, 0x0000FF)]),
-        ])
+        self.expectPictures(
+            result,
+            [
+                picture(width: 32, height: 32, base: 0xFF0000),
+                picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00)]),
+                picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0xFFFF00), (16, 16, 16, 16, 0x0000FF)]),
+            ])
         #expect(result.metadata.hasTransparency)
     }
 
     @Test func disposalThreeRestoresThePreviousCanvas() throws {
         let result = try convert(try self.threeFrames(disposal: 3).build())
-        self.expectPictures(result, [
-            picture(width: 32, height: 32, base: 0xFF0000),
-            picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00)]),
-            picture(width: 32, height: 32, base: 0xFF0000, [(16, 16, 16, 16, 0x0000FF)]),
-        ])
+        self.expectPictures(
+            result,
+            [
+                picture(width: 32, height: 32, base: 0xFF0000),
+                picture(width: 32, height: 32, base: 0xFF0000, [(0, 0, 16, 16, 0x00FF00)]),
+                picture(width: 32, height: 32, base: 0xFF0000, [(16, 16, 16, 16, 0x0000FF)]),
+            ])
         #expect(!result.metadata.hasTransparency)
     }
 
@@ -68,10 +76,12 @@ import Testing
             .filled(Self.blue, left: 16, top: 16, width: 16, height: 16),
         ]
         let result = try convert(try gif.build())
-        self.expectPictures(result, [
-            picture(width: 32, height: 32, base: 0xFFFFFF, [(0, 0, 16, 16, 0x00FF00)]),
-            picture(width: 32, height: 32, base: 0xFFFFFF, [(16, 16, 16, 16, 0x0000FF)]),
-        ])
+        self.expectPictures(
+            result,
+            [
+                picture(width: 32, height: 32, base: 0xFFFFFF, [(0, 0, 16, 16, 0x00FF00)]),
+                picture(width: 32, height: 32, base: 0xFFFFFF, [(16, 16, 16, 16, 0x0000FF)]),
+            ])
         #expect(result.metadata.hasTransparency)
     }
 
@@ -81,10 +91,12 @@ import Testing
         for y in 0..<32 { for x in 0..<16 { overlay.pixels[y * 32 + x] = Self.black } }
         gif.frames = [.filled(Self.red, width: 32, height: 32), overlay]
         let result = try convert(try gif.build())
-        self.expectPictures(result, [
-            picture(width: 32, height: 32, base: 0xFF0000),
-            picture(width: 32, height: 32, base: 0xFF0000, [(16, 0, 16, 32, 0x0000FF)]),
-        ])
+        self.expectPictures(
+            result,
+            [
+                picture(width: 32, height: 32, base: 0xFF0000),
+                picture(width: 32, height: 32, base: 0xFF0000, [(16, 0, 16, 32, 0x0000FF)]),
+            ])
         #expect(!result.metadata.hasTransparency)
     }
 
@@ -108,12 +120,18 @@ import Testing
         var frame = GIFBuilder.Frame.filled(Self.red, width: 32, height: 32)
         frame.interlaced = true
         // Bands of 8 rows: red, blue, green, white.
-        for y in 0..<32 { for x in 0..<32 { frame.pixels[y * 32 + x] = [Self.red, Self.blue, Self.green, Self.white][y / 8] } }
+        for y in 0..<32 {
+            for x in 0..<32 { frame.pixels[y * 32 + x] = [Self.red, Self.blue, Self.green, Self.white][y / 8] }
+        }
         gif.frames = [frame]
         let result = try convert(try gif.build())
-        self.expectPictures(result, [
-            picture(width: 32, height: 32, base: 0xFF0000, [(0, 8, 32, 8, 0x0000FF), (0, 16, 32, 8, 0x00FF00), (0, 24, 32, 8, 0xFFFFFF)])
-        ])
+        self.expectPictures(
+            result,
+            [
+                picture(
+                    width: 32, height: 32, base: 0xFF0000,
+                    [(0, 8, 32, 8, 0x0000FF), (0, 16, 32, 8, 0x00FF00), (0, 24, 32, 8, 0xFFFFFF)])
+            ])
     }
 
     @Test func localPaletteOverridesTheGlobalOne() throws {
@@ -122,11 +140,13 @@ import Testing
         frame.localPalette = [0x000000, 0x123456]
         gif.frames = [.filled(Self.red, width: 32, height: 32), frame, .filled(1, width: 32, height: 32)]
         let result = try convert(try gif.build())
-        self.expectPictures(result, [
-            picture(width: 32, height: 32, base: 0xFF0000),
-            picture(width: 32, height: 32, base: 0x123456),
-            picture(width: 32, height: 32, base: 0xFFFFFF),
-        ])
+        self.expectPictures(
+            result,
+            [
+                picture(width: 32, height: 32, base: 0xFF0000),
+                picture(width: 32, height: 32, base: 0x123456),
+                picture(width: 32, height: 32, base: 0xFFFFFF),
+            ])
     }
 
     @Test func indicesPastThePaletteReadAsBlack() throws {
@@ -151,10 +171,12 @@ import Testing
         #expect(result.metadata.gifFrameCount == 3)
         #expect(result.video.ptsMilliseconds == [0, 100])
         #expect(result.metadata.durationMs == 500)
-        self.expectPictures(result, [
-            picture(width: 32, height: 32, base: 0xFF0000),
-            picture(width: 32, height: 32, base: 0xFF0000, [(24, 16, 8, 16, 0x0000FF)]),
-        ])
+        self.expectPictures(
+            result,
+            [
+                picture(width: 32, height: 32, base: 0xFF0000),
+                picture(width: 32, height: 32, base: 0xFF0000, [(24, 16, 8, 16, 0x0000FF)]),
+            ])
     }
 
     @Test func oddSizesArePaddedWithBackgroundNotResampled() throws {
@@ -187,7 +209,9 @@ import Testing
 
     @Test func largeCanvasesAreScaledIntoTheBox() throws {
         var gif = GIFBuilder(width: 64, height: 32)
-        gif.frames = [.filled(Self.red, width: 32, height: 32), .filled(Self.blue, left: 32, top: 0, width: 32, height: 32)]
+        gif.frames = [
+            .filled(Self.red, width: 32, height: 32), .filled(Self.blue, left: 32, top: 0, width: 32, height: 32),
+        ]
         var options = TranscodeOptions()
         options.maxOutputWidth = 32
         options.maxOutputHeight = 32
@@ -201,7 +225,10 @@ import Testing
         #expect(psnr(right, [UInt32](repeating: rgba(0x0000FF), count: right.count)) > 30)
     }
 
-    @Test(arguments: [(4000, 100, 1920, 48), (1080, 2160, 540, 1080), (1921, 1081, 1920, 1080), (1920, 1080, 1920, 1080), (3, 5, 4, 6)])
+    @Test(arguments: [
+        (4000, 100, 1920, 48), (1080, 2160, 540, 1080), (1921, 1081, 1920, 1080), (1920, 1080, 1920, 1080),
+        (3, 5, 4, 6),
+    ])
     func outputSize(width: Int, height: Int, expectedWidth: Int, expectedHeight: Int) {
         let size = Transcoder.outputSize(width: width, height: height, maxWidth: 1920, maxHeight: 1080)
         #expect(size.width == expectedWidth && size.height == expectedHeight)

@@ -152,7 +152,8 @@ struct FFmpegReference {
     init(gifPath: String) throws {
         self.path = gifPath
         let output = try run(
-            "ffprobe", ["-v", "error", "-select_streams", "v", "-show_entries", "packet=duration", "-of", "csv=p=0", gifPath])
+            "ffprobe",
+            ["-v", "error", "-select_streams", "v", "-show_entries", "packet=duration", "-of", "csv=p=0", gifPath])
         self.frameDurations = String(decoding: output, as: UTF8.self).split(whereSeparator: \.isNewline)
             .compactMap { Int($0.trimmingCharacters(in: CharacterSet(charactersIn: ", "))) }.map { $0 * 10 }
     }
@@ -160,7 +161,8 @@ struct FFmpegReference {
     /// Every composited frame, flattened over white, as RGBA.
     func frames(width: Int, height: Int) throws -> [[UInt32]] {
         let raw = try run(
-            "ffmpeg", ["-v", "error", "-i", self.path, "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgba", "-"])
+            "ffmpeg",
+            ["-v", "error", "-i", self.path, "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgba", "-"])
         let size = width * height * 4
         return stride(from: 0, to: raw.count - size + 1, by: size).map { offset in
             (0..<(width * height)).map { index in

@@ -109,7 +109,9 @@ import Testing
         var bytes = try gif.build()
         // The second image descriptor's LZW minimum code size is replaced by an impossible 12-bit one:
         // the pre-scan treats the animation as ending after frame 1.
-        let descriptors = bytes.indices.filter { bytes[$0] == 0x2C && $0 + 10 < bytes.count && bytes[$0 + 5] == 32 && bytes[$0 + 7] == 32 }
+        let descriptors = bytes.indices.filter {
+            bytes[$0] == 0x2C && $0 + 10 < bytes.count && bytes[$0 + 5] == 32 && bytes[$0 + 7] == 32
+        }
         let second = try #require(descriptors.dropFirst().first)
         bytes[second + 10] = 12
         let result = try convert(bytes)

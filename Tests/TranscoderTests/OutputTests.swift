@@ -33,8 +33,12 @@ import Testing
             let json = try Data(contentsOf: URL(fileURLWithPath: directory + "/clip.json"))
             #expect(try JSONDecoder().decode(TranscodeMetadata.self, from: json) == metadata)
             #expect(metadata.gifBytes == bytes.count)
-            #expect(metadata.mp4Bytes == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.mp4")[.size] as? Int))
-            #expect(metadata.posterBytes == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.jpg")[.size] as? Int))
+            #expect(
+                metadata.mp4Bytes
+                    == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.mp4")[.size] as? Int))
+            #expect(
+                metadata.posterBytes
+                    == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.jpg")[.size] as? Int))
             #expect(metadata.recommendation == (metadata.mp4Bytes < metadata.gifBytes ? .video : .keepGIF))
         }
     }

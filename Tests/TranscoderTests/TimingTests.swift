@@ -62,7 +62,9 @@ import Testing
         #expect(result.video.formatDurationMilliseconds == 2500)
     }
 
-    @Test(arguments: [(Int?.none, Int?.some(1), false), (0, nil, true), (1, 2, false), (3, 4, false), (65535, 65536, false)])
+    @Test(arguments: [
+        (Int?.none, Int?.some(1), false), (0, nil, true), (1, 2, false), (3, 4, false), (65535, 65536, false),
+    ])
     func loopCount(written: Int?, plays: Int?, forever: Bool) throws {
         var gif = self.twoFrames(delay: 10)
         gif.loopCount = written

@@ -96,7 +96,8 @@ final class CodecContext {
         try FFmpegError.check(avcodec_open2(self.context, self.context.pointee.codec, &dictionary), "avcodec_open2")
         if let left = av_dict_get(dictionary, "", nil, AV_DICT_IGNORE_SUFFIX) {
             throw FFmpegError(
-                code: CFFmpeg_AVERROR(EINVAL), function: "avcodec_open2 (unknown option \(String(cString: left.pointee.key)))")
+                code: CFFmpeg_AVERROR(EINVAL),
+                function: "avcodec_open2 (unknown option \(String(cString: left.pointee.key)))")
         }
     }
 

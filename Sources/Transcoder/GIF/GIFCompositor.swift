@@ -70,7 +70,8 @@ final class GIFCompositor {
         if frame.disposal == .restorePrevious, !clip.isEmpty {
             self.savedRegion.removeAll(keepingCapacity: true)
             for y in clip.y0..<clip.y1 {
-                self.savedRegion.append(contentsOf: self.canvas[(y * self.width + clip.x0)..<(y * self.width + clip.x1)])
+                self.savedRegion.append(
+                    contentsOf: self.canvas[(y * self.width + clip.x0)..<(y * self.width + clip.x1)])
             }
         }
         self.lastFrame = (frame.disposal, clip)

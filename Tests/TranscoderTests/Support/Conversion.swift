@@ -32,8 +32,10 @@ func convert(_ gif: [UInt8], options: TranscodeOptions = TranscodeOptions()) thr
 }
 
 /// Converts and expects `code`; also checks that nothing was left in the directory.
-func expectFailure(_ gif: [UInt8], _ code: TranscodeError.Code, options: TranscodeOptions = TranscodeOptions(),
-    sourceLocation: SourceLocation = #_sourceLocation) throws {
+func expectFailure(
+    _ gif: [UInt8], _ code: TranscodeError.Code, options: TranscodeOptions = TranscodeOptions(),
+    sourceLocation: SourceLocation = #_sourceLocation
+) throws {
     try withTemporaryDirectory { directory in
         do {
             try Transcoder(options: options).convert(gif, directory: directory, name: "out")
@@ -47,7 +49,9 @@ func expectFailure(_ gif: [UInt8], _ code: TranscodeError.Code, options: Transco
 }
 
 /// An expected picture: the canvas filled with `base`, then rectangles painted over it (0xRRGGBB).
-func picture(width: Int, height: Int, base: UInt32, _ rectangles: [(x: Int, y: Int, w: Int, h: Int, color: UInt32)] = [])
+func picture(
+    width: Int, height: Int, base: UInt32, _ rectangles: [(x: Int, y: Int, w: Int, h: Int, color: UInt32)] = []
+)
     -> [UInt32]
 {
     var pixels = [UInt32](repeating: rgba(base), count: width * height)

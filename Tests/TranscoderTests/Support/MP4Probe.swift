@@ -51,7 +51,8 @@ struct MP4Probe {
         let parameters = stream.pointee.codecpar!
         let timeBase = stream.pointee.time_base
         self.codecName = String(cString: avcodec_get_name(parameters.pointee.codec_id))
-        self.pixelFormat = av_get_pix_fmt_name(AVPixelFormat(rawValue: parameters.pointee.format)).map { String(cString: $0) } ?? ""
+        self.pixelFormat =
+            av_get_pix_fmt_name(AVPixelFormat(rawValue: parameters.pointee.format)).map { String(cString: $0) } ?? ""
         self.profile = parameters.pointee.profile
         self.width = Int(parameters.pointee.width)
         self.height = Int(parameters.pointee.height)
@@ -130,7 +131,8 @@ struct MP4Probe {
         let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
         var offset = 0
         while offset + 8 <= bytes.count {
-            let size = Int(bytes[offset]) << 24 | Int(bytes[offset + 1]) << 16 | Int(bytes[offset + 2]) << 8
+            let size =
+                Int(bytes[offset]) << 24 | Int(bytes[offset + 1]) << 16 | Int(bytes[offset + 2]) << 8
                 | Int(bytes[offset + 3])
             let type = String(decoding: bytes[(offset + 4)..<(offset + 8)], as: UTF8.self)
             if type == "moov" { return true }

@@ -1,0 +1,26 @@
+# The two commands of the README: `make run` starts the service, `make test` runs every test.
+# Both install the Debian packages they need first (scripts/install-deps).
+
+HOST ?= 127.0.0.1
+PORT ?= 8080
+CACHE_DIR ?= $(CURDIR)/cache
+
+.PHONY: deps build run test lint bench
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	swift build -c release --product transcode-server
+
+run: build
+	.build/release/transcode-server serve --host $(HOST) --port $(PORT) --cache-directory $(CACHE_DIR)
+
+lint:
+	swift format lint --strict -r Sources Tests Package.swift
+
+test: deps lint
+	swift test
+
+bench: deps
+	scripts/bench
