@@ -6,6 +6,7 @@ struct TranscodeServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "transcode-server",
         abstract: "Turns animated GIFs into looping, muted H.264 MP4s with a JPEG poster.",
-        subcommands: [ConvertCommand.self]
+        subcommands: [ServeCommand.self, ConvertCommand.self],
+        defaultSubcommand: ServeCommand.self
     )
 }

@@ -1,0 +1,65 @@
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import Transcoder
+
+/// The services a router needs, built once per application.
+struct AppServices: Sendable {
+    let cache: DiskCache
+    let pool: TranscodePool
+    let transcodes: TranscodeService
+    let configuration: ServerConfiguration
+}
+
+typealias AppRequestContext = BasicRequestContext
+
+/// Builds the whole application: cache, downloader, transcode pool, router and server. Tests build the
+/// real thing with this same function (against a temporary cache directory and port 0).
+/// - Throws: when the cache directory cannot be created.
+func buildApplication(
+    configuration: ServerConfiguration, logger: Logger? = nil,
+    onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
+) throws -> (application: some ApplicationProtocol, services: AppServices) {
+    var logger = logger ?? Logger(label: "transcode-server")
+    logger.logLevel = configuration.logLevel
+    let cache = try DiskCache(root: configuration.cacheDirectory, maxBytes: configuration.cacheMaxBytes)
+    let pool = TranscodePool(
+        workers: configuration.transcodeWorkers, queueLength: configuration.transcodeQueueLength,
+        graceSeconds: configuration.shutdownGraceSeconds)
+    let downloader = Downloader(
+        configuration: configuration.download, temporaryDirectory: cache.temporaryDirectory,
+        eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
+    let transcodes = TranscodeService(
+        cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcodeOptions,
+        syncWaitSeconds: configuration.syncWaitSeconds, logger: logger)
+    let services = AppServices(cache: cache, pool: pool, transcodes: transcodes, configuration: configuration)
+    let router = buildRouter(services: services)
+    let application = Application(
+        router: router,
+        server: .http1(
+            configuration: .init(idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))),
+        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
+        services: [pool],
+        onServerRunning: onServerRunning,
+        logger: logger
+    )
+    return (application, services)
+}
+
+/// The routes: `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`, `GET /healthz`.
+func buildRouter(services: AppServices) -> Router<AppRequestContext> {
+    let router = Router(context: AppRequestContext.self)
+    router.add(middleware: ErrorMiddleware())
+    router.get("healthz") { _, _ in
+        Response(
+            status: .ok, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+    }
+    TranscodeController<AppRequestContext>(
+        service: services.transcodes, maxBodyBytes: services.configuration.maxRequestBodyBytes
+    ).addRoutes(to: router, authenticator: BearerAuthenticator(tokens: services.configuration.authTokens))
+    MediaController<AppRequestContext>(cache: services.cache, bytesServed: { _ in }).addRoutes(to: router)
+    return router
+}

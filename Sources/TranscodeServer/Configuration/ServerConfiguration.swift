@@ -1,0 +1,55 @@
+import Foundation
+import Logging
+import Transcoder
+
+/// Everything the service can be told at startup. Defaults are the documented ones
+/// (`config/transcode-server.json` lists them with their keys).
+struct ServerConfiguration: Sendable {
+    /// Address to listen on. `host`, default 127.0.0.1.
+    var host = "127.0.0.1"
+    /// `port`, default 8080 (0 picks a free port; tests use it).
+    var port = 8080
+    /// The disk cache. `cache.directory`, default `./cache`.
+    var cacheDirectory = "./cache"
+    /// `cache.maxBytes`, default 10 GiB. Least recently used results are evicted beyond it.
+    var cacheMaxBytes: Int64 = 10 * 1024 * 1024 * 1024
+    var download = DownloadConfiguration()
+    /// Threads that run transcodes. `transcode.workers`, default: the number of cores.
+    var transcodeWorkers = ProcessInfo.processInfo.activeProcessorCount
+    /// Jobs that may wait for a worker; beyond, requests get 429. `transcode.queueLength`, default 32.
+    var transcodeQueueLength = 32
+    /// Output options: background, CRF, preset, threads, output box and input limits.
+    var transcodeOptions = TranscodeOptions()
+    /// How long `POST /transcode` waits before answering 202. `transcode.syncWaitSeconds`, default 30.
+    var syncWaitSeconds: Double = 30
+    /// Largest request body (an uploaded GIF or JSON). `http.maxBodyBytes`, default 50 MB.
+    var maxRequestBodyBytes = 50_000_000
+    /// Idle connections (including ones that never finish sending their headers) are closed after this.
+    /// `http.idleTimeoutSeconds`, default 30.
+    var idleTimeoutSeconds: Double = 30
+    /// Bearer tokens accepted on `POST /transcode`; empty: no authentication. `auth.tokens`.
+    var authTokens: [String] = []
+    /// `log.level`, default info.
+    var logLevel: Logger.Level = .info
+    /// Grace period for in-flight transcodes on SIGTERM. `shutdown.graceSeconds`, default 30.
+    var shutdownGraceSeconds: Double = 30
+}
+
+/// Limits of the downloader: what it may reach and for how long.
+struct DownloadConfiguration: Sendable {
+    /// Largest GIF fetched, checked on Content-Length and on the bytes streamed. `download.maxBytes`,
+    /// default 50 MB.
+    var maxBytes = 50_000_000
+    /// `download.connectTimeoutSeconds`, default 5.
+    var connectTimeoutSeconds: Double = 5
+    /// The whole download, redirects included, must finish within this. `download.timeoutSeconds`, default 30.
+    var timeoutSeconds: Double = 30
+    /// `download.maxRedirects`, default 5.
+    var maxRedirects = 5
+    /// Allow 127.0.0.0/8 and ::1 as destinations (tests use it; never in production).
+    /// `download.allowLoopback`, default false.
+    var allowLoopback = false
+    /// When not empty, only these host names (exact, case-insensitive) may be fetched.
+    /// `download.allowedHosts`.
+    var allowedHosts: [String] = []
+}

@@ -1,0 +1,59 @@
+import Foundation
+import Hummingbird
+
+/// Every failure leaves as `{"error": {"code": ..., "message": ...}}` with the status `ServiceError` maps
+/// it to; 429 and 503 carry `Retry-After`. Errors Hummingbird raises itself (an unknown route, a body
+/// over the size limit) get codes of their own.
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        do {
+            return try await next(request, context)
+        } catch {
+            let failure = Self.serviceError(error)
+            if failure.status.code >= 500 {
+                context.logger.error(
+                    "request failed", metadata: ["error.code": "\(failure.code)", "error": "\(error)"])
+            }
+            return failure.response()
+        }
+    }
+
+    static func serviceError(_ error: any Error) -> ServiceError {
+        if let error = error as? HTTPError {
+            switch error.status {
+            case .notFound: return .notFound(error.body ?? "no such resource")
+            case .contentTooLarge: return .tooLarge(error.body ?? "the request body is too large")
+            case .methodNotAllowed: return ServiceError("method-not-allowed", .methodNotAllowed, "method not allowed")
+            default:
+                return ServiceError(
+                    error.status.code < 500 ? "bad-request" : "internal", error.status,
+                    error.body ?? error.status.reasonPhrase)
+            }
+        }
+        return ServiceError.from(error)
+    }
+}
+
+extension ServiceError {
+    private struct Body: Encodable {
+        struct Detail: Encodable {
+            let code: String
+            let message: String
+        }
+        let error: Detail
+    }
+
+    /// The JSON error response.
+    func response() -> Response {
+        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+        if let retryAfter = self.retryAfterSeconds {
+            headers[.retryAfter] = String(retryAfter)
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data = (try? encoder.encode(Body(error: .init(code: self.code, message: self.message)))) ?? Data()
+        return Response(status: self.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}

@@ -1,0 +1,104 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+
+/// `GET` and `HEAD /media/{key}.mp4|.jpg|.json`: immutable, content-addressed files with strong ETags
+/// and byte ranges (Safari and AVPlayer fetch video with `Range` and need 206 answers).
+struct MediaController<Context: RequestContext>: Sendable {
+    let cache: DiskCache
+    let fileIO = FileIO()
+    let bytesServed: @Sendable (Int) -> Void
+
+    static var contentTypes: [String: String] {
+        ["mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json; charset=utf-8"]
+    }
+
+    func addRoutes(to router: Router<Context>) {
+        router.get("media/{file}", use: self.get)
+        router.head("media/{file}", use: self.head)
+    }
+
+    @Sendable func get(_ request: Request, context: Context) async throws -> Response {
+        try await self.serve(request, context: context, includeBody: true)
+    }
+
+    @Sendable func head(_ request: Request, context: Context) async throws -> Response {
+        try await self.serve(request, context: context, includeBody: false)
+    }
+
+    private func serve(_ request: Request, context: Context, includeBody: Bool) async throws -> Response {
+        let file = try context.parameters.require("file")
+        // The key is validated as 64 lowercase hex digits before anything touches the disk.
+        let parts = file.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, DiskCache.isValidKey(parts[0]), let contentType = Self.contentTypes[String(parts[1])]
+        else {
+            throw ServiceError.notFound("no such media")
+        }
+        let key = String(parts[0])
+        let fileExtension = String(parts[1])
+        guard self.cache.beginServing(key) else { throw ServiceError.notFound("no such media") }
+        var released = false
+        defer { if !released { self.cache.endServing(key) } }
+
+        let path = self.cache.objectPath(key, fileExtension)
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw ServiceError.notFound("no such media") }
+        let size = Int(info.st_size)
+        let etag = "\"\(key).\(fileExtension)\""
+        var headers: HTTPFields = [
+            .contentType: contentType,
+            .eTag: etag,
+            .cacheControl: "public, max-age=31536000, immutable",
+            .acceptRanges: "bytes",
+            HTTPField.Name("X-Content-Type-Options")!: "nosniff",
+        ]
+        if let match = request.headers[.ifNoneMatch], Self.matches(match, etag) {
+            return Response(status: .notModified, headers: headers)
+        }
+        var range = ByteRange(header: request.headers[.range], size: size)
+        // If-Range with another validator: the client's partial copy is stale, send everything.
+        if let ifRange = request.headers[.ifRange], ifRange != etag { range = .whole }
+
+        let status: HTTPResponse.Status
+        let bytes: ClosedRange<Int>?
+        switch range {
+        case .whole:
+            status = .ok
+            bytes = size > 0 ? 0...(size - 1) : nil
+        case .partial(let partial):
+            status = .partialContent
+            bytes = partial
+            headers[.contentRange] = "bytes \(partial.lowerBound)-\(partial.upperBound)/\(size)"
+        case .unsatisfiable:
+            headers[.contentRange] = "bytes */\(size)"
+            headers[.contentLength] = "0"
+            return Response(status: .rangeNotSatisfiable, headers: headers)
+        }
+        let length = bytes.map { $0.count } ?? 0
+        headers[.contentLength] = String(length)
+        guard includeBody, let bytes else {
+            return Response(status: status, headers: headers, body: .init())
+        }
+        let body = try await self.fileIO.loadFile(path: path, range: bytes, context: context)
+        released = true
+        let cache = self.cache
+        let counted = self.bytesServed
+        // The object stays pinned (not evictable) until the last byte has been written.
+        let pinned = ResponseBody(contentLength: length) { writer in
+            defer { cache.endServing(key) }
+            try await body.write(writer)
+            counted(length)
+        }
+        return Response(status: status, headers: headers, body: pinned)
+    }
+
+    /// `If-None-Match`: `*` or a list of entity tags (weak comparison, RFC 9110 §13.1.2).
+    static func matches(_ header: String, _ etag: String) -> Bool {
+        if header.trimmingCharacters(in: .whitespaces) == "*" { return true }
+        return header.split(separator: ",").contains { candidate in
+            var tag = candidate.trimmingCharacters(in: .whitespaces)
+            if tag.hasPrefix("W/") { tag.removeFirst(2) }
+            return tag == etag
+        }
+    }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Transcoder
+
+/// `POST /transcode` and `GET /jobs/{id}`.
+struct TranscodeController<Context: RequestContext>: Sendable {
+    let service: TranscodeService
+    let maxBodyBytes: Int
+
+    func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
+        router.group("transcode").add(middleware: authenticator).post(use: self.transcode)
+        router.get("jobs/{id}", use: self.job)
+    }
+
+    private struct URLRequestBody: Decodable {
+        let url: String
+        let background: String?
+    }
+
+    @Sendable func transcode(_ request: Request, context: Context) async throws -> Response {
+        let contentType = request.headers[.contentType]?.lowercased() ?? ""
+        let answer: TranscodeAnswer
+        if contentType.hasPrefix("image/gif") || contentType.hasPrefix("application/octet-stream") {
+            let limit = self.service.defaultOptions.limits.maxInputBytes
+            let buffer = try await Self.collect(request, upTo: min(limit, self.maxBodyBytes))
+            let background = try Self.background(request.uri.queryParameters.get("background"))
+            let options = self.service.options(background: background)
+            answer = try await self.service.transcode(upload: Array(buffer.readableBytesView), options: options)
+        } else if contentType.hasPrefix("application/json") {
+            let buffer = try await Self.collect(request, upTo: min(64 * 1024, self.maxBodyBytes))
+            let body: URLRequestBody
+            do {
+                body = try JSONDecoder().decode(URLRequestBody.self, from: buffer)
+            } catch {
+                throw ServiceError.badRequest("expected JSON {\"url\": \"https://...\", \"background\": \"#ffffff\"}")
+            }
+            let url = try Downloader.validate(body.url)
+            let options = self.service.options(background: try Self.background(body.background))
+            answer = try await self.service.transcode(url: url, options: options)
+        } else {
+            throw ServiceError(
+                "unsupported-media-type", .unsupportedMediaType,
+                "send JSON (application/json) with a url, or the GIF itself (image/gif)")
+        }
+        switch answer {
+        case .done(let outcome, let cacheHit):
+            var response = try Self.json(TranscodeResult(outcome))
+            response.headers[HTTPField.Name("X-Cache")!] = cacheHit ? "hit" : "miss"
+            return response
+        case .pending(let id):
+            var response = try Self.json(
+                JobStatus(status: "pending", id: id, result: nil, error: nil), status: .accepted)
+            response.headers[.location] = "/jobs/\(id)"
+            response.headers[.retryAfter] = "2"
+            return response
+        }
+    }
+
+    @Sendable func job(_ request: Request, context: Context) async throws -> Response {
+        let id = try context.parameters.require("id")
+        guard let state = await self.service.job(id) else {
+            throw ServiceError.notFound("no job \(id)")
+        }
+        switch state {
+        case .pending:
+            return try Self.json(JobStatus(status: "pending", id: id, result: nil, error: nil))
+        case .done(let outcome):
+            return try Self.json(JobStatus(status: "done", id: id, result: TranscodeResult(outcome), error: nil))
+        case .failed(let error):
+            return try Self.json(
+                JobStatus(status: "failed", id: id, result: nil, error: .init(code: error.code, message: error.message))
+            )
+        }
+    }
+
+    private static func collect(_ request: Request, upTo limit: Int) async throws -> ByteBuffer {
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > limit {
+            throw ServiceError.tooLarge("the request body is \(length) bytes; the limit is \(limit)")
+        }
+        do {
+            return try await request.body.collect(upTo: limit)
+        } catch {
+            throw ServiceError.tooLarge("the request body is larger than \(limit) bytes")
+        }
+    }
+
+    private static func background(_ text: String?) throws -> RGBColor? {
+        guard let text else { return nil }
+        guard let color = RGBColor(hex: text) else {
+            throw ServiceError.badRequest("background must be #RRGGBB, got \(text)")
+        }
+        return color
+    }
+
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data = try encoder.encode(value)
+        return Response(
+            status: status, headers: [.contentType: "application/json; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}
+
+/// The JSON answer of a finished transcode: the metadata's fields plus where to fetch the files and a
+/// ready `<video>` snippet.
+struct TranscodeResult: Encodable, Sendable {
+    let key: String
+    let metadata: TranscodeMetadata
+
+    init(_ outcome: TranscodeOutcome) {
+        self.key = outcome.key
+        self.metadata = outcome.metadata
+    }
+
+    private enum Keys: String, CodingKey {
+        case key, mp4, poster, metadata, html
+    }
+
+    var mp4Path: String { "/media/\(self.key).mp4" }
+    var posterPath: String { "/media/\(self.key).jpg" }
+
+    /// Autoplaying, muted and inline (what iOS Safari requires to autoplay), looping only when the GIF
+    /// loops forever, sized like the GIF so the page layout does not move.
+    var html: String {
+        let loop = self.metadata.loopsForever ? " loop" : ""
+        return "<video autoplay muted playsinline\(loop) poster=\"\(self.posterPath)\" "
+            + "width=\"\(self.metadata.sourceWidth)\" height=\"\(self.metadata.sourceHeight)\">"
+            + "<source src=\"\(self.mp4Path)\" type=\"video/mp4\"></video>"
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        try self.metadata.encode(to: encoder)
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(self.key, forKey: .key)
+        try container.encode(self.mp4Path, forKey: .mp4)
+        try container.encode(self.posterPath, forKey: .poster)
+        try container.encode("/media/\(self.key).json", forKey: .metadata)
+        try container.encode(self.html, forKey: .html)
+    }
+}
+
+/// `GET /jobs/{id}`.
+struct JobStatus: Encodable, Sendable {
+    struct Failure: Encodable, Sendable {
+        let code: String
+        let message: String
+    }
+    let status: String
+    let id: String
+    let result: TranscodeResult?
+    let error: Failure?
+}

@@ -1,0 +1,273 @@
+import Crypto
+import Foundation
+import Synchronization
+import Transcoder
+
+/// The on-disk result store: content stored once, reached by key through symlinks.
+///
+/// ```
+/// objects/ab/<key>.mp4 .jpg .json    key = SHA-256 of the GIF's bytes and the output options
+/// urls/<url-key> -> ../objects/ab/<key>.json    url-key = SHA-256 of the normalized URL and the options
+/// tmp/                                  downloads in progress; emptied at startup
+/// ```
+/// Objects are written by the transcoder under temporary names, synced and renamed, the JSON last, so
+/// an object exists exactly when its JSON does. Links are created under a temporary name and renamed
+/// over. A dangling or malformed link is a miss. Beyond `maxBytes`, the least recently used objects are
+/// evicted, never one that is being served.
+///
+/// File operations are short syscalls; the transcode itself runs on the transcode pool.
+final class DiskCache: Sendable {
+    let root: String
+    let maxBytes: Int64
+    private let state: Mutex<State>
+
+    private struct State {
+        var objects: [String: Object] = [:]
+        var totalBytes: Int64 = 0
+        var serving: [String: Int] = [:]
+        var evictions = 0
+    }
+
+    private struct Object {
+        var bytes: Int64
+        var lastUse: Date
+    }
+
+    var objectsDirectory: String { self.root + "/objects" }
+    var urlsDirectory: String { self.root + "/urls" }
+    var temporaryDirectory: String { self.root + "/tmp" }
+
+    /// Opens (or creates) the cache at `root`, removes what a killed process left behind, and indexes
+    /// the objects. - Throws: when the directories cannot be created.
+    init(root: String, maxBytes: Int64) throws {
+        self.root = URL(fileURLWithPath: root).standardizedFileURL.path
+        self.maxBytes = maxBytes
+        self.state = Mutex(State())
+        let fileManager = FileManager.default
+        for directory in [self.objectsDirectory, self.urlsDirectory] {
+            try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        try? fileManager.removeItem(atPath: self.temporaryDirectory)
+        try fileManager.createDirectory(atPath: self.temporaryDirectory, withIntermediateDirectories: true)
+        self.sweepAndIndex()
+    }
+
+    // MARK: Keys
+
+    /// Whether `text` has the shape of a key: 64 lowercase hex digits. Checked before any path is built.
+    static func isValidKey(_ text: some StringProtocol) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+
+    /// The content key of a GIF converted with `options`.
+    static func contentKey(gif: [UInt8], options: TranscodeOptions) -> String {
+        var hash = SHA256()
+        hash.update(data: gif)
+        hash.update(data: Array(("\u{0}" + options.outputFingerprint).utf8))
+        return hash.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The key of a URL converted with `options`.
+    static func urlKey(normalizedURL: String, options: TranscodeOptions) -> String {
+        let digest = SHA256.hash(data: Array(("url\u{0}\(normalizedURL)\u{0}\(options.outputFingerprint)").utf8))
+        return digest.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Lower-cased scheme and host, no default port, no fragment: two spellings of one resource share a key.
+    static func normalize(_ url: URL) -> String {
+        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else {
+            return url.absoluteString
+        }
+        components.scheme = components.scheme?.lowercased()
+        components.host = components.host?.lowercased()
+        if (components.scheme == "http" && components.port == 80)
+            || (components.scheme == "https" && components.port == 443)
+        {
+            components.port = nil
+        }
+        components.fragment = nil
+        if components.path.isEmpty { components.path = "/" }
+        return components.string ?? url.absoluteString
+    }
+
+    // MARK: Paths
+
+    func objectPath(_ key: String, _ fileExtension: String) -> String {
+        "\(self.objectsDirectory)/\(key.prefix(2))/\(key).\(fileExtension)"
+    }
+
+    private func urlLinkPath(_ urlKey: String) -> String { "\(self.urlsDirectory)/\(urlKey)" }
+
+    // MARK: Lookups
+
+    /// The object a URL key links to, if the link exists and its object is complete.
+    func lookup(urlKey: String) -> String? {
+        guard Self.isValidKey(urlKey),
+            let target = try? FileManager.default.destinationOfSymbolicLink(atPath: self.urlLinkPath(urlKey))
+        else { return nil }
+        let name = URL(fileURLWithPath: target).lastPathComponent
+        guard name.hasSuffix(".json") else { return nil }
+        let key = String(name.dropLast(5))
+        guard Self.isValidKey(key), self.contains(key) else { return nil }
+        return key
+    }
+
+    /// Whether the object `key` is complete on disk.
+    func contains(_ key: String) -> Bool {
+        Self.isValidKey(key) && access(self.objectPath(key, "json"), F_OK) == 0
+    }
+
+    /// The stored metadata of `key`, marking it used.
+    func metadata(_ key: String) -> TranscodeMetadata? {
+        guard Self.isValidKey(key),
+            let data = FileManager.default.contents(atPath: self.objectPath(key, "json")),
+            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: data)
+        else { return nil }
+        self.touch(key)
+        return metadata
+    }
+
+    // MARK: Writes
+
+    /// Converts `gif` into the object `key` unless it is already there. Blocking: call it on the
+    /// transcode pool. - Throws: `TranscodeError`.
+    func store(gif: [UInt8], key: String, transcoder: Transcoder) throws -> TranscodeMetadata {
+        if let existing = self.metadata(key) { return existing }
+        let directory = "\(self.objectsDirectory)/\(key.prefix(2))"
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw TranscodeError(.io, "cannot create \(directory)", underlying: error)
+        }
+        let metadata = try transcoder.convert(gif, directory: directory, name: key)
+        let bytes = Int64(metadata.mp4Bytes + metadata.posterBytes) + self.fileSize(self.objectPath(key, "json"))
+        self.state.withLock { state in
+            if let old = state.objects[key] { state.totalBytes -= old.bytes }
+            state.objects[key] = Object(bytes: bytes, lastUse: Date())
+            state.totalBytes += bytes
+        }
+        self.evictIfNeeded(keeping: key)
+        return metadata
+    }
+
+    /// Points `urlKey` at the object `key`: a symlink made under a temporary name and renamed over.
+    func link(urlKey: String, to key: String) throws {
+        guard Self.isValidKey(urlKey), Self.isValidKey(key) else { return }
+        let target = "../objects/\(key.prefix(2))/\(key).json"
+        let temporary = "\(self.urlsDirectory)/.\(urlKey).tmp-\(UInt64.random(in: 0...UInt64.max))"
+        guard symlink(target, temporary) == 0 else {
+            throw TranscodeError(
+                .io, "cannot create a link in \(self.urlsDirectory): \(String(cString: strerror(errno)))")
+        }
+        guard rename(temporary, self.urlLinkPath(urlKey)) == 0 else {
+            unlink(temporary)
+            throw TranscodeError(.io, "cannot rename a link in \(self.urlsDirectory)")
+        }
+    }
+
+    // MARK: Serving and eviction
+
+    /// Marks `key` as being served (not evictable) until `endServing`. Returns false when it is not stored.
+    func beginServing(_ key: String) -> Bool {
+        guard self.contains(key) else { return false }
+        self.state.withLock { $0.serving[key, default: 0] += 1 }
+        self.touch(key)
+        return true
+    }
+
+    func endServing(_ key: String) {
+        self.state.withLock { state in
+            if let count = state.serving[key], count > 1 {
+                state.serving[key] = count - 1
+            } else {
+                state.serving[key] = nil
+            }
+        }
+    }
+
+    /// Bytes stored and objects evicted so far.
+    var usage: (bytes: Int64, objects: Int, evictions: Int) {
+        self.state.withLock { ($0.totalBytes, $0.objects.count, $0.evictions) }
+    }
+
+    private func touch(_ key: String) {
+        let now = Date()
+        let persist: Bool = self.state.withLock { state in
+            guard var object = state.objects[key] else { return false }
+            // The modification time of the JSON is the persisted "last use", written at most once a minute.
+            let stale = now.timeIntervalSince(object.lastUse) > 60
+            object.lastUse = now
+            state.objects[key] = object
+            return stale
+        }
+        if persist {
+            try? FileManager.default.setAttributes([.modificationDate: now], ofItemAtPath: self.objectPath(key, "json"))
+        }
+    }
+
+    private func evictIfNeeded(keeping kept: String) {
+        let victims: [String] = self.state.withLock { state in
+            guard state.totalBytes > self.maxBytes else { return [] }
+            var victims: [String] = []
+            var total = state.totalBytes
+            for (key, object) in state.objects.sorted(by: { $0.value.lastUse < $1.value.lastUse }) {
+                guard total > self.maxBytes else { break }
+                guard key != kept, state.serving[key] == nil else { continue }
+                victims.append(key)
+                total -= object.bytes
+                state.totalBytes -= object.bytes
+                state.objects[key] = nil
+                state.evictions += 1
+            }
+            return victims
+        }
+        for key in victims {
+            // The JSON first: from then on the object is a miss, whatever happens to the rest.
+            for fileExtension in ["json", "mp4", "jpg"] { unlink(self.objectPath(key, fileExtension)) }
+        }
+    }
+
+    private func fileSize(_ path: String) -> Int64 {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_size) : 0
+    }
+
+    /// Removes temporary leftovers and incomplete objects of a killed process, then indexes the rest.
+    private func sweepAndIndex() {
+        let fileManager = FileManager.default
+        var objects: [String: Object] = [:]
+        for shard in (try? fileManager.contentsOfDirectory(atPath: self.objectsDirectory)) ?? [] {
+            let directory = "\(self.objectsDirectory)/\(shard)"
+            let names = (try? fileManager.contentsOfDirectory(atPath: directory)) ?? []
+            var groups: [String: [String]] = [:]
+            for name in names {
+                if name.contains(".tmp-") {
+                    unlink("\(directory)/\(name)")
+                    continue
+                }
+                let key = String(name.prefix { $0 != "." })
+                groups[key, default: []].append(name)
+            }
+            for (key, files) in groups {
+                guard Self.isValidKey(key), files.contains("\(key).json") else {
+                    // No JSON: a crash between renames. Nothing refers to it; remove what is there.
+                    for name in files { unlink("\(directory)/\(name)") }
+                    continue
+                }
+                let bytes = files.reduce(Int64(0)) { $0 + self.fileSize("\(directory)/\($1)") }
+                let modified =
+                    (try? fileManager.attributesOfItem(atPath: "\(directory)/\(key).json")[.modificationDate] as? Date)
+                    ?? Date(timeIntervalSince1970: 0)
+                objects[key] = Object(bytes: bytes, lastUse: modified)
+            }
+        }
+        for name in (try? fileManager.contentsOfDirectory(atPath: self.urlsDirectory)) ?? []
+        where name.contains(".tmp-") {
+            unlink("\(self.urlsDirectory)/\(name)")
+        }
+        self.state.withLock { state in
+            state.objects = objects
+            state.totalBytes = objects.values.reduce(0) { $0 + $1.bytes }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// A GIF fetched to a temporary file.
+struct DownloadedFile: Sendable {
+    let path: String
+    let byteCount: Int
+}
+
+/// Fetches GIFs from the open internet without becoming a way into the network it runs in.
+///
+/// - Only `http` and `https`; redirects are followed here (at most `maxRedirects`), each hop checked
+///   again from scratch.
+/// - Every hop's host is resolved once, every address checked against `DestinationPolicy`, and the HTTP
+///   client is pinned to the checked address (`dnsOverride`), so the address connected to is the one
+///   that was checked.
+/// - The size cap holds on `Content-Length` and on the bytes streamed; a connect timeout and one deadline
+///   for the whole download (a server that drips bytes fails at the deadline); no content decoding.
+/// - The body streams to a temporary file, never whole into memory.
+struct Downloader: Sendable {
+    let configuration: DownloadConfiguration
+    let policy: DestinationPolicy
+    let eventLoopGroup: any EventLoopGroup
+    /// Where partial downloads are written (inside the cache directory, so the rename is cheap).
+    let temporaryDirectory: String
+    let logger: Logger
+
+    init(
+        configuration: DownloadConfiguration, temporaryDirectory: String, eventLoopGroup: any EventLoopGroup,
+        logger: Logger
+    ) {
+        self.configuration = configuration
+        self.policy = DestinationPolicy(
+            allowLoopback: configuration.allowLoopback, allowedHosts: configuration.allowedHosts)
+        self.temporaryDirectory = temporaryDirectory
+        self.eventLoopGroup = eventLoopGroup
+        self.logger = logger
+    }
+
+    /// Checks that `text` is an absolute http(s) URL with a host; returns it parsed.
+    static func validate(_ text: String) throws -> URL {
+        guard text.utf8.count <= 8192, let url = URL(string: text), let scheme = url.scheme?.lowercased() else {
+            throw ServiceError.invalidURL("not an absolute URL")
+        }
+        guard scheme == "http" || scheme == "https" else {
+            throw ServiceError.invalidURL("only http and https URLs can be fetched, not \(scheme)")
+        }
+        guard let host = url.host, !host.isEmpty else { throw ServiceError.invalidURL("the URL has no host") }
+        return url
+    }
+
+    /// Downloads `url` to a new temporary file. The caller owns (and removes) the file.
+    func download(_ url: URL) async throws -> DownloadedFile {
+        let deadline = NIODeadline.now() + .milliseconds(Int64(self.configuration.timeoutSeconds * 1000))
+        var current = url
+        for _ in 0...self.configuration.maxRedirects {
+            switch try await self.fetchOnce(current, deadline: deadline) {
+            case .file(let file):
+                return file
+            case .redirect(let location):
+                guard let next = URL(string: location, relativeTo: current)?.absoluteURL else {
+                    throw ServiceError.originError("the origin redirected to an invalid URL")
+                }
+                current = try Self.validate(next.absoluteString)
+            }
+        }
+        throw ServiceError.originError("more than \(self.configuration.maxRedirects) redirects")
+    }
+
+    private enum Hop {
+        case file(DownloadedFile)
+        case redirect(String)
+    }
+
+    private func fetchOnce(_ url: URL, deadline: NIODeadline) async throws -> Hop {
+        let host = Self.bareHost(url)
+        guard self.policy.allowsHost(host) else {
+            throw ServiceError.destinationNotAllowed("\(host) is not on the host allow-list")
+        }
+        let addresses = try await NIOThreadPool.singleton.runIfActive { DestinationPolicy.resolve(host) }
+        guard let address = addresses.first else {
+            throw ServiceError.originError("\(host) does not resolve")
+        }
+        // One internal address among several is enough to refuse: a name that mixes them is a rebinding
+        // attempt more often than not.
+        if let denied = addresses.first(where: { !self.policy.allows($0) }) {
+            throw ServiceError.destinationNotAllowed("\(host) resolves to \(denied), which is not a public address")
+        }
+
+        var clientConfiguration = HTTPClient.Configuration()
+        clientConfiguration.redirectConfiguration = .disallow
+        clientConfiguration.decompression = .disabled
+        clientConfiguration.dnsOverride = [host: address.description]
+        clientConfiguration.timeout = .init(
+            connect: .milliseconds(Int64(self.configuration.connectTimeoutSeconds * 1000)),
+            read: .milliseconds(Int64(self.configuration.timeoutSeconds * 1000)))
+        clientConfiguration.connectionPool = .init(
+            idleTimeout: .seconds(1), concurrentHTTP1ConnectionsPerHostSoftLimit: 1)
+        let client = HTTPClient(eventLoopGroup: self.eventLoopGroup, configuration: clientConfiguration)
+        do {
+            let hop = try await self.execute(url, client: client, deadline: deadline)
+            try? await client.shutdown()
+            return hop
+        } catch {
+            try? await client.shutdown()
+            throw Self.map(error, url: url)
+        }
+    }
+
+    private func execute(_ url: URL, client: HTTPClient, deadline: NIODeadline) async throws -> Hop {
+        var request = HTTPClientRequest(url: url.absoluteString)
+        request.headers.add(name: "User-Agent", value: "transcode-server/1 (+gif-to-mp4)")
+        request.headers.add(name: "Accept", value: "image/gif, */*;q=0.5")
+        request.headers.add(name: "Accept-Encoding", value: "identity")
+        let response = try await client.execute(request, deadline: deadline, logger: self.logger)
+        switch response.status.code {
+        case 200..<300:
+            break
+        case 301, 302, 303, 307, 308:
+            guard let location = response.headers.first(name: "Location") else {
+                throw ServiceError.originError("redirect without a Location header")
+            }
+            return .redirect(location)
+        case 404, 410:
+            throw ServiceError.originNotFound("the origin answered \(response.status.code)")
+        default:
+            throw ServiceError.originError("the origin answered \(response.status.code)")
+        }
+        if let length = response.headers.first(name: "Content-Length").flatMap(Int.init),
+            length > self.configuration.maxBytes
+        {
+            throw ServiceError.tooLarge("the GIF is \(length) bytes; the limit is \(self.configuration.maxBytes)")
+        }
+        if let encoding = response.headers.first(name: "Content-Encoding")?.lowercased(), encoding != "identity" {
+            throw ServiceError.originError("the origin sent a \(encoding)-encoded body")
+        }
+
+        let path = self.temporaryDirectory + "/download-\(UInt64.random(in: 0...UInt64.max)).part"
+        guard FileManager.default.createFile(atPath: path, contents: nil),
+            let handle = FileHandle(forWritingAtPath: path)
+        else {
+            throw ServiceError.internal("cannot create a temporary file in \(self.temporaryDirectory)")
+        }
+        var received = 0
+        do {
+            defer { try? handle.close() }
+            for try await buffer in response.body {
+                received += buffer.readableBytes
+                guard received <= self.configuration.maxBytes else {
+                    throw ServiceError.tooLarge("the GIF is larger than \(self.configuration.maxBytes) bytes")
+                }
+                guard NIODeadline.now() < deadline else {
+                    throw ServiceError.originTimeout(
+                        "the download took longer than \(self.configuration.timeoutSeconds) s")
+                }
+                try handle.write(contentsOf: Data(buffer.readableBytesView))
+            }
+        } catch {
+            unlink(path)
+            throw error
+        }
+        return .file(DownloadedFile(path: path, byteCount: received))
+    }
+
+    /// The URL's host without IPv6 brackets.
+    static func bareHost(_ url: URL) -> String {
+        var host = url.host ?? ""
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return host
+    }
+
+    private static func map(_ error: any Error, url: URL) -> any Error {
+        if error is ServiceError || error is CancellationError { return error }
+        if let error = error as? HTTPClientError {
+            switch error {
+            case .deadlineExceeded, .readTimeout, .connectTimeout, .getConnectionFromPoolTimeout:
+                return ServiceError.originTimeout("the origin did not answer in time")
+            default:
+                return ServiceError.originError("fetching the GIF failed: \(error)")
+            }
+        }
+        return ServiceError.originError("fetching the GIF failed: \(error)")
+    }
+}

@@ -1,0 +1,62 @@
+import HTTPTypes
+import Transcoder
+
+/// A failure the API reports: a stable `code` (also the metric label), the HTTP status it maps to, and
+/// a message for humans. The one place that maps errors to statuses.
+struct ServiceError: Error, Sendable, CustomStringConvertible {
+    let code: String
+    let status: HTTPResponse.Status
+    let message: String
+    /// Seconds a client should wait before retrying (429, 503).
+    var retryAfterSeconds: Int?
+
+    init(_ code: String, _ status: HTTPResponse.Status, _ message: String, retryAfterSeconds: Int? = nil) {
+        self.code = code
+        self.status = status
+        self.message = message
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+
+    var description: String { "\(self.code) (\(self.status.code)): \(self.message)" }
+
+    static func badRequest(_ message: String) -> ServiceError { .init("bad-request", .badRequest, message) }
+    static func invalidURL(_ message: String) -> ServiceError { .init("invalid-url", .badRequest, message) }
+    static func destinationNotAllowed(_ message: String) -> ServiceError {
+        .init("destination-not-allowed", .forbidden, message)
+    }
+    static func tooLarge(_ message: String) -> ServiceError { .init("too-large", .contentTooLarge, message) }
+    static func queueFull(retryAfter: Int) -> ServiceError {
+        .init("queue-full", .tooManyRequests, "every transcode worker is busy", retryAfterSeconds: retryAfter)
+    }
+    static func originNotFound(_ message: String) -> ServiceError { .init("origin-not-found", .notFound, message) }
+    static func originError(_ message: String) -> ServiceError { .init("origin-error", .badGateway, message) }
+    static func originTimeout(_ message: String) -> ServiceError {
+        .init("origin-timeout", .gatewayTimeout, message)
+    }
+    static let shuttingDown = ServiceError(
+        "shutting-down", .serviceUnavailable, "the service is shutting down", retryAfterSeconds: 5)
+    static let unauthorized = ServiceError("unauthorized", .unauthorized, "a valid bearer token is required")
+    static func notFound(_ message: String) -> ServiceError { .init("not-found", .notFound, message) }
+    static func `internal`(_ message: String) -> ServiceError { .init("internal", .internalServerError, message) }
+
+    /// The transcoder's errors: bad input is 422 (413 for size), our own failures 500.
+    init(_ error: TranscodeError) {
+        let status: HTTPResponse.Status
+        switch error.code {
+        case .tooLarge: status = .contentTooLarge
+        case .invalidOptions: status = .badRequest
+        case .notAGIF, .corrupt, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels: status = .unprocessableContent
+        default: status = .internalServerError
+        }
+        self.init(error.code.rawValue, status, error.message)
+    }
+
+    /// Any error, as the API reports it.
+    static func from(_ error: any Error) -> ServiceError {
+        switch error {
+        case let error as ServiceError: return error
+        case let error as TranscodeError: return ServiceError(error)
+        default: return .internal("\(error)")
+        }
+    }
+}

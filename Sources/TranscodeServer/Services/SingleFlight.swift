@@ -1,0 +1,52 @@
+/// At most one running operation per key: callers asking for a key that is in flight join it.
+///
+/// The check and the insert happen in one actor step (no `await` between them), so N concurrent callers
+/// for one key start exactly one operation. The operation runs in its own task, owned by this table
+/// until it finishes: a caller that goes away (a client that disconnects) does not cancel it for the
+/// others, and callers that arrive while it runs join it.
+actor SingleFlight<Key: Hashable & Sendable, Value: Sendable> {
+    private var running: [Key: Task<Value, any Error>] = [:]
+
+    /// The task for `key`: the running one (`joined`), or a new one running `operation`. A new operation
+    /// starts only if `admit` (called in the same actor step, only when nothing runs for `key`) returns a
+    /// token, which the operation receives; when it throws, nothing starts and the error propagates.
+    func task<Token: Sendable>(
+        for key: Key, admit: () throws -> Token, operation: @escaping @Sendable (Token) async throws -> Value
+    ) throws -> (task: Task<Value, any Error>, joined: Bool) {
+        if let task = self.running[key] {
+            return (task, true)
+        }
+        let token = try admit()
+        let task = Task {
+            let result: Result<Value, any Error>
+            do {
+                result = .success(try await operation(token))
+            } catch {
+                result = .failure(error)
+            }
+            // Leave the table before handing out the result: a caller arriving later starts afresh
+            // (and finds the cache warm).
+            self.finish(key)
+            return try result.get()
+        }
+        self.running[key] = task
+        return (task, false)
+    }
+
+    /// Whether an operation for `key` is running.
+    func isRunning(_ key: Key) -> Bool {
+        self.running[key] != nil
+    }
+
+    /// Number of operations running.
+    var count: Int { self.running.count }
+
+    /// Waits for every running operation.
+    func drain() async {
+        for task in self.running.values { _ = await task.result }
+    }
+
+    private func finish(_ key: Key) {
+        self.running[key] = nil
+    }
+}

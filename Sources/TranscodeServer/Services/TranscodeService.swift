@@ -1,0 +1,208 @@
+import Foundation
+import Logging
+import Synchronization
+import Transcoder
+
+/// A finished transcode: the object's key and its metadata.
+struct TranscodeOutcome: Sendable {
+    let key: String
+    let metadata: TranscodeMetadata
+}
+
+/// What `POST /transcode` gets back: the result, or a job to poll when the wait budget ran out.
+enum TranscodeAnswer: Sendable {
+    case done(TranscodeOutcome, cacheHit: Bool)
+    case pending(jobID: String)
+}
+
+/// The state of a job, for `GET /jobs/{id}`.
+enum JobState: Sendable {
+    case pending
+    case done(TranscodeOutcome)
+    case failed(ServiceError)
+}
+
+/// Counters the tests and `/metrics` read.
+struct ServiceCounters: Sendable {
+    var downloads = 0
+    var transcodes = 0
+    var cacheHits = 0
+    var cacheMisses = 0
+    var dedupeJoins = 0
+    var bytesDownloaded = 0
+    var bytesSaved = 0
+}
+
+/// Turns requests into cached results: cache lookup, single-flight per request, download, content
+/// addressing, and the transcode on the pool.
+///
+/// A request key is the URL key (normalized URL + output options) or, for an uploaded GIF, the content
+/// key. Jobs are identified by their request key, so `GET /jobs/{id}` needs no table of its own beyond
+/// the recent failures.
+final class TranscodeService: Sendable {
+    let cache: DiskCache
+    let downloader: Downloader
+    let pool: TranscodePool
+    let defaultOptions: TranscodeOptions
+    let syncWaitSeconds: Double
+    let logger: Logger
+
+    private let requests = SingleFlight<String, TranscodeOutcome>()
+    private let contents = SingleFlight<String, TranscodeMetadata>()
+    private let failures = Mutex<[String: (error: ServiceError, at: Date)]>([:])
+    private let countersStorage = Mutex(ServiceCounters())
+
+    init(
+        cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
+        syncWaitSeconds: Double, logger: Logger
+    ) {
+        self.cache = cache
+        self.downloader = downloader
+        self.pool = pool
+        self.defaultOptions = defaultOptions
+        self.syncWaitSeconds = syncWaitSeconds
+        self.logger = logger
+    }
+
+    var counters: ServiceCounters { self.countersStorage.withLock { $0 } }
+
+    /// The options of one request: the defaults with the request's background, if it gave one.
+    func options(background: RGBColor?) -> TranscodeOptions {
+        var options = self.defaultOptions
+        if let background { options.background = background }
+        return options
+    }
+
+    /// Converts the GIF at `url`.
+    func transcode(url: URL, options: TranscodeOptions) async throws -> TranscodeAnswer {
+        let urlKey = DiskCache.urlKey(normalizedURL: DiskCache.normalize(url), options: options)
+        if let key = self.cache.lookup(urlKey: urlKey), let metadata = self.cache.metadata(key) {
+            self.countersStorage.withLock { $0.cacheHits += 1 }
+            return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
+        }
+        return try await self.run(requestKey: urlKey) {
+            let file = try await self.downloader.download(url)
+            defer { unlink(file.path) }
+            self.countersStorage.withLock {
+                $0.downloads += 1
+                $0.bytesDownloaded += file.byteCount
+            }
+            guard let data = FileManager.default.contents(atPath: file.path) else {
+                throw ServiceError.internal("the downloaded file vanished")
+            }
+            let outcome = try await self.store([UInt8](data), options: options)
+            try self.cache.link(urlKey: urlKey, to: outcome.key)
+            return outcome
+        }
+    }
+
+    /// Converts an uploaded GIF.
+    func transcode(upload gif: [UInt8], options: TranscodeOptions) async throws -> TranscodeAnswer {
+        let key = DiskCache.contentKey(gif: gif, options: options)
+        if let metadata = self.cache.metadata(key) {
+            self.countersStorage.withLock { $0.cacheHits += 1 }
+            return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
+        }
+        return try await self.run(requestKey: key) {
+            try await self.store(gif, options: options)
+        }
+    }
+
+    /// Where job `id` stands.
+    func job(_ id: String) async -> JobState? {
+        guard DiskCache.isValidKey(id) else { return nil }
+        if await self.requests.isRunning(id) { return .pending }
+        if let key = self.cache.lookup(urlKey: id) ?? (self.cache.contains(id) ? id : nil),
+            let metadata = self.cache.metadata(key)
+        {
+            return .done(TranscodeOutcome(key: key, metadata: metadata))
+        }
+        if let failure = self.failures.withLock({ $0[id] }) { return .failed(failure.error) }
+        return nil
+    }
+
+    /// Waits for every job in flight (graceful shutdown).
+    func drain() async {
+        await self.requests.drain()
+    }
+
+    // MARK: -
+
+    /// Joins or starts the single flight for `requestKey`, and waits for it up to the sync budget.
+    private func run(
+        requestKey: String, operation: @escaping @Sendable () async throws -> TranscodeOutcome
+    ) async throws -> TranscodeAnswer {
+        self.countersStorage.withLock { $0.cacheMisses += 1 }
+        // Admission is claimed when a flight starts (joining costs nothing), before any download: a full
+        // queue is refused at once.
+        let (task, joined) = try await self.requests.task(for: requestKey, admit: { try self.pool.admit() }) {
+            admission in
+            defer { admission.release() }
+            do {
+                let outcome = try await operation()
+                self.failures.withLock { $0[requestKey] = nil }
+                return outcome
+            } catch {
+                self.recordFailure(requestKey, ServiceError.from(error))
+                throw error
+            }
+        }
+        if joined {
+            self.countersStorage.withLock { $0.dedupeJoins += 1 }
+        }
+
+        let budget = self.syncWaitSeconds
+        let outcome: TranscodeOutcome? = try await withThrowingTaskGroup(of: TranscodeOutcome?.self) { group in
+            group.addTask { try await task.value }
+            group.addTask {
+                try? await Task.sleep(for: .milliseconds(Int64(budget * 1000)))
+                return nil
+            }
+            let first = try await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        guard let outcome else { return .pending(jobID: requestKey) }
+        return .done(outcome, cacheHit: false)
+    }
+
+    /// Converts `gif` into its content-addressed object, once per content key however many requests
+    /// (or URLs) bring the same bytes.
+    private func store(_ gif: [UInt8], options: TranscodeOptions) async throws -> TranscodeOutcome {
+        let key = DiskCache.contentKey(gif: gif, options: options)
+        if let metadata = self.cache.metadata(key) {
+            return TranscodeOutcome(key: key, metadata: metadata)
+        }
+        let (task, _) = try await self.contents.task(for: key, admit: {}) { _ in
+            let started = ContinuousClock.now
+            let metadata = try await self.pool.run {
+                try self.cache.store(gif: gif, key: key, transcoder: Transcoder(options: options))
+            }
+            let elapsed = ContinuousClock.now - started
+            self.countersStorage.withLock {
+                $0.transcodes += 1
+                $0.bytesSaved += max(0, metadata.gifBytes - metadata.mp4Bytes)
+            }
+            self.logger.info(
+                "transcoded",
+                metadata: [
+                    "object.key": "\(key.prefix(16))", "gif.frames": "\(metadata.gifFrameCount)",
+                    "transcode.ms":
+                        "\(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)",
+                    "gif.bytes": "\(metadata.gifBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
+                ])
+            return metadata
+        }
+        return TranscodeOutcome(key: key, metadata: try await task.value)
+    }
+
+    private func recordFailure(_ key: String, _ error: ServiceError) {
+        let now = Date()
+        self.failures.withLock { failures in
+            if failures.count > 10_000 {
+                failures = failures.filter { now.timeIntervalSince($0.value.at) < 3600 }
+            }
+            failures[key] = (error, now)
+        }
+    }
+}
