@@ -12,7 +12,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch {
             let failure = Self.serviceError(error)
-            if failure.status.code >= 500 {
+            if failure.status == .internalServerError {
                 context.logger.error(
                     "request failed", metadata: ["error.code": "\(failure.code)", "error": "\(error)"])
             }

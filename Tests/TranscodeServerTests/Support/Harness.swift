@@ -1,0 +1,116 @@
+import AsyncHTTPClient
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+import NIOHTTP1
+import Testing
+
+@testable import TranscodeServer
+
+/// A response as a test sees it.
+struct Reply: Sendable {
+    let status: Int
+    let headers: HTTPHeaders
+    let body: [UInt8]
+
+    var text: String { String(decoding: self.body, as: UTF8.self) }
+    func json() throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(self.body)) as? [String: Any])
+    }
+    var errorCode: String? {
+        ((try? JSONSerialization.jsonObject(with: Data(self.body))) as? [String: Any])
+            .flatMap { $0["error"] as? [String: Any] }?["code"] as? String
+    }
+}
+
+/// The real application (built with `buildApplication`) on port 0 against a temporary cache, next to a
+/// local origin, with an HTTP client that can send many requests at once.
+struct Harness: Sendable {
+    let origin: Origin
+    let originPort: Int
+    let appPort: Int
+    let services: AppServices
+    let client: HTTPClient
+
+    func originURL(_ path: String, host: String = "127.0.0.1") -> String { "http://\(host):\(self.originPort)\(path)" }
+
+    func request(
+        _ method: HTTPMethod, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
+        timeout: TimeAmount = .seconds(60)
+    ) async throws -> Reply {
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(self.appPort)\(path)")
+        request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+        let response = try await self.client.execute(request, timeout: timeout)
+        let bytes = try await response.body.collect(upTo: 100 * 1024 * 1024)
+        return Reply(status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView))
+    }
+
+    /// `POST /transcode` with a JSON body.
+    func transcode(url: String, background: String? = nil, headers: [(String, String)] = []) async throws -> Reply {
+        var object: [String: String] = ["url": url]
+        if let background { object["background"] = background }
+        let body = try JSONSerialization.data(withJSONObject: object)
+        return try await self.request(
+            .POST, "/transcode", headers: [("Content-Type", "application/json")] + headers, body: Array(body))
+    }
+
+    /// `POST /transcode` with the GIF as the body.
+    func upload(_ gif: [UInt8], headers: [(String, String)] = []) async throws -> Reply {
+        try await self.request(.POST, "/transcode", headers: [("Content-Type", "image/gif")] + headers, body: gif)
+    }
+}
+
+/// A fresh temporary directory, removed afterwards.
+func withTemporaryDirectory<Result>(_ body: (String) async throws -> Result) async throws -> Result {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("server-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try await body(path)
+}
+
+/// Runs an origin and the application, calls `body`, and stops both.
+/// - Parameters:
+///   - cacheDirectory: reuse a cache (restart tests); a temporary one otherwise.
+///   - origin: reuse an origin's counters across restarts.
+func withHarness(
+    cacheDirectory: String? = nil, origin: Origin = Origin(),
+    configure: (inout ServerConfiguration) -> Void = { _ in },
+    _ body: @Sendable (Harness) async throws -> Void
+) async throws {
+    try await withTemporaryDirectory { temporary in
+        var configuration = ServerConfiguration()
+        configuration.host = "127.0.0.1"
+        configuration.port = 0
+        configuration.cacheDirectory = cacheDirectory ?? temporary + "/cache"
+        configuration.download.allowLoopback = true
+        configuration.download.timeoutSeconds = 10
+        configuration.transcodeWorkers = 2
+        configuration.logLevel = .warning
+        configure(&configuration)
+        let (application, services) = try buildApplication(configuration: configuration)
+        let originApplication = Application(
+            router: origin.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await originApplication.test(.live) { originClient in
+            try await application.test(.live) { appClient in
+                var clientConfiguration = HTTPClient.Configuration()
+                clientConfiguration.connectionPool = .init(
+                    idleTimeout: .seconds(5), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
+                clientConfiguration.redirectConfiguration = .disallow
+                let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
+                let harness = Harness(
+                    origin: origin, originPort: try #require(originClient.port), appPort: try #require(appClient.port),
+                    services: services, client: client)
+                do {
+                    try await body(harness)
+                } catch {
+                    try? await client.shutdown()
+                    throw error
+                }
+                try await client.shutdown()
+            }
+        }
+    }
+}

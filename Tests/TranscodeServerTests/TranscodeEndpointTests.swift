@@ -1,0 +1,150 @@
+import Foundation
+import Testing
+
+@testable import TranscodeServer
+
+@Suite struct TranscodeEndpointTests {
+    @Test func convertsAURLAndAnswersWithURLsMetadataAndHTML() async throws {
+        try await withHarness { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_dancing_banana.gif"))
+            #expect(reply.status == 200, "\(reply.text)")
+            let json = try reply.json()
+            let key = try #require(json["key"] as? String)
+            #expect(DiskCache.isValidKey(key))
+            #expect(json["mp4"] as? String == "/media/\(key).mp4")
+            #expect(json["poster"] as? String == "/media/\(key).jpg")
+            #expect(json["metadata"] as? String == "/media/\(key).json")
+            #expect(json["gifFrameCount"] as? Int == 8)
+            #expect(json["sourceWidth"] as? Int == 365)
+            #expect(json["outputWidth"] as? Int == 366)
+            #expect(json["loopsForever"] as? Bool == true)
+            let html = try #require(json["html"] as? String)
+            #expect(html.hasPrefix("<video autoplay muted playsinline loop poster=\"/media/\(key).jpg\""))
+            #expect(html.contains("width=\"365\" height=\"360\""))
+            #expect(html.contains("<source src=\"/media/\(key).mp4\" type=\"video/mp4\">"))
+            #expect(reply.headers.first(name: "X-Cache") == "miss")
+
+            let video = try await harness.request(.GET, "/media/\(key).mp4")
+            #expect(video.status == 200)
+            #expect(video.body.count == json["mp4Bytes"] as? Int)
+            #expect(Array(video.body[4..<8]) == Array("ftyp".utf8))
+
+            // A second request is a cache hit with the same answer and no new download.
+            let again = try await harness.transcode(url: harness.originURL("/corpus/cartoon_dancing_banana.gif"))
+            #expect(again.status == 200)
+            #expect(again.headers.first(name: "X-Cache") == "hit")
+            #expect(try again.json()["key"] as? String == key)
+            #expect(harness.origin.count("/corpus/cartoon_dancing_banana.gif") == 1)
+        }
+    }
+
+    @Test func loopOnlyWhenTheGIFLoopsForever() async throws {
+        try await withHarness { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))
+            let json = try reply.json()
+            #expect(json["playCount"] as? Int == 2)
+            let html = try #require(json["html"] as? String)
+            #expect(!html.contains(" loop"))
+        }
+    }
+
+    @Test func uploadedGIF() async throws {
+        try await withHarness { harness in
+            let gif = try corpusBytes("transp_flag_estonia.gif")
+            let reply = try await harness.upload(gif)
+            #expect(reply.status == 200, "\(reply.text)")
+            let json = try reply.json()
+            #expect(json["gifBytes"] as? Int == gif.count)
+            #expect(json["hasTransparency"] as? Bool == true)
+            let again = try await harness.upload(gif)
+            #expect(again.headers.first(name: "X-Cache") == "hit")
+        }
+    }
+
+    @Test func backgroundIsPartOfTheKey() async throws {
+        try await withHarness { harness in
+            let url = harness.originURL("/corpus/transp_flag_estonia.gif")
+            let white = try await harness.transcode(url: url).json()
+            let black = try await harness.transcode(url: url, background: "#000000").json()
+            #expect(white["background"] as? String == "#ffffff")
+            #expect(black["background"] as? String == "#000000")
+            #expect(white["key"] as? String != black["key"] as? String)
+            #expect(harness.services.transcodes.counters.transcodes == 2)
+        }
+    }
+
+    @Test(arguments: [
+        ("/html", 422, "not-a-gif"),
+        ("/corpus/notgif_jpeg_photo.gif", 422, "not-a-gif"),
+        ("/corpus/corrupt_truncated_575x800.gif", 422, "corrupt"),
+        ("/corpus/odd_65535x1.gif", 422, "dimensions-too-large"),
+        ("/status/404", 404, "origin-not-found"),
+        ("/status/410", 404, "origin-not-found"),
+        ("/status/500", 502, "origin-error"),
+        ("/status/403", 502, "origin-error"),
+    ])
+    func originAndInputErrors(path: String, status: Int, code: String) async throws {
+        try await withHarness { harness in
+            let reply = try await harness.transcode(url: harness.originURL(path))
+            #expect(reply.status == status, "\(reply.text)")
+            #expect(reply.errorCode == code)
+            // Nothing partial is left in the cache, and the service still serves.
+            let objects = try FileManager.default.subpathsOfDirectory(atPath: harness.services.cache.objectsDirectory)
+            #expect(objects.allSatisfy { !$0.contains(".") }, "\(objects)")
+            let temporary = try FileManager.default.contentsOfDirectory(atPath: harness.services.cache.temporaryDirectory)
+            #expect(temporary.isEmpty)
+            let healthy = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))
+            #expect(healthy.status == 200)
+        }
+    }
+
+    @Test(arguments: [
+        (#"{"url": "ftp://example.com/x.gif"}"#, "invalid-url"),
+        (#"{"url": "file:///etc/passwd"}"#, "invalid-url"),
+        (#"{"url": "not a url"}"#, "invalid-url"),
+        (#"{"url": "http:///x.gif"}"#, "invalid-url"),
+        (#"{"nope": 1}"#, "bad-request"),
+        (#"{"url": "http://127.0.0.1/x.gif", "background": "blue"}"#, "bad-request"),
+        ("not json", "bad-request"),
+    ])
+    func malformedRequests(body: String, code: String) async throws {
+        try await withHarness { harness in
+            let reply = try await harness.request(
+                .POST, "/transcode", headers: [("Content-Type", "application/json")], body: Array(body.utf8))
+            #expect(reply.status == 400, "\(reply.text)")
+            #expect(reply.errorCode == code)
+            #expect(harness.origin.total == 0)
+        }
+    }
+
+    @Test func unsupportedContentType() async throws {
+        try await withHarness { harness in
+            let reply = try await harness.request(
+                .POST, "/transcode", headers: [("Content-Type", "text/plain")], body: Array("x".utf8))
+            #expect(reply.status == 415)
+            #expect(reply.errorCode == "unsupported-media-type")
+        }
+    }
+
+    @Test func uploadOverTheBodyLimit() async throws {
+        try await withHarness(configure: { $0.maxRequestBodyBytes = 10_000 }) { harness in
+            let reply = try await harness.upload(try corpusBytes("cartoon_dancing_banana.gif"))
+            #expect(reply.status == 413)
+            #expect(reply.errorCode == "too-large")
+        }
+    }
+
+    @Test func bearerTokensGuardTranscodeButNotMedia() async throws {
+        try await withHarness(configure: { $0.authTokens = ["old-token", "new-token"] }) { harness in
+            let url = harness.originURL("/corpus/loop_1.gif")
+            #expect(try await harness.transcode(url: url).status == 401)
+            #expect(try await harness.transcode(url: url, headers: [("Authorization", "Bearer wrong")]).status == 401)
+            #expect(try await harness.transcode(url: url, headers: [("Authorization", "Bearer new-token")]).status == 200)
+            let reply = try await harness.transcode(url: url, headers: [("Authorization", "Bearer old-token")])
+            #expect(reply.status == 200)
+            let key = try #require(try reply.json()["key"] as? String)
+            #expect(try await harness.request(.GET, "/media/\(key).jpg").status == 200)
+            #expect(harness.origin.count("/corpus/loop_1.gif") == 1)
+        }
+    }
+}
