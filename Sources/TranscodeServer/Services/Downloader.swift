@@ -65,7 +65,11 @@ struct Downloader: Sendable {
                 guard let next = URL(string: location, relativeTo: current)?.absoluteURL else {
                     throw ServiceError.originError("the origin redirected to an invalid URL")
                 }
-                current = try Self.validate(next.absoluteString)
+                do {
+                    current = try Self.validate(next.absoluteString)
+                } catch {
+                    throw ServiceError.destinationNotAllowed("the origin redirected to \(next.scheme ?? "?"): URL")
+                }
             }
         }
         throw ServiceError.originError("more than \(self.configuration.maxRedirects) redirects")
