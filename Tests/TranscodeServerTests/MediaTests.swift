@@ -1,0 +1,142 @@
+import Foundation
+import Testing
+
+@testable import TranscodeServer
+
+@Suite struct ByteRangeTests {
+    @Test(arguments: [
+        ("bytes=0-9", ByteRange.partial(0...9)),
+        ("bytes=10-", .partial(10...99)),
+        ("bytes=-10", .partial(90...99)),
+        ("bytes=-1000", .partial(0...99)),
+        ("bytes=90-1000", .partial(90...99)),
+        ("bytes=99-99", .partial(99...99)),
+        ("bytes=100-", .unsatisfiable),
+        ("bytes=100-200", .unsatisfiable),
+        ("bytes=-0", .unsatisfiable),
+        ("bytes=9-2", .whole),
+        ("bytes=a-b", .whole),
+        ("bytes=", .whole),
+        ("bytes=-", .whole),
+        ("items=0-9", .whole),
+        ("bytes=0-1,5-6", .whole),
+        ("bytes= 0-9", .partial(0...9)),
+    ])
+    func parse(header: String, expected: ByteRange) {
+        #expect(ByteRange(header: header, size: 100) == expected)
+    }
+
+    @Test func noHeader() {
+        #expect(ByteRange(header: nil, size: 100) == .whole)
+    }
+}
+
+@Suite struct MediaTests {
+    private func withObject(_ body: @Sendable (Harness, String, [UInt8]) async throws -> Void) async throws {
+        try await withHarness { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
+            let key = try #require(try reply.json()["key"] as? String)
+            let mp4 = try await harness.request(.GET, "/media/\(key).mp4")
+            try await body(harness, key, mp4.body)
+        }
+    }
+
+    @Test func headersOfEveryKind() async throws {
+        try await self.withObject { harness, key, mp4 in
+            for (ext, type) in [("mp4", "video/mp4"), ("jpg", "image/jpeg"), ("json", "application/json; charset=utf-8")] {
+                let reply = try await harness.request(.GET, "/media/\(key).\(ext)")
+                #expect(reply.status == 200)
+                #expect(reply.headers.first(name: "Content-Type") == type)
+                #expect(reply.headers.first(name: "ETag") == "\"\(key).\(ext)\"")
+                #expect(reply.headers.first(name: "Cache-Control") == "public, max-age=31536000, immutable")
+                #expect(reply.headers.first(name: "X-Content-Type-Options") == "nosniff")
+                #expect(reply.headers.first(name: "Accept-Ranges") == "bytes")
+                #expect(reply.headers.first(name: "Content-Length") == String(reply.body.count))
+            }
+            let json = try await harness.request(.GET, "/media/\(key).json")
+            #expect(try json.json()["mp4Bytes"] as? Int == mp4.count)
+        }
+    }
+
+    @Test func rangesAsSafariAndAVPlayerSendThem() async throws {
+        try await self.withObject { harness, key, mp4 in
+            let size = mp4.count
+            func get(_ range: String) async throws -> Reply {
+                try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", range)])
+            }
+            // The probe Safari sends first.
+            var reply = try await get("bytes=0-1")
+            #expect(reply.status == 206)
+            #expect(reply.body == Array(mp4[0...1]))
+            #expect(reply.headers.first(name: "Content-Range") == "bytes 0-1/\(size)")
+            #expect(reply.headers.first(name: "Content-Length") == "2")
+
+            reply = try await get("bytes=100-")
+            #expect(reply.status == 206)
+            #expect(reply.body == Array(mp4[100...]))
+            #expect(reply.headers.first(name: "Content-Range") == "bytes 100-\(size - 1)/\(size)")
+
+            // A suffix range is the *last* n bytes.
+            reply = try await get("bytes=-500")
+            #expect(reply.status == 206)
+            #expect(reply.body == Array(mp4[(size - 500)...]))
+            #expect(reply.headers.first(name: "Content-Range") == "bytes \(size - 500)-\(size - 1)/\(size)")
+
+            reply = try await get("bytes=10-\(size * 2)")
+            #expect(reply.status == 206)
+            #expect(reply.body == Array(mp4[10...]))
+
+            reply = try await get("bytes=\(size)-")
+            #expect(reply.status == 416)
+            #expect(reply.headers.first(name: "Content-Range") == "bytes */\(size)")
+            #expect(reply.body.isEmpty)
+
+            for malformed in ["bytes=5-2", "bytes=x-", "pages=1-2", "bytes=0-1,4-5"] {
+                reply = try await get(malformed)
+                #expect(reply.status == 200, "\(malformed)")
+                #expect(reply.body == mp4)
+            }
+
+            // If-Range with the current ETag honours the range; with another validator, the whole file.
+            reply = try await harness.request(
+                .GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-9"), ("If-Range", "\"\(key).mp4\"")])
+            #expect(reply.status == 206)
+            reply = try await harness.request(
+                .GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-9"), ("If-Range", "\"other\"")])
+            #expect(reply.status == 200)
+        }
+    }
+
+    @Test func conditionalAndHead() async throws {
+        try await self.withObject { harness, key, mp4 in
+            var reply = try await harness.request(.GET, "/media/\(key).mp4", headers: [("If-None-Match", "\"\(key).mp4\"")])
+            #expect(reply.status == 304)
+            #expect(reply.body.isEmpty)
+            reply = try await harness.request(.GET, "/media/\(key).mp4", headers: [("If-None-Match", "W/\"x\", \"\(key).mp4\"")])
+            #expect(reply.status == 304)
+            reply = try await harness.request(.GET, "/media/\(key).mp4", headers: [("If-None-Match", "\"other\"")])
+            #expect(reply.status == 200)
+            reply = try await harness.request(.HEAD, "/media/\(key).mp4")
+            #expect(reply.status == 200)
+            #expect(reply.body.isEmpty)
+            #expect(reply.headers.first(name: "Content-Length") == String(mp4.count))
+            reply = try await harness.request(.HEAD, "/media/\(key).mp4", headers: [("Range", "bytes=-100")])
+            #expect(reply.status == 206)
+            #expect(reply.headers.first(name: "Content-Length") == "100")
+        }
+    }
+
+    @Test func keysAreValidatedBeforeTheDiskIsTouched() async throws {
+        try await self.withObject { harness, key, _ in
+            for path in [
+                "/media/\(key.uppercased()).mp4", "/media/\(key.dropLast()).mp4", "/media/\(key)0.mp4",
+                "/media/\(key).gif", "/media/\(key).mp4.json", "/media/..%2F..%2Fetc%2Fpasswd",
+                "/media/%2e%2e/urls", "/media/\(String(repeating: "0", count: 64)).mp4", "/media/\(key)",
+            ] {
+                let reply = try await harness.request(.GET, path)
+                #expect(reply.status == 404, "\(path)")
+                #expect(reply.errorCode == "not-found", "\(path)")
+            }
+        }
+    }
+}
