@@ -95,7 +95,8 @@ import Testing
     ])
     func redirectsAreCheckedAgain(target: String) async throws {
         try await withHarness { harness in
-            let url = harness.originURL("/redirect?to=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)")
+            let url = harness.originURL(
+                "/redirect?to=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)")
             let reply = try await harness.transcode(url: url)
             #expect(reply.status == 403, "\(reply.text)")
             #expect(reply.errorCode == "destination-not-allowed")
@@ -115,7 +116,8 @@ import Testing
         try await withHarness(configure: { $0.download.allowedHosts = ["localhost"] }) { harness in
             let target = harness.originURL("/corpus/loop_1.gif")
             let url = harness.originURL(
-                "/redirect?to=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)", host: "localhost")
+                "/redirect?to=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)",
+                host: "localhost")
             let reply = try await harness.transcode(url: url)
             #expect(reply.status == 403, "\(reply.text)")
             #expect(harness.origin.count("/corpus/loop_1.gif") == 0)
@@ -147,7 +149,8 @@ import Testing
         try await withHarness(configure: { $0.download.maxBytes = 100_000 }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/endless"))
             #expect(reply.status == 413, "\(reply.text)")
-            let temporary = try FileManager.default.contentsOfDirectory(atPath: harness.services.cache.temporaryDirectory)
+            let temporary = try FileManager.default.contentsOfDirectory(
+                atPath: harness.services.cache.temporaryDirectory)
             #expect(temporary.isEmpty)
         }
     }

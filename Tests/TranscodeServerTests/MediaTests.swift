@@ -43,7 +43,9 @@ import Testing
 
     @Test func headersOfEveryKind() async throws {
         try await self.withObject { harness, key, mp4 in
-            for (ext, type) in [("mp4", "video/mp4"), ("jpg", "image/jpeg"), ("json", "application/json; charset=utf-8")] {
+            for (ext, type) in [
+                ("mp4", "video/mp4"), ("jpg", "image/jpeg"), ("json", "application/json; charset=utf-8"),
+            ] {
                 let reply = try await harness.request(.GET, "/media/\(key).\(ext)")
                 #expect(reply.status == 200)
                 #expect(reply.headers.first(name: "Content-Type") == type)
@@ -109,10 +111,12 @@ import Testing
 
     @Test func conditionalAndHead() async throws {
         try await self.withObject { harness, key, mp4 in
-            var reply = try await harness.request(.GET, "/media/\(key).mp4", headers: [("If-None-Match", "\"\(key).mp4\"")])
+            var reply = try await harness.request(
+                .GET, "/media/\(key).mp4", headers: [("If-None-Match", "\"\(key).mp4\"")])
             #expect(reply.status == 304)
             #expect(reply.body.isEmpty)
-            reply = try await harness.request(.GET, "/media/\(key).mp4", headers: [("If-None-Match", "W/\"x\", \"\(key).mp4\"")])
+            reply = try await harness.request(
+                .GET, "/media/\(key).mp4", headers: [("If-None-Match", "W/\"x\", \"\(key).mp4\"")])
             #expect(reply.status == 304)
             reply = try await harness.request(.GET, "/media/\(key).mp4", headers: [("If-None-Match", "\"other\"")])
             #expect(reply.status == 200)

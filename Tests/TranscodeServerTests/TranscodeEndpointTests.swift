@@ -91,7 +91,8 @@ import Testing
             // Nothing partial is left in the cache, and the service still serves.
             let objects = try FileManager.default.subpathsOfDirectory(atPath: harness.services.cache.objectsDirectory)
             #expect(objects.allSatisfy { !$0.contains(".") }, "\(objects)")
-            let temporary = try FileManager.default.contentsOfDirectory(atPath: harness.services.cache.temporaryDirectory)
+            let temporary = try FileManager.default.contentsOfDirectory(
+                atPath: harness.services.cache.temporaryDirectory)
             #expect(temporary.isEmpty)
             let healthy = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))
             #expect(healthy.status == 200)
@@ -139,7 +140,8 @@ import Testing
             let url = harness.originURL("/corpus/loop_1.gif")
             #expect(try await harness.transcode(url: url).status == 401)
             #expect(try await harness.transcode(url: url, headers: [("Authorization", "Bearer wrong")]).status == 401)
-            #expect(try await harness.transcode(url: url, headers: [("Authorization", "Bearer new-token")]).status == 200)
+            #expect(
+                try await harness.transcode(url: url, headers: [("Authorization", "Bearer new-token")]).status == 200)
             let reply = try await harness.transcode(url: url, headers: [("Authorization", "Bearer old-token")])
             #expect(reply.status == 200)
             let key = try #require(try reply.json()["key"] as? String)

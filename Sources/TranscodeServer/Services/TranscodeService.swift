@@ -151,19 +151,32 @@ final class TranscodeService: Sendable {
             self.countersStorage.withLock { $0.dedupeJoins += 1 }
         }
 
-        let budget = self.syncWaitSeconds
-        let outcome: TranscodeOutcome? = try await withThrowingTaskGroup(of: TranscodeOutcome?.self) { group in
-            group.addTask { try await task.value }
-            group.addTask {
-                try? await Task.sleep(for: .milliseconds(Int64(budget * 1000)))
-                return nil
-            }
-            let first = try await group.next() ?? nil
-            group.cancelAll()
-            return first
+        guard let result = await Self.wait(for: task, upTo: self.syncWaitSeconds) else {
+            return .pending(jobID: requestKey)
         }
-        guard let outcome else { return .pending(jobID: requestKey) }
+        let outcome = try result.get()
         return .done(outcome, cacheHit: false)
+    }
+
+    /// The task's result, or nil when `seconds` pass first. Waiting ends at the deadline even though the
+    /// task goes on (awaiting `Task.value` cannot be interrupted, so a task group would wait for it): a
+    /// watcher, which lives exactly as long as the job, and a timer race to resume one continuation.
+    static func wait<Value: Sendable>(
+        for task: Task<Value, any Error>, upTo seconds: Double
+    ) async -> Result<Value, any Error>? {
+        let pending = ResumeOnce<Result<Value, any Error>?>()
+        return await withCheckedContinuation { continuation in
+            pending.set(continuation)
+            let timer = Task {
+                try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
+                pending.resume(returning: nil)
+            }
+            Task {
+                let result = await task.result
+                timer.cancel()
+                pending.resume(returning: result)
+            }
+        }
     }
 
     /// Converts `gif` into its content-addressed object, once per content key however many requests
@@ -204,5 +217,18 @@ final class TranscodeService: Sendable {
             }
             failures[key] = (error, now)
         }
+    }
+}
+
+/// A continuation resumed by whichever of several racers comes first; the others find it gone.
+private final class ResumeOnce<Value: Sendable>: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Value, Never>?>(nil)
+
+    func set(_ continuation: CheckedContinuation<Value, Never>) {
+        self.continuation.withLock { $0 = continuation }
+    }
+
+    func resume(returning value: Value) {
+        self.continuation.withLock { $0.take() }?.resume(returning: value)
     }
 }

@@ -1,0 +1,135 @@
+import Foundation
+import Synchronization
+import Testing
+import Transcoder
+
+@testable import TranscodeServer
+
+@Suite struct CacheTests {
+    @Test func aRestartFindsTheCacheWarm() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = directory + "/cache"
+            let origin = Origin()
+            let key = Mutex<String?>(nil)
+            try await withHarness(cacheDirectory: cache, origin: origin) { harness in
+                let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
+                #expect(reply.status == 200)
+                key.withLock { $0 = try? reply.json()["key"] as? String }
+            }
+            try await withHarness(cacheDirectory: cache, origin: origin) { harness in
+                // The origin runs on a new port: a new URL, but the same bytes, so the object is found.
+                let upload = try await harness.upload(try corpusBytes("cartoon_hotdog.gif"))
+                #expect(upload.headers.first(name: "X-Cache") == "hit")
+                #expect(try upload.json()["key"] as? String == key.withLock { $0 })
+                let media = try await harness.request(.GET, "/media/\(key.withLock { $0 } ?? "").mp4")
+                #expect(media.status == 200)
+                #expect(harness.services.transcodes.counters.transcodes == 0)
+            }
+        }
+    }
+
+    @Test func aRestartKeepsURLLinks() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
+            let gif = try corpusBytes("loop_1.gif")
+            let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+            _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+            let url = URL(string: "https://Example.com:443/a/loop.gif#frag")!
+            let urlKey = DiskCache.urlKey(normalizedURL: DiskCache.normalize(url), options: TranscodeOptions())
+            try cache.link(urlKey: urlKey, to: key)
+            let reopened = try DiskCache(root: directory, maxBytes: 1 << 30)
+            #expect(reopened.lookup(urlKey: urlKey) == key)
+            let same = DiskCache.urlKey(
+                normalizedURL: DiskCache.normalize(URL(string: "https://example.com/a/loop.gif")!),
+                options: TranscodeOptions())
+            #expect(same == urlKey)
+            let target = try FileManager.default.destinationOfSymbolicLink(atPath: directory + "/urls/" + urlKey)
+            #expect(target == "../objects/\(key.prefix(2))/\(key).json")
+        }
+    }
+
+    /// What a killed process leaves behind is swept at startup, and never served.
+    @Test func leftoversOfAKilledProcessAreIgnored() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = directory + "/cache"
+            let fileManager = FileManager.default
+            let orphan = String(repeating: "ab", count: 32)
+            let dangling = String(repeating: "cd", count: 32)
+            let malformed = String(repeating: "ef", count: 32)
+            try fileManager.createDirectory(atPath: cache + "/objects/ab", withIntermediateDirectories: true)
+            try fileManager.createDirectory(atPath: cache + "/urls", withIntermediateDirectories: true)
+            try fileManager.createDirectory(atPath: cache + "/tmp", withIntermediateDirectories: true)
+            // A download in progress, half-written outputs, an object without its JSON, broken links.
+            _ = fileManager.createFile(atPath: cache + "/tmp/download-1.part", contents: Data([0x47]))
+            _ = fileManager.createFile(atPath: cache + "/objects/ab/.\(orphan).mp4.tmp-1f", contents: Data([0]))
+            _ = fileManager.createFile(atPath: cache + "/objects/ab/\(orphan).mp4", contents: Data([0, 0, 0]))
+            _ = fileManager.createFile(atPath: cache + "/objects/ab/\(orphan).jpg", contents: Data([0]))
+            try fileManager.createSymbolicLink(
+                atPath: cache + "/urls/\(dangling)", withDestinationPath: "../objects/ab/\(orphan).json")
+            try fileManager.createSymbolicLink(atPath: cache + "/urls/\(malformed)", withDestinationPath: "/etc/passwd")
+            try fileManager.createSymbolicLink(
+                atPath: cache + "/urls/.\(dangling).tmp-2", withDestinationPath: "../objects/ab/\(orphan).json")
+
+            try await withHarness(cacheDirectory: cache) { harness in
+                let swept = harness.services.cache
+                #expect(try fileManager.contentsOfDirectory(atPath: swept.temporaryDirectory).isEmpty)
+                #expect(try fileManager.contentsOfDirectory(atPath: cache + "/objects/ab").isEmpty)
+                #expect(
+                    !(try fileManager.contentsOfDirectory(atPath: cache + "/urls").contains { $0.contains(".tmp-") }))
+                #expect(swept.lookup(urlKey: dangling) == nil)
+                #expect(swept.lookup(urlKey: malformed) == nil)
+                #expect(try await harness.request(.GET, "/media/\(orphan).mp4").status == 404)
+                #expect(try await harness.request(.GET, "/jobs/\(dangling)").status == 404)
+                let reply = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))
+                #expect(reply.status == 200)
+            }
+        }
+    }
+
+    @Test func leastRecentlyUsedObjectsAreEvictedButNotWhileServed() throws {
+        try withTemporaryDirectorySync { directory in
+            // A cap no object fits under: only the object just stored, and objects being served, stay.
+            let cache = try DiskCache(root: directory, maxBytes: 1)
+            func store(_ name: String) throws -> String {
+                let gif = try corpusBytes(name)
+                let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+                _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+                return key
+            }
+            let first = try store("loop_1.gif")
+            #expect(cache.contains(first))
+            let second = try store("loop_256.gif")
+            #expect(!cache.contains(first), "the least recently used object goes")
+            #expect(!FileManager.default.fileExists(atPath: cache.objectPath(first, "mp4")))
+            #expect(cache.contains(second))
+            #expect(cache.usage.evictions == 1)
+
+            #expect(cache.beginServing(second))
+            let third = try store("loop_none_no_netscape.gif")
+            #expect(cache.contains(second), "an object being served stays")
+            #expect(cache.contains(third))
+            cache.endServing(second)
+            let fourth = try store("loop_0_infinite.gif")
+            #expect(!cache.contains(second))
+            #expect(!cache.contains(third))
+            #expect(cache.contains(fourth))
+            #expect(cache.usage.evictions == 3)
+        }
+    }
+
+    @Test(arguments: [
+        (String(repeating: "a", count: 64), true), (String(repeating: "A", count: 64), false),
+        (String(repeating: "a", count: 63), false), (String(repeating: "g", count: 64), false),
+        ("../" + String(repeating: "a", count: 61), false), ("", false),
+    ])
+    func keyShape(text: String, valid: Bool) {
+        #expect(DiskCache.isValidKey(text) == valid)
+    }
+}
+
+func withTemporaryDirectorySync<Result>(_ body: (String) throws -> Result) throws -> Result {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("cache-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try body(path)
+}

@@ -1,0 +1,79 @@
+import Foundation
+import Testing
+
+@testable import TranscodeServer
+
+@Suite struct JobTests {
+    /// Past the wait budget: 202 with a Location to poll, which reports pending, then the result.
+    @Test func slowJobsAnswer202AndCanBePolled() async throws {
+        try await withHarness(configure: { $0.syncWaitSeconds = 0.1 }) { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/delayed/700/cartoon_hotdog.gif"))
+            #expect(reply.status == 202, "\(reply.text)")
+            let location = try #require(reply.headers.first(name: "Location"))
+            #expect(location.hasPrefix("/jobs/"))
+            let first = try await harness.request(.GET, location)
+            #expect(try first.json()["status"] as? String == "pending", "\(first.text)")
+            var status = "pending"
+            var result: [String: Any]?
+            for _ in 0..<100 where status == "pending" {
+                try await Task.sleep(for: .milliseconds(100))
+                let poll = try await harness.request(.GET, location).json()
+                status = poll["status"] as? String ?? "?"
+                result = poll["result"] as? [String: Any]
+            }
+            #expect(status == "done")
+            let key = try #require(result?["key"] as? String)
+            #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 200)
+        }
+    }
+
+    @Test func failedJobsReportTheirError() async throws {
+        try await withHarness(configure: { $0.syncWaitSeconds = 0.1 }) { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/delayed/400/notgif_jpeg_photo.gif"))
+            #expect(reply.status == 202)
+            let location = try #require(reply.headers.first(name: "Location"))
+            var poll: [String: Any] = [:]
+            for _ in 0..<100 {
+                try await Task.sleep(for: .milliseconds(100))
+                poll = try await harness.request(.GET, location).json()
+                if poll["status"] as? String != "pending" { break }
+            }
+            #expect(poll["status"] as? String == "failed")
+            #expect((poll["error"] as? [String: Any])?["code"] as? String == "not-a-gif")
+        }
+    }
+
+    @Test func unknownJobs() async throws {
+        try await withHarness { harness in
+            let unknown = try await harness.request(.GET, "/jobs/\(String(repeating: "0", count: 64))")
+            #expect(unknown.status == 404)
+            let malformed = try await harness.request(.GET, "/jobs/nonsense")
+            #expect(malformed.status == 404)
+        }
+    }
+
+    /// One worker, no queue: a second job while the first runs is refused at once, with Retry-After,
+    /// and costs no download.
+    @Test func aFullQueueAnswers429() async throws {
+        try await withHarness(configure: {
+            $0.transcodeWorkers = 1
+            $0.transcodeQueueLength = 0
+        }) { harness in
+            async let slow = harness.transcode(url: harness.originURL("/delayed/1000/cartoon_hotdog.gif"))
+            for _ in 0..<100 where harness.origin.count("/delayed/1000/cartoon_hotdog.gif") == 0 {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let refused = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))
+            #expect(refused.status == 429, "\(refused.text)")
+            #expect(refused.errorCode == "queue-full")
+            #expect(refused.headers.first(name: "Retry-After") != nil)
+            #expect(harness.origin.count("/corpus/loop_1.gif") == 0)
+            // Joining the running job is not a new job: it is accepted.
+            let joined = try await harness.transcode(url: harness.originURL("/delayed/1000/cartoon_hotdog.gif"))
+            #expect(joined.status == 200)
+            #expect(try await slow.status == 200)
+            // Once it is done, there is room again.
+            #expect(try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif")).status == 200)
+        }
+    }
+}
