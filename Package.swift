@@ -17,6 +17,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.3.0"),
+        .package(
+            url: "https://github.com/apple/swift-configuration.git", from: "1.0.0",
+            traits: [.defaults, "CommandLineArguments"]),
     ],
     targets: [
         .systemLibrary(
@@ -42,6 +45,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Configuration", package: "swift-configuration"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

@@ -1,32 +1,42 @@
 import ArgumentParser
+import Foundation
 import Hummingbird
 import Logging
 import Transcoder
 
 /// `transcode-server serve` (also what runs with no subcommand): the HTTP service.
+///
+/// Configuration comes from `config/transcode-server.json` (or `--config FILE`), then `TRANSCODE_...`
+/// environment variables, then flags: any configuration key works as a flag, `cache.maxBytes` as
+/// `--cache-max-bytes`.
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "serve", abstract: "Run the HTTP service (POST /transcode, GET /media/...).")
+        commandName: "serve",
+        abstract: "Run the HTTP service (POST /transcode, GET /media/...).",
+        discussion: """
+            Every configuration key is also a flag: --host 0.0.0.0, --port 8080, --cache-directory DIR, \
+            --cache-max-bytes N, --transcode-workers N, --download-allow-loopback, ... \
+            (see config/transcode-server.json and the README).
+            """)
 
-    @Option(name: .long, help: "Address to listen on.")
-    var host: String = ServerConfiguration().host
+    @Option(name: .long, help: "JSON configuration file (default: config/transcode-server.json if present).")
+    var config: String?
 
-    @Option(name: .long, help: "Port to listen on.")
-    var port: Int = ServerConfiguration().port
-
-    @Option(name: .long, help: "Cache directory.")
-    var cacheDirectory: String = ServerConfiguration().cacheDirectory
-
-    @Flag(name: .long, help: "Allow downloads from loopback addresses (testing only).")
-    var allowLoopback = false
+    @Argument(parsing: .allUnrecognized, help: "Configuration keys as flags, e.g. --port 8080.")
+    var settings: [String] = []
 
     func run() async throws {
-        var configuration = ServerConfiguration()
-        configuration.host = self.host
-        configuration.port = self.port
-        configuration.cacheDirectory = self.cacheDirectory
-        configuration.download.allowLoopback = self.allowLoopback
-        let (application, _) = try buildApplication(configuration: configuration)
+        let configuration: ServerConfiguration
+        do {
+            configuration = try await ServerConfiguration.load(
+                filePath: self.config, arguments: self.settings, environment: ProcessInfo.processInfo.environment)
+        } catch let error as ConfigurationError {
+            FileHandle.standardError.write(Data("transcode-server: \(error)\n".utf8))
+            throw ExitCode(78)  // EX_CONFIG
+        }
+        var logger = Logger(label: "transcode-server")
+        logger.logLevel = configuration.logLevel
+        let (application, _) = try buildApplication(configuration: configuration, logger: logger)
         try await application.runService()
     }
 }
