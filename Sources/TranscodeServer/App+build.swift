@@ -25,7 +25,10 @@ func buildApplication(
 ) throws -> (application: some ApplicationProtocol, services: AppServices) {
     var logger = logger ?? Logger(label: "transcode-server")
     logger.logLevel = configuration.logLevel
-    let cache = try DiskCache(root: configuration.cacheDirectory, maxBytes: configuration.cacheMaxBytes)
+    let metrics = ServiceMetrics()
+    let cache = try DiskCache(
+        root: configuration.cacheDirectory, maxBytes: configuration.cacheMaxBytes,
+        onEviction: { metrics.evicted($0) })
     let pool = TranscodePool(
         workers: configuration.transcodeWorkers, queueLength: configuration.transcodeQueueLength,
         graceSeconds: configuration.shutdownGraceSeconds)
@@ -34,7 +37,7 @@ func buildApplication(
         eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
     let transcodes = TranscodeService(
         cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcodeOptions,
-        syncWaitSeconds: configuration.syncWaitSeconds, logger: logger)
+        syncWaitSeconds: configuration.syncWaitSeconds, metrics: metrics, logger: logger)
     let services = AppServices(cache: cache, pool: pool, transcodes: transcodes, configuration: configuration)
     let router = buildRouter(services: services)
     let application = Application(
@@ -49,17 +52,19 @@ func buildApplication(
     return (application, services)
 }
 
-/// The routes: `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`, `GET /healthz`.
+/// The routes: `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`, `GET /healthz`,
+/// `GET /readyz`, `GET /metrics`.
 func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     let router = Router(context: AppRequestContext.self)
-    router.add(middleware: ErrorMiddleware())
-    router.get("healthz") { _, _ in
-        Response(
-            status: .ok, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
-    }
+    router.add(middleware: LogRequestsMiddleware(.debug))
+    router.add(middleware: RequestMetricsMiddleware(metrics: services.transcodes.metrics))
+    router.add(middleware: ErrorMiddleware(metrics: services.transcodes.metrics))
+    OperationsController<AppRequestContext>(services: services).addRoutes(to: router)
     TranscodeController<AppRequestContext>(
         service: services.transcodes, maxBodyBytes: services.configuration.maxRequestBodyBytes
     ).addRoutes(to: router, authenticator: BearerAuthenticator(tokens: services.configuration.authTokens))
-    MediaController<AppRequestContext>(cache: services.cache, bytesServed: { _ in }).addRoutes(to: router)
+    MediaController<AppRequestContext>(
+        cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) }
+    ).addRoutes(to: router)
     return router
 }

@@ -5,6 +5,8 @@ import Hummingbird
 /// it to; 429 and 503 carry `Retry-After`. Errors Hummingbird raises itself (an unknown route, a body
 /// over the size limit) get codes of their own.
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    let metrics: ServiceMetrics
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
@@ -12,6 +14,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch {
             let failure = Self.serviceError(error)
+            self.metrics.error(code: failure.code)
             if failure.status == .internalServerError {
                 context.logger.error(
                     "request failed", metadata: ["error.code": "\(failure.code)", "error": "\(error)"])

@@ -20,6 +20,7 @@ final class DiskCache: Sendable {
     let root: String
     let maxBytes: Int64
     private let state: Mutex<State>
+    private let onEviction: @Sendable (Int) -> Void
 
     private struct State {
         var objects: [String: Object] = [:]
@@ -39,9 +40,10 @@ final class DiskCache: Sendable {
 
     /// Opens (or creates) the cache at `root`, removes what a killed process left behind, and indexes
     /// the objects. - Throws: when the directories cannot be created.
-    init(root: String, maxBytes: Int64) throws {
+    init(root: String, maxBytes: Int64, onEviction: @escaping @Sendable (Int) -> Void = { _ in }) throws {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
         self.maxBytes = maxBytes
+        self.onEviction = onEviction
         self.state = Mutex(State())
         let fileManager = FileManager.default
         for directory in [self.objectsDirectory, self.urlsDirectory] {
@@ -185,6 +187,16 @@ final class DiskCache: Sendable {
         }
     }
 
+    /// Whether files can be created in the cache (readiness).
+    var isWritable: Bool {
+        let probe = "\(self.temporaryDirectory)/.ready-\(UInt64.random(in: 0...UInt64.max))"
+        let descriptor = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else { return false }
+        close(descriptor)
+        unlink(probe)
+        return true
+    }
+
     /// Bytes stored and objects evicted so far.
     var usage: (bytes: Int64, objects: Int, evictions: Int) {
         self.state.withLock { ($0.totalBytes, $0.objects.count, $0.evictions) }
@@ -221,6 +233,7 @@ final class DiskCache: Sendable {
             }
             return victims
         }
+        if !victims.isEmpty { self.onEviction(victims.count) }
         for key in victims {
             // The JSON first: from then on the object is a miss, whatever happens to the rest.
             for fileExtension in ["json", "mp4", "jpg"] { unlink(self.objectPath(key, fileExtension)) }

@@ -48,6 +48,9 @@ final class TranscodePool: Service, Sendable {
         return Admission(pool: self)
     }
 
+    /// Whether new jobs are admitted (false once shutdown began).
+    var isAccepting: Bool { self.state.withLock { $0.accepting } }
+
     /// Jobs admitted and not yet finished (running or waiting).
     var load: Int { self.state.withLock { $0.admitted } }
 

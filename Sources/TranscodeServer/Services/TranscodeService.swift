@@ -50,12 +50,13 @@ final class TranscodeService: Sendable {
     private let requests = SingleFlight<String, TranscodeOutcome>()
     private let contents = SingleFlight<String, TranscodeMetadata>()
     private let failures = Mutex<[String: (error: ServiceError, at: Date)]>([:])
-    private let countersStorage = Mutex(ServiceCounters())
+    let metrics: ServiceMetrics
 
     init(
         cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
-        syncWaitSeconds: Double, logger: Logger
+        syncWaitSeconds: Double, metrics: ServiceMetrics, logger: Logger
     ) {
+        self.metrics = metrics
         self.cache = cache
         self.downloader = downloader
         self.pool = pool
@@ -64,7 +65,7 @@ final class TranscodeService: Sendable {
         self.logger = logger
     }
 
-    var counters: ServiceCounters { self.countersStorage.withLock { $0 } }
+    var counters: ServiceCounters { self.metrics.counters }
 
     /// The options of one request: the defaults with the request's background, if it gave one.
     func options(background: RGBColor?) -> TranscodeOptions {
@@ -77,20 +78,17 @@ final class TranscodeService: Sendable {
     func transcode(url: URL, options: TranscodeOptions) async throws -> TranscodeAnswer {
         let urlKey = DiskCache.urlKey(normalizedURL: DiskCache.normalize(url), options: options)
         if let key = self.cache.lookup(urlKey: urlKey), let metadata = self.cache.metadata(key) {
-            self.countersStorage.withLock { $0.cacheHits += 1 }
+            self.metrics.cacheHit()
             return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
         }
         return try await self.run(requestKey: urlKey) {
             let file = try await self.downloader.download(url)
             defer { unlink(file.path) }
-            self.countersStorage.withLock {
-                $0.downloads += 1
-                $0.bytesDownloaded += file.byteCount
-            }
+            self.metrics.downloaded(bytes: file.byteCount)
             guard let data = FileManager.default.contents(atPath: file.path) else {
                 throw ServiceError.internal("the downloaded file vanished")
             }
-            let outcome = try await self.store([UInt8](data), options: options)
+            let outcome = try await self.store([UInt8](data), options: options, requestKey: urlKey)
             try self.cache.link(urlKey: urlKey, to: outcome.key)
             return outcome
         }
@@ -100,11 +98,11 @@ final class TranscodeService: Sendable {
     func transcode(upload gif: [UInt8], options: TranscodeOptions) async throws -> TranscodeAnswer {
         let key = DiskCache.contentKey(gif: gif, options: options)
         if let metadata = self.cache.metadata(key) {
-            self.countersStorage.withLock { $0.cacheHits += 1 }
+            self.metrics.cacheHit()
             return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
         }
         return try await self.run(requestKey: key) {
-            try await self.store(gif, options: options)
+            try await self.store(gif, options: options, requestKey: key)
         }
     }
 
@@ -132,7 +130,7 @@ final class TranscodeService: Sendable {
     private func run(
         requestKey: String, operation: @escaping @Sendable () async throws -> TranscodeOutcome
     ) async throws -> TranscodeAnswer {
-        self.countersStorage.withLock { $0.cacheMisses += 1 }
+        self.metrics.cacheMiss()
         // Admission is claimed when a flight starts (joining costs nothing), before any download: a full
         // queue is refused at once.
         let (task, joined) = try await self.requests.task(for: requestKey, admit: { try self.pool.admit() }) {
@@ -148,7 +146,7 @@ final class TranscodeService: Sendable {
             }
         }
         if joined {
-            self.countersStorage.withLock { $0.dedupeJoins += 1 }
+            self.metrics.joined()
         }
 
         guard let result = await Self.wait(for: task, upTo: self.syncWaitSeconds) else {
@@ -181,7 +179,7 @@ final class TranscodeService: Sendable {
 
     /// Converts `gif` into its content-addressed object, once per content key however many requests
     /// (or URLs) bring the same bytes.
-    private func store(_ gif: [UInt8], options: TranscodeOptions) async throws -> TranscodeOutcome {
+    private func store(_ gif: [UInt8], options: TranscodeOptions, requestKey: String) async throws -> TranscodeOutcome {
         let key = DiskCache.contentKey(gif: gif, options: options)
         if let metadata = self.cache.metadata(key) {
             return TranscodeOutcome(key: key, metadata: metadata)
@@ -192,16 +190,12 @@ final class TranscodeService: Sendable {
                 try self.cache.store(gif: gif, key: key, transcoder: Transcoder(options: options))
             }
             let elapsed = ContinuousClock.now - started
-            self.countersStorage.withLock {
-                $0.transcodes += 1
-                $0.bytesSaved += max(0, metadata.gifBytes - metadata.mp4Bytes)
-            }
+            self.metrics.transcoded(duration: elapsed, savedBytes: max(0, metadata.gifBytes - metadata.mp4Bytes))
             self.logger.info(
                 "transcoded",
                 metadata: [
-                    "object.key": "\(key.prefix(16))", "gif.frames": "\(metadata.gifFrameCount)",
-                    "transcode.ms":
-                        "\(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)",
+                    "request.key": "\(requestKey.prefix(16))", "object.key": "\(key.prefix(16))",
+                    "gif.frames": "\(metadata.gifFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
                     "gif.bytes": "\(metadata.gifBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
                 ])
             return metadata
@@ -230,5 +224,12 @@ private final class ResumeOnce<Value: Sendable>: Sendable {
 
     func resume(returning value: Value) {
         self.continuation.withLock { $0.take() }?.resume(returning: value)
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, for log lines.
+    var milliseconds: Int64 {
+        self.components.seconds * 1000 + self.components.attoseconds / 1_000_000_000_000_000
     }
 }

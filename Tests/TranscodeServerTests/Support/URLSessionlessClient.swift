@@ -1,0 +1,32 @@
+import AsyncHTTPClient
+import NIOCore
+
+/// A one-connection-per-request client for tests that talk to a server in another process.
+struct URLSessionlessClient: Sendable {
+    let port: Int
+
+    func get(_ path: String) async throws -> Int {
+        try await self.send(HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)")).0
+    }
+
+    func post(_ path: String, contentType: String, body: [UInt8]) async throws -> (Int, [UInt8]) {
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)")
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: contentType)
+        request.body = .bytes(ByteBuffer(bytes: body))
+        return try await self.send(request)
+    }
+
+    private func send(_ request: HTTPClientRequest) async throws -> (Int, [UInt8]) {
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        do {
+            let response = try await client.execute(request, timeout: .seconds(120))
+            let body = try await response.body.collect(upTo: 10 * 1024 * 1024)
+            try await client.shutdown()
+            return (Int(response.status.code), Array(body.readableBytesView))
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+}
