@@ -5,10 +5,13 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 CACHE_DIR ?= $(CURDIR)/cache
 
-.PHONY: deps build run test lint bench
+.PHONY: deps test-deps build run test lint bench
 
 deps:
 	@scripts/install-deps
+
+test-deps:
+	@scripts/install-deps --test
 
 build: deps
 	swift build -c release --product transcode-server
@@ -19,7 +22,8 @@ run: build
 lint:
 	swift format lint --strict -r Sources Tests Package.swift
 
-test: deps lint
+test: test-deps lint
+	swift build --build-tests
 	swift test
 
 bench: deps

@@ -1,0 +1,60 @@
+import Foundation
+import Testing
+
+/// The Dockerfile cannot be built here (no container engine), so what can drift is checked as text:
+/// its package lists against the ones CI and the quick start install, and its runtime settings.
+@Suite struct PackagingTests {
+    static func read(_ path: String) throws -> String {
+        try String(contentsOf: ConfigurationTests.repositoryRoot.appendingPathComponent(path), encoding: .utf8)
+    }
+
+    /// The packages of the first `apt-get install` line in `text` after `marker`.
+    static func packages(in text: String, after marker: String = "") throws -> Set<String> {
+        let start = try #require(text.range(of: marker)).upperBound
+        let line = try #require(
+            text[start...].split(separator: "\n").first { $0.contains("apt-get install") })
+        let words = line.split(separator: " ").map(String.init)
+        let index = try #require(words.firstIndex(of: "install"))
+        return Set(
+            words[(index + 1)...].filter { !$0.hasPrefix("-") && $0 != "\\" && $0 != "&&" }
+                .prefix { !$0.hasPrefix("&&") && $0 != "rm" })
+    }
+
+    @Test func buildPackageListsAreIdentical() throws {
+        let docker = try Self.packages(in: try Self.read("Dockerfile"), after: "AS build")
+        let ci = try Self.packages(in: try Self.read(".ci/run"), after: "# Build packages")
+        let script = try Self.read("scripts/install-deps")
+        let line = try #require(script.split(separator: "\n").first { $0.hasPrefix("BUILD_PACKAGES=") })
+        let quickStart = Set(
+            line.dropFirst("BUILD_PACKAGES=".count).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+                .split(separator: " ").map(String.init))
+        #expect(docker == ci, "Dockerfile \(docker.sorted()) vs .ci/run \(ci.sorted())")
+        #expect(docker == quickStart, "Dockerfile \(docker.sorted()) vs scripts/install-deps \(quickStart.sorted())")
+        #expect(
+            docker.isSuperset(of: [
+                "libavcodec-dev", "libavformat-dev", "libavutil-dev", "libswscale-dev", "libgif-dev",
+            ]))
+    }
+
+    @Test func runtimeImage() throws {
+        let docker = try Self.read("Dockerfile")
+        let runtime = try Self.packages(in: docker, after: "FROM debian:bookworm-slim")
+        #expect(runtime.isSuperset(of: ["libavcodec59", "libavformat59", "libavutil57", "libswscale6", "libgif7"]))
+        #expect(!runtime.contains { $0.hasSuffix("-dev") })
+        #expect(docker.contains("FROM swift:6.3-bookworm AS build"))
+        #expect(docker.contains("--static-swift-stdlib"))
+        #expect(docker.contains("\nUSER transcode"))
+        #expect(docker.contains("VOLUME /var/cache/transcode-server"))
+        #expect(docker.contains("EXPOSE 8080"))
+        #expect(docker.contains("HEALTHCHECK"))
+        #expect(docker.contains("TRANSCODE_HOST=0.0.0.0"))
+    }
+
+    /// CI runs the README's test command.
+    @Test func ciRunsTheReadmeTestCommand() throws {
+        let readme = try Self.read("README.md")
+        let ci = try Self.read(".ci/run")
+        #expect(readme.contains("make test"))
+        #expect(ci.split(separator: "\n").contains("make test"))
+    }
+}
