@@ -11,7 +11,8 @@ WORKDIR /src
 COPY Package.swift ./
 COPY Sources ./Sources
 RUN swift build -c release --product transcode-server --static-swift-stdlib \
-    && cp "$(swift build -c release --show-bin-path)/transcode-server" /usr/local/bin/transcode-server
+    && cp "$(swift build -c release --show-bin-path)/transcode-server" /usr/local/bin/transcode-server \
+    && cp -R "$(swift build -c release --show-bin-path)/gif2mp4_TranscodeServer.resources" /usr/local/bin/
 
 FROM debian:bookworm-slim
 # Only the runtime libraries: FFmpeg 5.1 (libavcodec59, libavformat59, libavutil57, libswscale6) and giflib.
@@ -22,6 +23,7 @@ RUN apt-get update \
     && mkdir -p /var/cache/transcode-server /etc/transcode-server \
     && chown transcode:transcode /var/cache/transcode-server
 COPY --from=build /usr/local/bin/transcode-server /usr/local/bin/transcode-server
+COPY --from=build /usr/local/bin/gif2mp4_TranscodeServer.resources /usr/local/bin/gif2mp4_TranscodeServer.resources
 COPY config/transcode-server.json /etc/transcode-server/transcode-server.json
 USER transcode
 # Environment beats the file: listen on every interface inside the container, cache in the volume.

@@ -52,6 +52,7 @@ let package = Package(
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
+            resources: [.copy("Resources/openapi.yaml")],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

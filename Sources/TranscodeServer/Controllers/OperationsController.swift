@@ -1,7 +1,8 @@
+import Foundation
 import Hummingbird
 
 /// `GET /healthz` (the process answers), `GET /readyz` (the cache is writable and the service is not
-/// shutting down) and `GET /metrics` (Prometheus text format).
+/// shutting down), `GET /metrics` (Prometheus text format) and `GET /openapi.yaml` (the API description).
 struct OperationsController<Context: RequestContext>: Sendable {
     let services: AppServices
 
@@ -13,6 +14,14 @@ struct OperationsController<Context: RequestContext>: Sendable {
                 throw ServiceError("cache-not-writable", .serviceUnavailable, "the cache directory is not writable")
             }
             return Self.text("ready\n")
+        }
+        router.get("openapi.yaml") { _, _ in
+            guard let document = openAPIDocument else {
+                throw ServiceError.notFound("the OpenAPI document is not installed beside the executable")
+            }
+            return Response(
+                status: .ok, headers: [.contentType: "application/yaml; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: document)))
         }
         router.get("metrics") { _, _ in
             let text = self.services.transcodes.metrics.render(
@@ -43,3 +52,18 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
         return response
     }
 }
+
+/// The OpenAPI document, shipped as a SwiftPM resource beside the executable. Looked up by hand rather
+/// than through `Bundle.module`, which stops the process when the bundle is missing.
+let openAPIDocument: String? = {
+    let executable = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    let candidates =
+        [
+            executable.deletingLastPathComponent(), URL(fileURLWithPath: FileManager.default.currentDirectoryPath),
+        ].map { $0.appendingPathComponent("gif2mp4_TranscodeServer.resources/openapi.yaml") }
+        + [Bundle.main.bundleURL.appendingPathComponent("gif2mp4_TranscodeServer.resources/openapi.yaml")]
+    for candidate in candidates {
+        if let text = try? String(contentsOf: candidate, encoding: .utf8) { return text }
+    }
+    return nil
+}()

@@ -1,0 +1,54 @@
+import Foundation
+import Hummingbird
+import Testing
+
+@testable import TranscodeServer
+
+/// `openapi.yaml` and the router describe the same API.
+@Suite struct OpenAPITests {
+    static let specPath = ConfigurationTests.repositoryRoot
+        .appendingPathComponent("Sources/TranscodeServer/Resources/openapi.yaml").path
+
+    /// `METHOD /path` for every operation of the spec (paths at two spaces, methods at four).
+    static func operations(in text: String) -> Set<String> {
+        var operations = Set<String>()
+        var path: String?
+        let methods = ["get", "put", "post", "delete", "options", "head", "patch", "trace"]
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("  /"), line.hasSuffix(":"), !line.hasPrefix("   ") {
+                path = String(line.dropFirst(2).dropLast())
+            } else if line.hasPrefix("    "), !line.hasPrefix("     "), line.hasSuffix(":"), let current = path {
+                let word = line.trimmingCharacters(in: .whitespaces).dropLast()
+                if methods.contains(String(word)) { operations.insert("\(word.uppercased()) \(current)") }
+            } else if !line.hasPrefix(" "), !line.isEmpty {
+                path = nil
+            }
+        }
+        return operations
+    }
+
+    @Test func specAndRouterAgree() async throws {
+        try await withTemporaryDirectory { directory in
+            var configuration = ServerConfiguration()
+            configuration.cacheDirectory = directory
+            let (_, services) = try buildApplication(configuration: configuration)
+            let router = buildRouter(services: services)
+            let routes = Set(router.routes.map { "\($0.method) \($0.path)" })
+            let spec = Self.operations(in: try String(contentsOfFile: Self.specPath, encoding: .utf8))
+            #expect(spec.count >= 9)
+            #expect(
+                routes == spec,
+                "only in the router: \(routes.subtracting(spec).sorted()); only in the spec: \(spec.subtracting(routes).sorted())"
+            )
+        }
+    }
+
+    @Test func servedAtOpenAPIYAML() async throws {
+        try await withHarness { harness in
+            let reply = try await harness.request(.GET, "/openapi.yaml")
+            #expect(reply.status == 200)
+            #expect(reply.headers.first(name: "Content-Type")?.hasPrefix("application/yaml") == true)
+            #expect(reply.text == (try String(contentsOfFile: Self.specPath, encoding: .utf8)))
+        }
+    }
+}
