@@ -52,8 +52,8 @@ func buildApplication(
     return (application, services)
 }
 
-/// The routes: `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`, `GET /healthz`,
-/// `GET /readyz`, `GET /metrics`.
+/// The routes: `GET /` (the demo page), `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`,
+/// `GET /healthz`, `GET /readyz`, `GET /metrics`.
 func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     let router = Router(context: AppRequestContext.self)
     router.add(middleware: LogRequestsMiddleware(.debug))
@@ -66,5 +66,6 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     MediaController<AppRequestContext>(
         cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) }
     ).addRoutes(to: router)
+    DemoPageController<AppRequestContext>().addRoutes(to: router)
     return router
 }

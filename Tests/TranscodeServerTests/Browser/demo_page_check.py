@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Drives the demo page in headless Chromium: converts a GIF by URL and checks the MP4 really plays.
+
+Usage: /usr/bin/python3 demo_page_check.py PAGE_URL GIF_URL
+
+Prints one JSON line ({"ok": true, ...} or {"ok": false, "error": ...}) and exits 0 on success, 1 when a
+check fails, 2 when Chromium, chromedriver or Selenium is missing (Debian: chromium chromium-driver
+python3-selenium).
+"""
+
+import json
+import shutil
+import sys
+import time
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+PACKAGES = "apt-get install -y chromium chromium-driver python3-selenium"
+
+# Installed before any page script runs (DevTools scripts are exempt from the page's CSP), so a blocked
+# inline script, style or image is reported instead of silently breaking the page.
+RECORD_CSP_VIOLATIONS = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__cspViolations.push(event.violatedDirective + " " + event.blockedURI);
+});
+"""
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def report(result, code):
+    print(json.dumps(result), flush=True)
+    sys.exit(code)
+
+
+def wait_for(description, timeout, probe, interval=0.2):
+    """Calls probe until it returns a truthy value; fails after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise CheckFailed("timed out after %ss waiting for %s" % (timeout, description))
+        time.sleep(interval)
+
+
+def main():
+    if len(sys.argv) != 3:
+        report({"ok": False, "error": "usage: demo_page_check.py PAGE_URL GIF_URL"}, 2)
+    page_url, gif_url = sys.argv[1], sys.argv[2]
+
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if shutil.which(path) is None]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+        from selenium.webdriver.common.by import By
+    except ImportError as error:
+        missing.append("selenium (%s)" % error)
+    if missing:
+        report({"ok": False, "error": "missing %s; install with: %s" % (", ".join(missing), PACKAGES)}, 2)
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--autoplay-policy=no-user-gesture-required",
+        "--disable-dev-shm-usage",
+        "--window-size=1200,900",
+    ):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+
+    started = time.monotonic()
+    try:
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    except Exception as error:  # noqa: BLE001 - reported as JSON like every other failure
+        report({"ok": False, "error": "Chromium did not start: %s: %s" % (type(error).__name__, error)}, 1)
+    result = {"ok": False, "page": page_url, "gif": gif_url}
+    try:
+        driver.set_page_load_timeout(30)
+        driver.set_script_timeout(30)
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_CSP_VIOLATIONS})
+        driver.get(page_url)
+        script = driver.execute_script
+
+        # The inline style applied (its CSP hash matches).
+        if script("return getComputedStyle(document.querySelector('main')).maxWidth") == "none":
+            raise CheckFailed("the page's inline style did not apply")
+
+        driver.find_element(By.ID, "url").send_keys(gif_url)
+        driver.find_element(By.ID, "convert").click()
+
+        def answered():
+            if script("return !document.getElementById('error').hidden"):
+                raise CheckFailed("the page shows an error: " + driver.find_element(By.ID, "error").text)
+            return script(
+                "const v = document.querySelector('#video');"
+                "return v !== null && !document.getElementById('result').hidden && v.currentSrc !== '';"
+            )
+
+        wait_for("#video with a source", 60, answered)
+        result["videoSrc"] = script("return document.querySelector('#video').currentSrc")
+
+        def ready():
+            state = script(
+                "const v = document.querySelector('#video');"
+                "return {readyState: v.readyState, error: v.error && (v.error.code + ' ' + v.error.message)};"
+            )
+            if state["error"]:
+                raise CheckFailed("the video failed to load: " + state["error"])
+            return state["readyState"] == 4
+
+        wait_for("#video readyState 4 (HAVE_ENOUGH_DATA)", 30, ready)
+        result["readyState"] = 4
+
+        playback = (
+            "const v = document.querySelector('#video');"
+            "const q = v.getVideoPlaybackQuality();"
+            "return {time: v.currentTime, played: v.played.length, paused: v.paused, loop: v.loop,"
+            " width: v.videoWidth, height: v.videoHeight, frames: q.totalVideoFrames};"
+        )
+        first = script(playback)
+        time.sleep(1.0)
+        second = script(playback)
+        result.update(first=first, second=second)
+        advanced = second["time"] > first["time"]
+        looped = second["played"] > 0 and second["time"] != first["time"]
+        if not (advanced or looped):
+            raise CheckFailed("currentTime did not advance: %s then %s" % (first, second))
+        if second["width"] <= 0 or second["height"] <= 0:
+            raise CheckFailed("the video has no picture size: %s" % second)
+
+        snippet = script("return document.querySelector('#snippet').value")
+        if "<video" not in snippet:
+            raise CheckFailed("#snippet does not contain <video: %r" % snippet)
+        # The original GIF is shown from its own address (the CSP's img-src allows it).
+        wait_for("#gif to load", 10, lambda: script("const g = document.querySelector('#gif');"
+                                                     "return g.complete && g.naturalWidth > 0;"))
+        for field in ("gif-size", "mp4-size", "saved"):
+            result[field] = driver.find_element(By.ID, field).text
+            if not result[field]:
+                raise CheckFailed("#%s is empty" % field)
+
+        violations = script("return window.__cspViolations")
+        if violations:
+            raise CheckFailed("Content-Security-Policy violations: %s" % violations)
+        result["ok"] = True
+    except Exception as error:  # noqa: BLE001 - any failure is reported as JSON with the page's state
+        result["error"] = "%s: %s" % (type(error).__name__, error)
+        try:
+            result["status"] = driver.find_element(By.ID, "status").text
+            result["cspViolations"] = driver.execute_script("return window.__cspViolations")
+            result["browserLog"] = [entry["message"] for entry in driver.get_log("browser")]
+        except Exception:  # noqa: BLE001 - the browser itself may be gone
+            pass
+    finally:
+        result["seconds"] = round(time.monotonic() - started, 2)
+        driver.quit()
+    report(result, 0 if result["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+import Foundation
+import Testing
+
+@testable import TranscodeServer
+
+@Suite struct DemoPageTests {
+    /// The elements the page's script and the browser check rely on.
+    static let elementIDs = [
+        "url", "convert", "file", "status", "result", "gif", "video", "gif-size", "mp4-size", "saved", "snippet",
+        "copy", "error",
+    ]
+
+    @Test func servesTheSelfContainedPage() async throws {
+        try await withHarness { harness in
+            let reply = try await harness.request(.GET, "/")
+            #expect(reply.status == 200)
+            #expect(reply.headers.first(name: "Content-Type") == "text/html; charset=utf-8")
+            #expect(reply.headers.first(name: "Cache-Control") == "no-cache")
+            #expect(reply.headers.first(name: "X-Content-Type-Options") == "nosniff")
+
+            let html = reply.text
+            #expect(html.hasPrefix("<!doctype html>"))
+            for id in Self.elementIDs {
+                #expect(html.contains("id=\"\(id)\""), "no element #\(id)")
+            }
+            #expect(html.contains("<input id=\"file\" type=\"file\" accept=\"image/gif\">"))
+            #expect(html.contains("<label for=\"url\">"))
+            // Self-contained: nothing is fetched from elsewhere.
+            #expect(!html.contains("<link"))
+            #expect(!html.contains("src=\"http"))
+
+            let policy = try #require(reply.headers.first(name: "Content-Security-Policy"))
+            #expect(!policy.contains("unsafe"), "\(policy)")
+            var directives: [String: [String]] = [:]
+            for directive in policy.split(separator: ";") {
+                let words = directive.split(separator: " ").map(String.init)
+                if let name = words.first { directives[name] = Array(words.dropFirst()) }
+            }
+            #expect(directives["default-src"] == ["'none'"])
+            #expect(directives["img-src"] == ["'self'", "blob:", "http:", "https:"])
+            #expect(directives["media-src"] == ["'self'", "blob:"])
+            #expect(directives["connect-src"] == ["'self'"])
+            #expect(directives["frame-ancestors"] == ["'none'"])
+            // The inline script and style are allowed by the hashes of exactly the text served (the browser
+            // test proves the hashes are computed the way browsers compute them).
+            let script = try #require(Self.text(of: "script", in: html))
+            let style = try #require(Self.text(of: "style", in: html))
+            #expect(directives["script-src"] == [DemoPage.sourceHash(script)])
+            #expect(directives["style-src"] == [DemoPage.sourceHash(style)])
+        }
+    }
+
+    /// Converts the banana in headless Chromium through the page and checks the MP4 (H.264) really plays:
+    /// `readyState` 4 and a moving `currentTime`. Needs Debian's chromium, chromium-driver and
+    /// python3-selenium; without them the test fails, it does not skip. The browser script bounds each of its
+    /// waits and is terminated after 150 s.
+    @Test func convertsAndPlaysInChromium() async throws {
+        let install = "install them with: apt-get install -y chromium chromium-driver python3-selenium"
+        for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/python3"] {
+            try #require(FileManager.default.isExecutableFile(atPath: tool), "\(tool) is missing; \(install)")
+        }
+        let checker = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("Browser/demo_page_check.py").path
+        try await withHarness { harness in
+            let run = try await runProcess(
+                "/usr/bin/python3",
+                [
+                    checker, "http://127.0.0.1:\(harness.appPort)/",
+                    harness.originURL("/corpus/cartoon_dancing_banana.gif"),
+                ],
+                timeout: .seconds(150))
+            let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
+            #expect(run.status == 0, "\(output)")
+            let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let result = try #require(
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any], "\(output)")
+            #expect(result["ok"] as? Bool == true, "\(output)")
+            #expect(result["readyState"] as? Int == 4, "\(output)")
+        }
+    }
+
+    /// The text between the first `<tag>` and `</tag>`.
+    static func text(of tag: String, in html: String) -> String? {
+        guard let open = html.range(of: "<\(tag)>"),
+            let close = html.range(of: "</\(tag)>", range: open.upperBound..<html.endIndex)
+        else { return nil }
+        return String(html[open.upperBound..<close.lowerBound])
+    }
+}
+
+/// Runs a program to its end without blocking a thread of the async executor; its output goes through
+/// temporary files (a pipe left unread could fill and stall it). The program is terminated after `timeout`.
+private func runProcess(
+    _ executable: String, _ arguments: [String], timeout: Duration
+) async throws -> (status: Int32, stdout: String, stderr: String) {
+    try await withTemporaryDirectory { directory in
+        let stdoutPath = directory + "/stdout", stderrPath = directory + "/stderr"
+        for path in [stdoutPath, stderrPath] {
+            try #require(FileManager.default.createFile(atPath: path, contents: nil), "cannot create \(path)")
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: stdoutPath))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
+        let status = try await withThrowingTaskGroup(of: Int32?.self) { group in
+            group.addTask {
+                try await withCheckedThrowingContinuation { continuation in
+                    process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+                    do {
+                        try process.run()
+                    } catch {
+                        process.terminationHandler = nil
+                        continuation.resume(throwing: error)
+                    }
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                process.terminate()
+                return nil
+            }
+            // The first answer is the exit status, unless the watchdog fired first; then the status follows.
+            while let next = try await group.next() {
+                if let status = next {
+                    group.cancelAll()
+                    return status
+                }
+            }
+            return -1
+        }
+        func read(_ path: String) -> String {
+            String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self)
+        }
+        return (status, read(stdoutPath), read(stderrPath))
+    }
+}
