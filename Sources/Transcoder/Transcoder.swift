@@ -13,15 +13,6 @@ public struct Transcoder: Sendable {
         self.options = options
     }
 
-    /// Checks a GIF's structure and the limits without decoding any pixel.
-    /// - Returns: the canvas size and frame count the pre-scan found.
-    /// - Throws: `TranscodeError` (`not-a-gif`, `corrupt`, `too-large`, `dimensions-too-large`,
-    ///   `too-many-frames`, `too-many-pixels`).
-    public func inspect(_ gif: [UInt8]) throws -> (width: Int, height: Int, frames: Int) {
-        let prescan = try gif.withUnsafeBytes { try GIFPrescan(bytes: $0, limits: self.options.limits) }
-        return (prescan.width, prescan.height, prescan.frames.count)
-    }
-
     /// Converts `gif` into `directory/name.mp4`, `directory/name.jpg` and `directory/name.json` (the
     /// metadata). Each file is written under a temporary name, synced and renamed into place, the JSON
     /// last: when it exists, the other two are complete. A failure leaves none of the three behind.

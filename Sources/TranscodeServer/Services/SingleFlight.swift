@@ -38,14 +38,6 @@ actor SingleFlight<Key: Hashable & Sendable, Value: Sendable> {
         self.running[key] != nil
     }
 
-    /// Number of operations running.
-    var count: Int { self.running.count }
-
-    /// Waits for every running operation.
-    func drain() async {
-        for task in self.running.values { _ = await task.result }
-    }
-
     private func finish(_ key: Key) {
         self.running[key] = nil
     }

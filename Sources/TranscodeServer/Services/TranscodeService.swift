@@ -119,11 +119,6 @@ final class TranscodeService: Sendable {
         return nil
     }
 
-    /// Waits for every job in flight (graceful shutdown).
-    func drain() async {
-        await self.requests.drain()
-    }
-
     // MARK: -
 
     /// Joins or starts the single flight for `requestKey`, and waits for it up to the sync budget.
