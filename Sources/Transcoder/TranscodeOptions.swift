@@ -69,7 +69,7 @@ public struct TranscodeLimits: Hashable, Sendable {
 public struct TranscodeOptions: Hashable, Sendable {
     /// The colour transparency is flattened over (the MP4 has no alpha). Default white.
     public var background: RGBColor = .white
-    /// x264 constant rate factor, 0-51; lower is better and larger. See `defaultCRF`.
+    /// x264 constant rate factor, 1-51; lower is better and larger. See `defaultCRF`.
     public var crf: Int = TranscodeOptions.defaultCRF
     /// x264 preset. See `defaultPreset`.
     public var preset: String = TranscodeOptions.defaultPreset
@@ -82,8 +82,12 @@ public struct TranscodeOptions: Hashable, Sendable {
     public var limits = TranscodeLimits()
 
     // Chosen by measuring the corpus with scripts/bench (see README, "Choosing CRF and preset").
-    public static let defaultCRF = 23
+    public static let defaultCRF = 25
     public static let defaultPreset = "medium"
+
+    /// CRF values accepted. 0 would be lossless, which x264 only encodes in the High 4:4:4 profile that
+    /// browsers do not play.
+    public static let crfRange = 1...51
 
     /// x264's preset names.
     public static let presets = [
@@ -95,8 +99,8 @@ public struct TranscodeOptions: Hashable, Sendable {
     /// Checks the values a client or an operator can set.
     /// - Throws: `TranscodeError` with code `invalid-options`.
     public func validate() throws {
-        guard (0...51).contains(self.crf) else {
-            throw TranscodeError(.invalidOptions, "crf must be 0-51, got \(self.crf)")
+        guard Self.crfRange.contains(self.crf) else {
+            throw TranscodeError(.invalidOptions, "crf must be 1-51, got \(self.crf)")
         }
         guard Self.presets.contains(self.preset) else {
             throw TranscodeError(

@@ -3,8 +3,9 @@ import Testing
 @testable import Transcoder
 
 /// Browser compositing rules, checked on the pixels of the reopened MP4. Colour regions are at least
-/// 8 pixels and even-aligned, so 4:2:0 chroma does not blur them; PSNR above 35 dB means every region
-/// has the right colour.
+/// 8 pixels and even-aligned. The encoder's bicubic 4:2:0 chroma filter bleeds about two pixels across a
+/// saturated edge (31-35 dB on these pictures), while a single 8x8 region of the wrong colour in a 32x32
+/// picture costs more than 14 dB: above 28 dB, every region has the right colour.
 @Suite struct CompositingTests {
     // Palette indices of GIFBuilder's default palette.
     static let black: UInt8 = 0, white: UInt8 = 1, red: UInt8 = 2, green: UInt8 = 3, blue: UInt8 = 4
@@ -27,7 +28,7 @@ import Testing
         #expect(result.video.pictures.count == expected.count, sourceLocation: sourceLocation)
         for (index, (actual, wanted)) in zip(result.video.pictures, expected).enumerated() {
             let quality = psnr(actual, wanted)
-            #expect(quality > 35, "frame \(index): PSNR \(quality) dB", sourceLocation: sourceLocation)
+            #expect(quality > 28, "frame \(index): PSNR \(quality) dB", sourceLocation: sourceLocation)
         }
     }
 
@@ -193,8 +194,10 @@ import Testing
         let frame = try #require(result.video.pictures.first)
         let interior = (0..<16).flatMap { y in (0..<32).map { x in frame[y * 34 + x] } }
         #expect(psnr(interior, [UInt32](repeating: rgba(0xFF0000), count: interior.count)) > 35)
+        // The padding row is black in luma (4:2:0 shares its chroma with the red row above it).
         let bottom = (0..<32).map { x in frame[17 * 34 + x] }
-        #expect(bottom.allSatisfy { ($0 & 0xFF) < 100 }, "bottom padding row is not background")
+        let luma = bottom.map { 0.2126 * Double($0 & 0xFF) + 0.7152 * Double(($0 >> 8) & 0xFF) + 0.0722 * Double(($0 >> 16) & 0xFF) }
+        #expect(luma.allSatisfy { $0 < 30 }, "bottom padding row is not background: \(luma)")
     }
 
     @Test func oneByOneBecomesTwoByTwo() throws {

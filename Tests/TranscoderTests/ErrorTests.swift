@@ -77,6 +77,8 @@ import Testing
         var options = TranscodeOptions()
         options.crf = 52
         try expectFailure(bytes, .invalidOptions, options: options)
+        options.crf = 0
+        try expectFailure(bytes, .invalidOptions, options: options)
         options = TranscodeOptions()
         options.preset = "warp"
         try expectFailure(bytes, .invalidOptions, options: options)

@@ -22,7 +22,7 @@ struct ConvertCommand: ParsableCommand {
     @Option(name: .long, help: "Background colour transparency is flattened over, RRGGBB or #RRGGBB.")
     var background: String = TranscodeOptions().background.description
 
-    @Option(name: .long, help: "x264 constant rate factor, 0-51 (lower: better and larger).")
+    @Option(name: .long, help: "x264 constant rate factor, 1-51 (lower: better and larger).")
     var crf: Int = TranscodeOptions.defaultCRF
 
     @Option(name: .long, help: "x264 preset (ultrafast ... veryslow).")

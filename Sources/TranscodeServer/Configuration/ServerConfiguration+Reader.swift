@@ -103,7 +103,7 @@ extension ServerConfiguration {
             invalid.append("transcode.background: must be #RRGGBB, got \(background)")
         }
         options.crf = reader.int(forKey: "transcode.crf", default: options.crf)
-        check("transcode.crf", (0...51).contains(options.crf), "0-51")
+        check("transcode.crf", TranscodeOptions.crfRange.contains(options.crf), "1-51")
         options.preset = reader.string(forKey: "transcode.preset", default: options.preset)
         check(
             "transcode.preset", TranscodeOptions.presets.contains(options.preset),
