@@ -142,9 +142,9 @@ final class ImageScaler {
         destinationFormat: AVPixelFormat, matrix: Int32, fullRange: Bool
     ) throws {
         // Bicubic both for downscaling and for the 4:2:0 chroma subsampling of a same-size conversion: point
-        // sampling keeps one pixel's colour per 2x2 block and aliases dithered GIFs (measured with
-        // scripts/bench: 2-3 dB PSNR lower, and larger files). Chroma is read at full horizontal resolution
-        // first; accurate rounding keeps flat colours flat.
+        // sampling keeps one pixel's colour per 2x2 block and aliases dithered GIFs (scripts/bench at CRF 23:
+        // 1.2 dB lower mean PSNR and 19% larger files). Chroma is read at full horizontal resolution first;
+        // accurate rounding keeps flat colours flat.
         let flags = SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP
         guard
             let context = sws_getContext(
