@@ -196,7 +196,9 @@ import Testing
         #expect(psnr(interior, [UInt32](repeating: rgba(0xFF0000), count: interior.count)) > 35)
         // The padding row is black in luma (4:2:0 shares its chroma with the red row above it).
         let bottom = (0..<32).map { x in frame[17 * 34 + x] }
-        let luma = bottom.map { 0.2126 * Double($0 & 0xFF) + 0.7152 * Double(($0 >> 8) & 0xFF) + 0.0722 * Double(($0 >> 16) & 0xFF) }
+        let luma = bottom.map {
+            0.2126 * Double($0 & 0xFF) + 0.7152 * Double(($0 >> 8) & 0xFF) + 0.0722 * Double(($0 >> 16) & 0xFF)
+        }
         #expect(luma.allSatisfy { $0 < 30 }, "bottom padding row is not background: \(luma)")
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOPosix
 import Synchronization
 import Transcoder
 
@@ -85,10 +86,16 @@ final class TranscodeService: Sendable {
             let file = try await self.downloader.download(url)
             defer { unlink(file.path) }
             self.metrics.downloaded(bytes: file.byteCount)
-            guard let data = FileManager.default.contents(atPath: file.path) else {
-                throw ServiceError.internal("the downloaded file vanished")
+            // Reading and hashing up to 50 MB is blocking work: off the async executor, on the shared I/O
+            // pool (not the transcode pool, where it would queue behind running transcodes).
+            let (gif, key) = try await NIOThreadPool.singleton.runIfActive {
+                guard let data = FileManager.default.contents(atPath: file.path) else {
+                    throw ServiceError.internal("the downloaded file vanished")
+                }
+                let gif = [UInt8](data)
+                return (gif, DiskCache.contentKey(gif: gif, options: options))
             }
-            let outcome = try await self.store([UInt8](data), options: options, requestKey: urlKey)
+            let outcome = try await self.store(gif, key: key, options: options, requestKey: urlKey)
             try self.cache.link(urlKey: urlKey, to: outcome.key)
             return outcome
         }
@@ -96,13 +103,13 @@ final class TranscodeService: Sendable {
 
     /// Converts an uploaded GIF.
     func transcode(upload gif: [UInt8], options: TranscodeOptions) async throws -> TranscodeAnswer {
-        let key = DiskCache.contentKey(gif: gif, options: options)
+        let key = try await NIOThreadPool.singleton.runIfActive { DiskCache.contentKey(gif: gif, options: options) }
         if let metadata = self.cache.metadata(key) {
             self.metrics.cacheHit()
             return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
         }
         return try await self.run(requestKey: key) {
-            try await self.store(gif, options: options, requestKey: key)
+            try await self.store(gif, key: key, options: options, requestKey: key)
         }
     }
 
@@ -174,8 +181,9 @@ final class TranscodeService: Sendable {
 
     /// Converts `gif` into its content-addressed object, once per content key however many requests
     /// (or URLs) bring the same bytes.
-    private func store(_ gif: [UInt8], options: TranscodeOptions, requestKey: String) async throws -> TranscodeOutcome {
-        let key = DiskCache.contentKey(gif: gif, options: options)
+    private func store(
+        _ gif: [UInt8], key: String, options: TranscodeOptions, requestKey: String
+    ) async throws -> TranscodeOutcome {
         if let metadata = self.cache.metadata(key) {
             return TranscodeOutcome(key: key, metadata: metadata)
         }
