@@ -43,7 +43,12 @@ func buildApplication(
     let application = Application(
         router: router,
         server: .http1(
-            configuration: .init(idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))),
+            configuration: .init(
+                additionalChannelHandlers: [
+                    RequestHeadTimeoutHandler(
+                        timeout: .milliseconds(Int64(configuration.headerTimeoutSeconds * 1000)))
+                ],
+                idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
         services: [pool],
         onServerRunning: onServerRunning,

@@ -91,3 +91,61 @@ import Testing
         }
     }
 }
+
+@Suite struct ConnectionLimitTests {
+    /// A client that sends its request head slowly is disconnected at the head deadline, although it
+    /// never stays idle long enough for the idle timeout.
+    @Test func slowHeadersAreCutOff() async throws {
+        try await withHarness(configure: {
+            $0.headerTimeoutSeconds = 0.5
+            $0.idleTimeoutSeconds = 30
+        }) { harness in
+            let socket = try RawSocket(port: harness.appPort)
+            let head = Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ".utf8)
+            var closed = false
+            // One byte every 100 ms for up to 5 s: the connection never idles, the head never ends.
+            for index in 0..<50 where !closed {
+                closed = !socket.send([head[index % head.count]])
+                try await Task.sleep(for: .milliseconds(100))
+                if socket.peerClosed() { closed = true }
+            }
+            #expect(closed, "the server kept a connection whose request head never ended")
+            // A normal request on a new connection is served.
+            let reply = try await harness.request(.GET, "/healthz")
+            #expect(reply.status == 200)
+        }
+    }
+}
+
+/// A blocking TCP socket to 127.0.0.1, enough to play a slow client.
+final class RawSocket: Sendable {
+    let descriptor: Int32
+
+    init(port: Int) throws {
+        self.descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(self.descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else { throw POSIXError(.ECONNREFUSED) }
+    }
+
+    deinit { close(self.descriptor) }
+
+    /// Whether the bytes were written (false once the peer has gone).
+    func send(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { Glibc.send(self.descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } > 0
+    }
+
+    /// Whether the peer closed the connection (a zero-byte read without blocking).
+    func peerClosed() -> Bool {
+        var byte: UInt8 = 0
+        let result = recv(self.descriptor, &byte, 1, Int32(MSG_DONTWAIT))
+        return result == 0 || (result < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+    }
+}

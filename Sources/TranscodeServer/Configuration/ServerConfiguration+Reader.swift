@@ -51,7 +51,7 @@ extension ServerConfiguration {
     /// `transcode.queueLength`, `transcode.syncWaitSeconds`, `transcode.background`, `transcode.crf`,
     /// `transcode.preset`, `transcode.threads`, `transcode.maxOutputWidth`, `transcode.maxOutputHeight`,
     /// `limits.maxInputBytes`, `limits.maxWidth`, `limits.maxHeight`, `limits.maxFrames`,
-    /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `auth.tokens`, `log.level`,
+    /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `auth.tokens`, `log.level`,
     /// `shutdown.graceSeconds`.
     /// - Throws: `ConfigurationError` naming each key whose value does not parse or is out of range.
     init(reader: ConfigReader, problems: ProblemCollector = ProblemCollector()) throws {
@@ -133,6 +133,9 @@ extension ServerConfiguration {
         configuration.idleTimeoutSeconds = reader.double(
             forKey: "http.idleTimeoutSeconds", default: configuration.idleTimeoutSeconds)
         check("http.idleTimeoutSeconds", configuration.idleTimeoutSeconds > 0, "positive")
+        configuration.headerTimeoutSeconds = reader.double(
+            forKey: "http.headerTimeoutSeconds", default: configuration.headerTimeoutSeconds)
+        check("http.headerTimeoutSeconds", configuration.headerTimeoutSeconds > 0, "positive")
 
         configuration.authTokens = reader.stringArray(forKey: "auth.tokens", isSecret: true, default: [])
             .filter { !$0.isEmpty }

@@ -24,9 +24,11 @@ struct ServerConfiguration: Sendable {
     var syncWaitSeconds: Double = 30
     /// Largest request body (an uploaded GIF or JSON). `http.maxBodyBytes`, default 50 MB.
     var maxRequestBodyBytes = 50_000_000
-    /// Idle connections (including ones that never finish sending their headers) are closed after this.
-    /// `http.idleTimeoutSeconds`, default 30.
+    /// Idle connections are closed after this. `http.idleTimeoutSeconds`, default 30.
     var idleTimeoutSeconds: Double = 30
+    /// A request head must arrive in full within this, from the connection's start or the previous
+    /// response's end. `http.headerTimeoutSeconds`, default 10.
+    var headerTimeoutSeconds: Double = 10
     /// Bearer tokens accepted on `POST /transcode`; empty: no authentication. `auth.tokens`.
     var authTokens: [String] = []
     /// `log.level`, default info.
