@@ -85,7 +85,7 @@ final class GIFCompositor {
         let top = frame.top
         return try palette.withUnsafeBufferPointer { palette in
             try self.canvas.withUnsafeMutableBufferPointer { canvas in
-                try decoder.decodeNextImage { y, indices in
+                try decoder.decodeNextImage(expected: frame) { y, indices in
                     let canvasY = top + y
                     guard canvasY >= clip.y0, canvasY < clip.y1 else { return }
                     let rowStart = canvasY * width

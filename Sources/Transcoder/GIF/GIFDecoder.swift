@@ -38,9 +38,14 @@ final class GIFDecoder {
 
     /// Skips to the next image descriptor and hands its rows to `body` in display order
     /// (interlaced frames are delivered de-interlaced: `body` receives the row's y within the frame).
+    /// - Parameter expected: the frame as the pre-scan found it; giflib must read the same rectangle, or
+    ///   the two parsers disagree about the file and decoding stops (rows are then never indexed with
+    ///   another frame's geometry).
     /// - Returns: `false` when the stream has no more images.
-    /// - Throws: `GIFError` when the data is damaged or ends inside the image.
-    func decodeNextImage(_ body: (_ y: Int, _ indices: UnsafeBufferPointer<UInt8>) -> Void) throws -> Bool {
+    /// - Throws: `GIFError` when the data is damaged, ends inside the image, or disagrees with the pre-scan.
+    func decodeNextImage(
+        expected: GIFFrameInfo, _ body: (_ y: Int, _ indices: UnsafeBufferPointer<UInt8>) -> Void
+    ) throws -> Bool {
         while true {
             var recordType = UNDEFINED_RECORD_TYPE
             guard DGifGetRecordType(self.gif, &recordType) == GIF_OK else {
@@ -50,6 +55,13 @@ final class GIFDecoder {
             case IMAGE_DESC_RECORD_TYPE:
                 guard DGifGetImageDesc(self.gif) == GIF_OK else {
                     throw GIFError(code: self.gif.pointee.Error, function: "DGifGetImageDesc")
+                }
+                let image = self.gif.pointee.Image
+                guard Int(image.Left) == expected.left, Int(image.Top) == expected.top,
+                    Int(image.Width) == expected.width, Int(image.Height) == expected.height
+                else {
+                    throw GIFError(
+                        code: D_GIF_ERR_WRONG_RECORD, function: "DGifGetImageDesc (disagrees with the pre-scan)")
                 }
                 try self.readRows(body)
                 return true
