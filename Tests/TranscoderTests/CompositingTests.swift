@@ -166,12 +166,15 @@ import Testing
             .filled(Self.red, width: 32, height: 32),
             .filled(Self.blue, left: 24, top: 16, width: 40, height: 40),
             .filled(Self.green, left: 100, top: 100, width: 8, height: 8, delay: 30),
+            // Beside the screen, on rows it does cover vertically (found by fuzzing: an empty horizontal clip).
+            .filled(Self.green, left: 40, top: 0, width: 8, height: 8, delay: 0),
+            .filled(Self.green, left: 0, top: 40, width: 8, height: 8, delay: 0),
         ]
         let result = try convert(try gif.build())
-        // The third frame lies wholly outside: it changes nothing, so it merges into the second.
-        #expect(result.metadata.gifFrameCount == 3)
+        // The last three frames lie wholly outside: they change nothing, so they merge into the second.
+        #expect(result.metadata.gifFrameCount == 5)
         #expect(result.video.ptsMilliseconds == [0, 100])
-        #expect(result.metadata.durationMs == 500)
+        #expect(result.metadata.durationMs == 700)
         self.expectPictures(
             result,
             [

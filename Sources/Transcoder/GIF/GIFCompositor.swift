@@ -87,7 +87,8 @@ final class GIFCompositor {
             try self.canvas.withUnsafeMutableBufferPointer { canvas in
                 try decoder.decodeNextImage(expected: frame) { y, indices in
                     let canvasY = top + y
-                    guard canvasY >= clip.y0, canvasY < clip.y1 else { return }
+                    // Rows are still decoded when the frame lies off the screen (the LZW stream must be read).
+                    guard !clip.isEmpty, canvasY >= clip.y0, canvasY < clip.y1 else { return }
                     let rowStart = canvasY * width
                     for x in clip.x0..<clip.x1 {
                         let color = palette[Int(indices[x - left])]
