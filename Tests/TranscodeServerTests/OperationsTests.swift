@@ -10,17 +10,18 @@ import Testing
             #expect(health.status == 200 && health.text == "ok\n")
             let ready = try await harness.request(.GET, "/readyz")
             #expect(ready.status == 200)
-            // A cache directory that cannot be written makes the service not ready.
-            try FileManager.default.setAttributes(
-                [.posixPermissions: 0o500], ofItemAtPath: harness.services.cache.temporaryDirectory)
-            defer {
-                try? FileManager.default.setAttributes(
-                    [.posixPermissions: 0o755], ofItemAtPath: harness.services.cache.temporaryDirectory)
-            }
-            if getuid() != 0 {  // root writes anyway
-                let notReady = try await harness.request(.GET, "/readyz")
-                #expect(notReady.status == 503)
-            }
+            // A cache that cannot be written makes the service not ready. Permissions do not stop root, so
+            // the temporary directory is replaced by a plain file.
+            let temporary = harness.services.cache.temporaryDirectory
+            try FileManager.default.removeItem(atPath: temporary)
+            #expect(FileManager.default.createFile(atPath: temporary, contents: Data("x".utf8)))
+            let notReady = try await harness.request(.GET, "/readyz")
+            #expect(notReady.status == 503)
+            #expect(notReady.errorCode == "cache-not-writable")
+            try FileManager.default.removeItem(atPath: temporary)
+            try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
+            let readyAgain = try await harness.request(.GET, "/readyz")
+            #expect(readyAgain.status == 200)
         }
     }
 
