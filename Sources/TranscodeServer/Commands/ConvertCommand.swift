@@ -31,27 +31,29 @@ struct ConvertCommand: ParsableCommand {
     @Option(name: .long, help: "x264 threads per file.")
     var threads: Int = 1
 
+    /// The options the flags describe; `validate()` and `run()` share it.
+    private var options: TranscodeOptions {
+        var options = TranscodeOptions()
+        options.background = RGBColor(hex: self.background) ?? options.background
+        options.crf = self.crf
+        options.preset = self.preset
+        options.threads = self.threads
+        return options
+    }
+
     func validate() throws {
         guard RGBColor(hex: self.background) != nil else {
             throw ValidationError("--background must be RRGGBB or #RRGGBB, got \(self.background)")
         }
-        var options = TranscodeOptions()
-        options.crf = self.crf
-        options.preset = self.preset
-        options.threads = self.threads
         do {
-            try options.validate()
+            try self.options.validate()
         } catch let error as TranscodeError {
             throw ValidationError(error.message)
         }
     }
 
     func run() throws {
-        var options = TranscodeOptions()
-        options.background = RGBColor(hex: self.background) ?? .white
-        options.crf = self.crf
-        options.preset = self.preset
-        options.threads = self.threads
+        let options = self.options
         let transcoder = Transcoder(options: options)
         try FileManager.default.createDirectory(atPath: self.out, withIntermediateDirectories: true)
 

@@ -55,7 +55,6 @@ final class ServiceMetrics: Sendable {
 
     func cacheMiss() {
         self.cacheMisses.increment()
-        self.snapshot.withLock { $0.cacheMisses += 1 }
     }
 
     func evicted(_ count: Int) {
@@ -69,10 +68,7 @@ final class ServiceMetrics: Sendable {
 
     func downloaded(bytes: Int) {
         self.bytesDownloaded.increment(by: bytes)
-        self.snapshot.withLock {
-            $0.downloads += 1
-            $0.bytesDownloaded += bytes
-        }
+        self.snapshot.withLock { $0.downloads += 1 }
     }
 
     func served(bytes: Int) {
@@ -84,10 +80,7 @@ final class ServiceMetrics: Sendable {
         self.transcodeDuration.recordNanoseconds(
             duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
         self.bytesSaved.increment(by: savedBytes)
-        self.snapshot.withLock {
-            $0.transcodes += 1
-            $0.bytesSaved += savedBytes
-        }
+        self.snapshot.withLock { $0.transcodes += 1 }
     }
 
     /// One request answered, by route template and status.

@@ -23,15 +23,12 @@ enum JobState: Sendable {
     case failed(ServiceError)
 }
 
-/// Counters the tests and `/metrics` read.
+/// What the service has done so far, as tests read it (the Prometheus counters are for operators).
 struct ServiceCounters: Sendable {
     var downloads = 0
     var transcodes = 0
     var cacheHits = 0
-    var cacheMisses = 0
     var dedupeJoins = 0
-    var bytesDownloaded = 0
-    var bytesSaved = 0
 }
 
 /// Turns requests into cached results: cache lookup, single-flight per request, download, content

@@ -3,15 +3,10 @@ import Testing
 
 @testable import Transcoder
 
-/// A converted GIF: its metadata, the reopened MP4, and where the files are.
+/// A converted GIF: its metadata and the reopened MP4 (the files are gone once this exists).
 struct Conversion {
     var metadata: TranscodeMetadata
     var video: MP4Probe
-    var directory: String
-
-    var mp4Path: String { self.directory + "/out.mp4" }
-    var posterPath: String { self.directory + "/out.jpg" }
-    var metadataPath: String { self.directory + "/out.json" }
 }
 
 /// A fresh temporary directory, removed when `body` returns.
@@ -27,7 +22,7 @@ func convert(_ gif: [UInt8], options: TranscodeOptions = TranscodeOptions()) thr
     try withTemporaryDirectory { directory in
         let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "out")
         let video = try MP4Probe(path: directory + "/out.mp4")
-        return Conversion(metadata: metadata, video: video, directory: directory)
+        return Conversion(metadata: metadata, video: video)
     }
 }
 
