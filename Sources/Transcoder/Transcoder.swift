@@ -124,9 +124,9 @@ public struct Transcoder: Sendable {
         var truncated = prescan.truncated
         var time: Int64 = 0
         var pendingStart: Int64 = 0
-        func encodePending(duration: Int64) throws {
+        func encodePending() throws {
             try pending.withUnsafeBufferPointer { try scaler.convert($0, into: frame) }
-            try encoder.encode(frame, pts: pendingStart, duration: duration, emit: muxer.write)
+            try encoder.encode(frame, pts: pendingStart, emit: muxer.write)
             encodedFrames += 1
         }
 
@@ -156,7 +156,7 @@ public struct Transcoder: Sendable {
             } else if Self.identical(current, pending) {
                 // Same picture again: the pending frame simply shows longer.
             } else {
-                try encodePending(duration: time - pendingStart)
+                try encodePending()
                 swap(&pending, &current)
                 pendingStart = time
             }
@@ -166,9 +166,9 @@ public struct Transcoder: Sendable {
         guard decodedFrames > 0 else {
             throw TranscodeError(.corrupt, "the GIF has no frame that decodes completely")
         }
-        try encodePending(duration: time - pendingStart)
+        try encodePending()
         try encoder.finish(emit: muxer.write)
-        try muxer.finish()
+        try muxer.finish(endTime: time)
 
         let metadata = TranscodeMetadata(
             sourceWidth: prescan.width, sourceHeight: prescan.height,

@@ -105,6 +105,10 @@ import Testing
         #expect(zip(video.ptsMilliseconds, video.ptsMilliseconds.dropFirst()).allSatisfy { $0 < $1 })
         #expect(video.ptsMilliseconds.count == metadata.encodedFrameCount)
         #expect(video.formatDurationMilliseconds == Int64(metadata.durationMs))
+        // What Chromium plays: the sum of the sample durations, not mvhd's or the edit list's duration.
+        #expect(video.sampleDurationTotalMilliseconds == Double(metadata.durationMs))
+        #expect(video.samplePresentationMilliseconds == video.ptsMilliseconds.map(Double.init))
+        #expect(video.editMediaTimes.allSatisfy { $0 == 0 }, "\(video.editMediaTimes)")
         let reference = try FFmpegReference(gifPath: path)
         #expect(metadata.gifFrameCount == reference.frameDurations.count)
         #expect(metadata.durationMs == reference.frameDurations.reduce(0, +))

@@ -3,7 +3,8 @@ import CFFmpeg
 /// Encodes yuv420p frames with libx264 through libavcodec, with variable frame durations.
 ///
 /// Timestamps are milliseconds: the codec time base is 1/1000, so a GIF delay (always a whole number
-/// of centiseconds) is represented exactly and the MP4's duration equals the sum of the delays.
+/// of centiseconds) is represented exactly. A picture lasts until the next one starts; the muxer is told
+/// where the last one ends (`MP4Muxer.finish(endTime:)`).
 final class H264Encoder {
     static let timeBase = AVRational(num: 1, den: 1000)
 
@@ -11,9 +12,6 @@ final class H264Encoder {
     let height: Int
     private let codec: CodecContext
     private let packet: Packet
-    /// Duration of each frame sent, by pts, until its packet comes back: libavcodec 5.x does not carry
-    /// frame durations through the encoder, and the muxer needs the last one to end the track exactly.
-    private var durations: [Int64: Int64] = [:]
 
     /// - Parameters:
     ///   - averageFrameRate: frames per second over the whole animation; x264 uses it for level and
@@ -57,12 +55,9 @@ final class H264Encoder {
         try self.codec.withUnsafeMutablePointer(body)
     }
 
-    /// Sends one picture shown from `pts` for `duration` milliseconds; hands every packet that is ready
-    /// to `emit` (the packet is only valid during the call).
-    func encode(
-        _ frame: VideoFrame, pts: Int64, duration: Int64, emit: (Packet) throws -> Void
-    ) throws {
-        self.durations[pts] = duration
+    /// Sends one picture shown from `pts` (milliseconds); hands every packet that is ready to `emit`, in
+    /// decode order (the packet is only valid during the call).
+    func encode(_ frame: VideoFrame, pts: Int64, emit: (Packet) throws -> Void) throws {
         let progress = try frame.withUnsafeMutablePointer { frame in
             frame.pointee.pts = pts
             frame.pointee.pict_type = AV_PICTURE_TYPE_NONE
@@ -82,11 +77,6 @@ final class H264Encoder {
 
     private func drain(emit: (Packet) throws -> Void) throws {
         while try self.codec.receive(into: self.packet) == .done {
-            self.packet.withUnsafeMutablePointer { packet in
-                if let duration = self.durations.removeValue(forKey: packet.pointee.pts) {
-                    packet.pointee.duration = duration
-                }
-            }
             try emit(self.packet)
         }
     }

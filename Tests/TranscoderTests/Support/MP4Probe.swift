@@ -23,6 +23,14 @@ struct MP4Probe {
     var pictures: [[UInt32]] = []
     /// Whether the `moov` atom comes before `mdat` (faststart).
     var moovBeforeMdat = false
+    /// The video track's sample table as Chromium's player reads it: the sum of the `stts` sample
+    /// durations (its media duration, whatever `mvhd`, `mdhd` or an edit list say), in milliseconds.
+    var sampleDurationTotalMilliseconds: Double = 0
+    /// Presentation times read from the boxes (decode times from `stts` plus `ctts` offsets), sorted,
+    /// milliseconds, with no edit list applied.
+    var samplePresentationMilliseconds: [Double] = []
+    /// The track's edit list (`elst` media times, in the track's timescale); empty when there is none.
+    var editMediaTimes: [Int64] = []
 
     init(path: String, decodePictures: Bool = true) throws {
         var context: UnsafeMutablePointer<AVFormatContext>?
@@ -93,7 +101,21 @@ struct MP4Probe {
         decoded.sort { $0.0 < $1.0 }
         self.ptsMilliseconds = decoded.map(\.0)
         self.pictures = decoded.map(\.1)
-        self.moovBeforeMdat = try Self.moovComesFirst(path)
+        let file = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        self.moovBeforeMdat = Self.moovComesFirst(file)
+        if let table = SampleTable(file) {
+            let milliseconds = { (ticks: Int64) in Double(ticks) * 1000 / Double(table.timescale) }
+            self.sampleDurationTotalMilliseconds = milliseconds(table.deltas.reduce(0, +))
+            var decodeTime: Int64 = 0
+            var presentation: [Double] = []
+            for (index, delta) in table.deltas.enumerated() {
+                let offset = index < table.compositionOffsets.count ? table.compositionOffsets[index] : 0
+                presentation.append(milliseconds(decodeTime + offset))
+                decodeTime += delta
+            }
+            self.samplePresentationMilliseconds = presentation.sorted()
+            self.editMediaTimes = table.editMediaTimes
+        }
     }
 
     private static func rgba(_ frame: UnsafeMutablePointer<AVFrame>) throws -> [UInt32] {
@@ -127,8 +149,7 @@ struct MP4Probe {
     }
 
     /// Walks the top-level boxes of the file.
-    private static func moovComesFirst(_ path: String) throws -> Bool {
-        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+    private static func moovComesFirst(_ bytes: [UInt8]) -> Bool {
         var offset = 0
         while offset + 8 <= bytes.count {
             let size =
@@ -167,4 +188,89 @@ func psnr(_ a: [UInt32], _ b: [UInt32]) -> Double {
 /// An opaque RGBA pixel from 0xRRGGBB.
 func rgba(_ color: UInt32) -> UInt32 {
     (color >> 16) & 0xFF | (color & 0xFF00) | (color & 0xFF) << 16 | 0xFF00_0000
+}
+
+/// The first video track's `mdhd` timescale, `stts` deltas, `ctts` offsets and `elst` media times, read
+/// straight from the boxes (ISO/IEC 14496-12), independently of libavformat.
+struct SampleTable {
+    var timescale: Int64 = 0
+    var deltas: [Int64] = []
+    /// Per sample, in decode order; empty without `ctts`.
+    var compositionOffsets: [Int64] = []
+    var editMediaTimes: [Int64] = []
+
+    init?(_ bytes: [UInt8]) {
+        func integer(_ offset: Int, _ size: Int) -> Int64 {
+            (offset..<(offset + size)).reduce(Int64(0)) { $0 << 8 | Int64(bytes[$1]) }
+        }
+        /// The boxes in `range`: (type, payload range).
+        func boxes(_ range: Range<Int>) -> [(String, Range<Int>)] {
+            var found: [(String, Range<Int>)] = []
+            var offset = range.lowerBound
+            while offset + 8 <= range.upperBound {
+                var size = Int(integer(offset, 4))
+                var header = 8
+                if size == 1, offset + 16 <= range.upperBound {
+                    size = Int(integer(offset + 8, 8))
+                    header = 16
+                } else if size == 0 {
+                    size = range.upperBound - offset
+                }
+                guard size >= header, offset + size <= range.upperBound else { break }
+                found.append(
+                    (
+                        String(decoding: bytes[(offset + 4)..<(offset + 8)], as: UTF8.self),
+                        (offset + header)..<(offset + size)
+                    ))
+                offset += size
+            }
+            return found
+        }
+        func child(_ type: String, in range: Range<Int>) -> Range<Int>? {
+            boxes(range).first { $0.0 == type }?.1
+        }
+        guard let moov = child("moov", in: 0..<bytes.count) else { return nil }
+        for (type, trak) in boxes(moov) where type == "trak" {
+            guard let mdia = child("mdia", in: trak), let hdlr = child("hdlr", in: mdia),
+                String(decoding: bytes[(hdlr.lowerBound + 8)..<(hdlr.lowerBound + 12)], as: UTF8.self) == "vide",
+                let mdhd = child("mdhd", in: mdia), let minf = child("minf", in: mdia),
+                let stbl = child("stbl", in: minf), let stts = child("stts", in: stbl)
+            else { continue }
+            // mdhd: version, flags, then creation and modification times of 4 (v0) or 8 (v1) bytes each.
+            self.timescale = integer(mdhd.lowerBound + (bytes[mdhd.lowerBound] == 1 ? 20 : 12), 4)
+            let entries = Int(integer(stts.lowerBound + 4, 4))
+            for entry in 0..<entries {
+                let base = stts.lowerBound + 8 + entry * 8
+                guard base + 8 <= stts.upperBound else { return nil }
+                let count = Int(integer(base, 4))
+                self.deltas.append(contentsOf: repeatElement(integer(base + 4, 4), count: count))
+            }
+            if let ctts = child("ctts", in: stbl) {
+                // Version 1 offsets are signed; version 0 ones unsigned.
+                let signed = bytes[ctts.lowerBound] == 1
+                for entry in 0..<Int(integer(ctts.lowerBound + 4, 4)) {
+                    let base = ctts.lowerBound + 8 + entry * 8
+                    guard base + 8 <= ctts.upperBound else { return nil }
+                    var offset = integer(base + 4, 4)
+                    if signed, offset >= 1 << 31 { offset -= 1 << 32 }
+                    self.compositionOffsets.append(contentsOf: repeatElement(offset, count: Int(integer(base, 4))))
+                }
+            }
+            if let edts = child("edts", in: trak), let elst = child("elst", in: edts) {
+                // Entries: segment duration and media time, 4 bytes each (v0) or 8 (v1), then the rate.
+                let wide = bytes[elst.lowerBound] == 1
+                let size = wide ? 20 : 12
+                for entry in 0..<Int(integer(elst.lowerBound + 4, 4)) {
+                    let base = elst.lowerBound + 8 + entry * size
+                    guard base + size <= elst.upperBound else { return nil }
+                    var mediaTime = integer(base + (wide ? 8 : 4), wide ? 8 : 4)
+                    if !wide, mediaTime >= 1 << 31 { mediaTime -= 1 << 32 }
+                    self.editMediaTimes.append(mediaTime)
+                }
+            }
+            guard self.timescale > 0 else { return nil }
+            return
+        }
+        return nil
+    }
 }
