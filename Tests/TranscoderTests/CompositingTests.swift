@@ -183,36 +183,51 @@ import Testing
             ])
     }
 
-    @Test func oddSizesArePaddedWithBackgroundNotResampled() throws {
-        var gif = GIFBuilder(width: 33, height: 17)
-        gif.frames = [.filled(Self.red, width: 33, height: 17)]
+    /// Odd sizes are padded to even by copying the last column and row, so 4:2:0 chroma (shared by 2x2
+    /// blocks) does not mix the pad into the picture's edge: with a background-coloured pad, the last
+    /// column and row took half of its colour.
+    @Test func oddSizesKeepTheirLastColumnAndRow() throws {
         var options = TranscodeOptions()
         options.background = .black
-        let result = try convert(try gif.build(), options: options)
-        #expect(result.metadata.outputWidth == 34)
-        #expect(result.metadata.outputHeight == 18)
-        #expect(result.video.width == 34)
-        #expect(result.video.height == 18)
-        // Away from the one-pixel seam (where 4:2:0 chroma is shared), the picture is untouched.
+        var uniform = GIFBuilder(width: 33, height: 17)
+        uniform.frames = [.filled(Self.red, width: 33, height: 17)]
+        let result = try convert(try uniform.build(), options: options)
+        #expect(result.metadata.outputWidth == 34 && result.metadata.outputHeight == 18)
+        #expect(result.video.width == 34 && result.video.height == 18)
         let frame = try #require(result.video.pictures.first)
+        let red = rgba(0xFF0000)
         let interior = (0..<16).flatMap { y in (0..<32).map { x in frame[y * 34 + x] } }
-        #expect(psnr(interior, [UInt32](repeating: rgba(0xFF0000), count: interior.count)) > 35)
-        // The padding row is black in luma (4:2:0 shares its chroma with the red row above it).
-        let bottom = (0..<32).map { x in frame[17 * 34 + x] }
-        let luma = bottom.map {
-            0.2126 * Double($0 & 0xFF) + 0.7152 * Double(($0 >> 8) & 0xFF) + 0.0722 * Double(($0 >> 16) & 0xFF)
-        }
-        #expect(luma.allSatisfy { $0 < 30 }, "bottom padding row is not background: \(luma)")
+        #expect(psnr(interior, [UInt32](repeating: red, count: interior.count)) > 35)
+        let lastColumn = (0..<17).map { y in frame[y * 34 + 32] }
+        #expect(psnr(lastColumn, [UInt32](repeating: red, count: lastColumn.count)) > 35)
+        let lastRow = (0..<33).map { x in frame[16 * 34 + x] }
+        #expect(psnr(lastRow, [UInt32](repeating: red, count: lastRow.count)) > 35)
+
+        // The pad repeats the edge, whatever its colour, not the background (a black pad: about 5 dB; the
+        // edge colours lose some saturation to their red neighbours through bicubic chroma).
+        var edged = GIFBuilder(width: 33, height: 17)
+        var pixels = [UInt8](repeating: Self.red, count: 33 * 17)
+        for y in 0..<17 { pixels[y * 33 + 32] = Self.blue }
+        for x in 0..<33 { pixels[16 * 33 + x] = Self.green }
+        edged.frames = [GIFBuilder.Frame(width: 33, height: 17, pixels: pixels)]
+        let padded = try #require(try convert(try edged.build(), options: options).video.pictures.first)
+        let padColumn = (0..<16).map { y in padded[y * 34 + 33] }
+        #expect(psnr(padColumn, [UInt32](repeating: rgba(0x0000FF), count: 16)) > 20)
+        let padRow = (0..<32).map { x in padded[17 * 34 + x] }
+        #expect(psnr(padRow, [UInt32](repeating: rgba(0x00FF00), count: 32)) > 20)
     }
 
-    @Test func oneByOneBecomesTwoByTwo() throws {
+    @Test func oneByOneBecomesTwoByTwoOfTheSameColour() throws {
         var gif = GIFBuilder(width: 1, height: 1)
         gif.loopCount = nil
-        gif.frames = [.filled(Self.white, width: 1, height: 1, delay: 0)]
+        gif.frames = [.filled(Self.red, width: 1, height: 1, delay: 0)]
         let result = try convert(try gif.build())
         #expect(result.video.width == 2 && result.video.height == 2)
         #expect(result.metadata.sourceWidth == 1 && result.metadata.sourceHeight == 1)
         #expect(result.metadata.durationMs == 100)
+        // The one pixel keeps its colour (4.5 dB when the pad was background).
+        let frame = try #require(result.video.pictures.first)
+        #expect(psnr([frame[0]], [rgba(0xFF0000)]) > 35)
     }
 
     @Test func largeCanvasesAreScaledIntoTheBox() throws {
