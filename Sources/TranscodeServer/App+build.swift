@@ -58,7 +58,7 @@ func buildApplication(
 }
 
 /// The routes: `GET /` (the demo page), `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`,
-/// `GET /healthz`, `GET /readyz`, `GET /metrics`.
+/// `GET /player.js`, `GET /healthz`, `GET /readyz`, `GET /metrics`.
 func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     let router = Router(context: AppRequestContext.self)
     router.add(middleware: LogRequestsMiddleware(.debug))
@@ -72,5 +72,6 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) }
     ).addRoutes(to: router)
     DemoPageController<AppRequestContext>().addRoutes(to: router)
+    PlayerScriptController<AppRequestContext>().addRoutes(to: router)
     return router
 }

@@ -37,4 +37,27 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     public var mp4Bytes: Int
     public var posterBytes: Int
     public var recommendation: Recommendation
+
+    // Written by hand so that `loopCount` and `playCount` are always present, `null` when absent: a client
+    // reading `playCount` must not have to tell "forever" from "field missing".
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(self.sourceWidth, forKey: .sourceWidth)
+        try container.encode(self.sourceHeight, forKey: .sourceHeight)
+        try container.encode(self.outputWidth, forKey: .outputWidth)
+        try container.encode(self.outputHeight, forKey: .outputHeight)
+        try container.encode(self.gifFrameCount, forKey: .gifFrameCount)
+        try container.encode(self.encodedFrameCount, forKey: .encodedFrameCount)
+        try container.encode(self.durationMs, forKey: .durationMs)
+        try container.encode(self.loopCount, forKey: .loopCount)
+        try container.encode(self.playCount, forKey: .playCount)
+        try container.encode(self.loopsForever, forKey: .loopsForever)
+        try container.encode(self.hasTransparency, forKey: .hasTransparency)
+        try container.encode(self.truncated, forKey: .truncated)
+        try container.encode(self.background, forKey: .background)
+        try container.encode(self.gifBytes, forKey: .gifBytes)
+        try container.encode(self.mp4Bytes, forKey: .mp4Bytes)
+        try container.encode(self.posterBytes, forKey: .posterBytes)
+        try container.encode(self.recommendation, forKey: .recommendation)
+    }
 }

@@ -45,6 +45,32 @@ import Testing
             #expect(json["playCount"] as? Int == 2)
             let html = try #require(json["html"] as? String)
             #expect(!html.contains(" loop"))
+            // Played twice by the service's script, which the snippet references.
+            #expect(html.contains(" data-play-count=\"2\" "))
+            #expect(html.hasSuffix("</video><script src=\"/player.js\" defer></script>"))
+
+            let script = try await harness.request(.GET, "/player.js")
+            #expect(script.status == 200)
+            #expect(script.headers.first(name: "Content-Type") == "text/javascript; charset=utf-8")
+            #expect(script.text.contains("data-play-count"))
+            let etag = try #require(script.headers.first(name: "ETag"))
+            let again = try await harness.request(.GET, "/player.js", headers: [("If-None-Match", etag)])
+            #expect(again.status == 304)
+        }
+    }
+
+    /// `playCount` is always in the JSON: `null` when the GIF loops forever (and `loopCount` `null` when it
+    /// has no loop block); a GIF without a loop block plays once, with neither `loop` nor a script.
+    @Test func playCountIsAlwaysPresent() async throws {
+        try await withHarness { harness in
+            let forever = try await harness.transcode(url: harness.originURL("/corpus/cartoon_dancing_banana.gif"))
+            #expect(forever.text.contains("\"playCount\":null"), "\(forever.text)")
+            let once = try await harness.transcode(url: harness.originURL("/corpus/cartoon_spam_text.gif"))
+            #expect(once.text.contains("\"loopCount\":null"), "\(once.text)")
+            let json = try once.json()
+            #expect(json["playCount"] as? Int == 1)
+            let html = try #require(json["html"] as? String)
+            #expect(!html.contains(" loop") && !html.contains("data-play-count") && !html.contains("<script"))
         }
     }
 

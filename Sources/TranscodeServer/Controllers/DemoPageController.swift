@@ -32,7 +32,7 @@ enum DemoPage {
     /// a dropped one from a blob: URL; the video, poster and API calls are same-origin.
     static let contentSecurityPolicy = [
         "default-src 'none'",
-        "script-src \(Self.sourceHash(Self.script))",
+        "script-src 'self' \(Self.sourceHash(Self.script))",
         "style-src \(Self.sourceHash(Self.style))",
         "img-src 'self' blob: http: https:",
         "media-src 'self' blob:",
@@ -54,6 +54,7 @@ enum DemoPage {
         <meta charset="utf-8">
         <meta name="viewport" content="width=device-width, initial-scale=1">
         <title>GIF to MP4</title>
+        <script src="/player.js" defer></script>
         <style>\(Self.style)</style>
         </head>
         <body>
@@ -208,6 +209,9 @@ enum DemoPage {
           gif.src = preview;
           for (const media of [gif, video]) { media.width = r.sourceWidth; media.height = r.sourceHeight; }
           video.loop = r.loopsForever;
+          // A finite loop count is played by /player.js, as in the snippet.
+          if (!r.loopsForever && r.playCount > 1) video.dataset.playCount = r.playCount;
+          else delete video.dataset.playCount;
           video.muted = true;
           video.poster = r.poster;
           video.src = r.mp4;

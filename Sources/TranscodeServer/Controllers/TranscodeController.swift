@@ -121,13 +121,21 @@ struct TranscodeResult: Encodable, Sendable {
     var mp4Path: String { "/media/\(self.key).mp4" }
     var posterPath: String { "/media/\(self.key).jpg" }
 
-    /// Autoplaying, muted and inline (what iOS Safari requires to autoplay), looping only when the GIF
-    /// loops forever, sized like the GIF so the page layout does not move.
+    /// Autoplaying, muted and inline (what iOS Safari requires to autoplay), sized like the GIF so the page
+    /// layout does not move, and played as many times as the GIF: `loop` when it loops forever, nothing
+    /// when it plays once, and `data-play-count` with `/player.js` for a finite loop count.
     var html: String {
-        let loop = self.metadata.loopsForever ? " loop" : ""
-        return "<video autoplay muted playsinline\(loop) poster=\"\(self.posterPath)\" "
+        var playback = ""
+        var script = ""
+        if self.metadata.loopsForever {
+            playback = " loop"
+        } else if let plays = self.metadata.playCount, plays > 1 {
+            playback = " data-play-count=\"\(plays)\""
+            script = "<script src=\"\(PlayerScript.path)\" defer></script>"
+        }
+        return "<video autoplay muted playsinline\(playback) poster=\"\(self.posterPath)\" "
             + "width=\"\(self.metadata.sourceWidth)\" height=\"\(self.metadata.sourceHeight)\">"
-            + "<source src=\"\(self.mp4Path)\" type=\"video/mp4\"></video>"
+            + "<source src=\"\(self.mp4Path)\" type=\"video/mp4\"></video>" + script
     }
 
     func encode(to encoder: any Encoder) throws {
