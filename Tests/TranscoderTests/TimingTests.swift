@@ -19,7 +19,7 @@ import Testing
         #expect(result.video.streamDurationMilliseconds == 2 * milliseconds)
         #expect(result.video.formatDurationMilliseconds == 2 * milliseconds)
         #expect(result.video.sampleDurationTotalMilliseconds == Double(2 * milliseconds))
-        #expect(result.video.samplePresentationMilliseconds == [0, Double(milliseconds)])
+        #expect(result.video.sampleDurationsMilliseconds == [Double(milliseconds), Double(milliseconds)])
     }
 
     @Test func missingGraphicControlExtensionPlaysAs100ms() throws {
@@ -41,12 +41,12 @@ import Testing
         #expect(result.video.streamDurationMilliseconds == 3250)
         #expect(result.video.formatDurationMilliseconds == 3250)
         #expect(result.video.sampleDurationTotalMilliseconds == 3250)
-        #expect(result.video.samplePresentationMilliseconds == [0, 100, 150, 250])
+        #expect(result.video.sampleDurationsMilliseconds == [100, 50, 100, 3000])
     }
 
     /// The case Chromium played for 1.02 s instead of 2.42 s while B-frames made the last `stts` delta a
-    /// decode-order gap. Read from the boxes, as a player without edit-list support would: the sample
-    /// durations add up to the GIF's length and the pictures are presented at the GIF's start times.
+    /// decode-order gap. Read from the boxes: each sample lasts its own frame's display time (Chromium
+    /// takes frame durations from `stts`), decoded when presented, with no edit list to shift anything.
     @Test func sampleTableCarriesEveryDelay() throws {
         var gif = GIFBuilder(width: 32, height: 32)
         gif.frames = [0, 1, 2, 3, 7, 10, 50, 150].enumerated().map { index, delay in
@@ -55,7 +55,9 @@ import Testing
         let result = try convert(try gif.build())
         #expect(result.video.ptsMilliseconds == [0, 100, 200, 220, 250, 320, 420, 920])
         #expect(result.video.sampleDurationTotalMilliseconds == 2420)
+        #expect(result.video.sampleDurationsMilliseconds == [100, 100, 20, 30, 70, 100, 500, 1500])
         #expect(result.video.samplePresentationMilliseconds == [0, 100, 200, 220, 250, 320, 420, 920])
+        #expect(!result.video.hasCompositionOffsets)
         // No edit list is needed to start at 0 (an identity one would do no harm).
         #expect(result.video.editMediaTimes.allSatisfy { $0 == 0 }, "\(result.video.editMediaTimes)")
         #expect(result.metadata.durationMs == 2420)
@@ -73,7 +75,7 @@ import Testing
         #expect(result.metadata.durationMs == 750)
         #expect(result.video.formatDurationMilliseconds == 750)
         #expect(result.video.sampleDurationTotalMilliseconds == 750)
-        #expect(result.video.samplePresentationMilliseconds == [0, 300, 650])
+        #expect(result.video.sampleDurationsMilliseconds == [300, 350, 100])
     }
 
     @Test func singleFrameKeepsItsDelay() throws {
@@ -83,7 +85,7 @@ import Testing
         #expect(result.video.ptsMilliseconds == [0])
         #expect(result.metadata.durationMs == 2500)
         #expect(result.video.formatDurationMilliseconds == 2500)
-        #expect(result.video.sampleDurationTotalMilliseconds == 2500)
+        #expect(result.video.sampleDurationsMilliseconds == [2500])
     }
 
     @Test(arguments: [

@@ -3,15 +3,12 @@ import CFFmpeg
 /// Writes one H.264 stream into an MP4 file through libavformat, with the `moov` atom moved before
 /// `mdat` (`+faststart`) so browsers can start playing before the whole file has arrived.
 ///
-/// The timeline means the same to every player, without an edit list: the first sample is decoded and
-/// presented at 0, every picture is presented at its GIF start time (`ctts` offsets, never negative), and
-/// the sample durations (`stts`) add up to exactly the animation's length. Chromium plays a track for the
-/// sum of its sample durations and ignores `mvhd` and the edit list for that. x264 with B-frames starts
-/// decode timestamps below zero, which libavformat answers with a shifted track plus an edit list, and the
-/// last sample's duration was a decode-order gap: a 1.5 s last frame played for 0.1 s. So decode
-/// timestamps are moved up to start at 0 (each at least 1 ms after the previous one, never past its own
-/// presentation time), and the last sample, held back until `finish`, lasts until the animation's end.
-/// B-frames stay: without them `cartoon_giphy_logo.gif` grew from 47,780 to 73,982 bytes (+55%).
+/// The timeline means the same to every player, with no edit list: the encoder makes no B-frames, so each
+/// sample is decoded when it is presented (no `ctts`), the first at 0, and each sample's `stts` duration is
+/// exactly its picture's display time, the last one included. Chromium plays a track for the sum of the
+/// sample durations (not `mvhd` or the edit list) and takes each frame's duration from `stts`; `mdhd`,
+/// `mvhd` and `tkhd` say the same length. The last packet is held back until `finish`, which knows where
+/// the animation ends.
 ///
 /// Owns the `AVFormatContext` (`avformat_free_context`) and its `AVIOContext` (`avio_closep`). The
 /// trailer is written and the file closed in `finish()`, which throws; `deinit` only releases what a
@@ -23,8 +20,8 @@ final class MP4Muxer {
     /// The newest packet, written once the next one arrives or at `finish`, when its duration is known.
     private let held: Packet
     private var isHolding = false
-    /// The last decode timestamp given out, in the encoder's time base.
-    private var lastDecodeTime: Int64 = -1
+    /// The last presentation time taken, in the encoder's time base.
+    private var lastTime: Int64 = -1
 
     /// Creates `path` and writes the MP4 header for the encoder's stream.
     init(path: String, encoder: H264Encoder) throws {
@@ -72,16 +69,18 @@ final class MP4Muxer {
         avformat_free_context(self.context)
     }
 
-    /// Takes one encoded packet, in decode order, timestamps in the encoder's time base; `packet` is left
-    /// empty.
+    /// Takes one encoded packet, timestamps in the encoder's time base; `packet` is left empty.
+    /// - Throws: `FFmpegError` when packets do not come in presentation order (B-frames).
     func write(_ packet: Packet) throws {
         try packet.withUnsafeMutablePointer { packet in
-            let decodeTime = max(packet.pointee.dts, self.lastDecodeTime + 1)
-            guard decodeTime <= packet.pointee.pts else {
-                throw FFmpegError(code: CFFmpeg_AVERROR(EINVAL), function: "MP4Muxer.write (decode after presentation)")
+            guard packet.pointee.pts > self.lastTime else {
+                throw FFmpegError(
+                    code: CFFmpeg_AVERROR(EINVAL), function: "MP4Muxer.write (packets out of presentation order)")
             }
-            packet.pointee.dts = decodeTime
-            self.lastDecodeTime = decodeTime
+            self.lastTime = packet.pointee.pts
+            packet.pointee.dts = packet.pointee.pts
+            // libavformat derives every sample's duration but the last from the gap to the next one.
+            packet.pointee.duration = 0
         }
         if self.isHolding {
             try self.writeHeld()
@@ -105,14 +104,7 @@ final class MP4Muxer {
     /// (and, for faststart, rewrites the file with `moov` first), then closes the file.
     func finish(endTime: Int64) throws {
         if self.isHolding {
-            // The last sample is decoded at its own presentation time (later than every other decode time,
-            // since those never pass their presentation times) and lasts until the end: the `stts` durations
-            // then add up to `endTime`, and libavformat's `mdhd`/`mvhd`/`elst` duration (the largest
-            // presentation time plus duration) is `endTime` too.
-            self.held.withUnsafeMutablePointer { packet in
-                packet.pointee.dts = packet.pointee.pts
-                packet.pointee.duration = endTime - packet.pointee.pts
-            }
+            self.held.withUnsafeMutablePointer { $0.pointee.duration = endTime - $0.pointee.pts }
             try self.writeHeld()
         }
         try FFmpegError.check(av_write_trailer(self.context), "av_write_trailer")

@@ -29,6 +29,10 @@ struct MP4Probe {
     /// Presentation times read from the boxes (decode times from `stts` plus `ctts` offsets), sorted,
     /// milliseconds, with no edit list applied.
     var samplePresentationMilliseconds: [Double] = []
+    /// Each sample's `stts` duration in milliseconds, in decode order.
+    var sampleDurationsMilliseconds: [Double] = []
+    /// Whether the track has a `ctts` box (decode order differs from presentation order).
+    var hasCompositionOffsets = false
     /// The track's edit list (`elst` media times, in the track's timescale); empty when there is none.
     var editMediaTimes: [Int64] = []
 
@@ -106,6 +110,8 @@ struct MP4Probe {
         if let table = SampleTable(file) {
             let milliseconds = { (ticks: Int64) in Double(ticks) * 1000 / Double(table.timescale) }
             self.sampleDurationTotalMilliseconds = milliseconds(table.deltas.reduce(0, +))
+            self.sampleDurationsMilliseconds = table.deltas.map(milliseconds)
+            self.hasCompositionOffsets = !table.compositionOffsets.isEmpty
             var decodeTime: Int64 = 0
             var presentation: [Double] = []
             for (index, delta) in table.deltas.enumerated() {
@@ -174,15 +180,61 @@ struct MP4Probe {
 /// (infinity when identical).
 func psnr(_ a: [UInt32], _ b: [UInt32]) -> Double {
     precondition(a.count == b.count)
-    var squared: Double = 0
-    for index in a.indices {
-        for shift in [0, 8, 16] as [UInt32] {
-            let difference = Double(Int((a[index] >> shift) & 0xFF) - Int((b[index] >> shift) & 0xFF))
-            squared += difference * difference
+    var squared: Int64 = 0
+    a.withUnsafeBufferPointer { a in
+        b.withUnsafeBufferPointer { b in
+            for index in 0..<a.count {
+                let x = a[index]
+                let y = b[index]
+                let red = Int64(x & 0xFF) - Int64(y & 0xFF)
+                let green = Int64((x >> 8) & 0xFF) - Int64((y >> 8) & 0xFF)
+                let blue = Int64((x >> 16) & 0xFF) - Int64((y >> 16) & 0xFF)
+                squared += red * red + green * green + blue * blue
+            }
         }
     }
-    let mean = squared / Double(a.count * 3)
+    let mean = Double(squared) / Double(a.count * 3)
     return mean == 0 ? .infinity : 10 * log10(255 * 255 / mean)
+}
+
+/// The top-left `width` x `height` of a picture `stride` pixels wide.
+func crop(_ picture: [UInt32], width stride: Int, to width: Int, _ height: Int) -> [UInt32] {
+    if stride == width { return Array(picture[0..<(width * height)]) }
+    return [UInt32](unsafeUninitializedCapacity: width * height) { out, count in
+        picture.withUnsafeBufferPointer { pixels in
+            for y in 0..<height {
+                for x in 0..<width { out[y * width + x] = pixels[y * stride + x] }
+            }
+        }
+        count = width * height
+    }
+}
+
+/// Each 2x2 block's mean colour (an odd last row or column is dropped): compares pictures at the
+/// resolution 4:2:0 keeps colour at.
+func averaging2x2(_ picture: [UInt32], width: Int, height: Int) -> [UInt32] {
+    let columns = width / 2
+    let rows = height / 2
+    return [UInt32](unsafeUninitializedCapacity: columns * rows) { out, count in
+        picture.withUnsafeBufferPointer { pixels in
+            for row in 0..<rows {
+                for column in 0..<columns {
+                    let top = 2 * row * width + 2 * column
+                    let a = pixels[top]
+                    let b = pixels[top + 1]
+                    let c = pixels[top + width]
+                    let d = pixels[top + width + 1]
+                    var value: UInt32 = 0xFF00_0000
+                    for shift: UInt32 in [0, 8, 16] {
+                        let sum = (a >> shift) & 0xFF + (b >> shift) & 0xFF + (c >> shift) & 0xFF + (d >> shift) & 0xFF
+                        value |= ((sum + 2) / 4) << shift
+                    }
+                    out[row * columns + column] = value
+                }
+            }
+        }
+        count = columns * rows
+    }
 }
 
 /// An opaque RGBA pixel from 0xRRGGBB.
