@@ -8,7 +8,8 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         case keepGIF = "keep-gif"
     }
 
-    /// The GIF's logical screen.
+    /// The GIF's canvas as browsers show it: the logical screen, enlarged to the first frame's rectangle
+    /// where that reaches past it.
     public var sourceWidth: Int
     public var sourceHeight: Int
     /// The video (and poster) size: even, padded or scaled down into the output box.

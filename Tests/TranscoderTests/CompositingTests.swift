@@ -160,6 +160,29 @@ import Testing
         self.expectPictures(result, [picture(width: 32, height: 32, base: 0xFF0000, [(16, 0, 16, 32, 0x000000)])])
     }
 
+    /// Chromium's rule: a first frame reaching past the logical screen enlarges the canvas to hold it; later
+    /// frames are clipped to that canvas.
+    @Test func aFirstFrameLargerThanTheScreenEnlargesTheCanvas() throws {
+        var gif = GIFBuilder(width: 16, height: 16)
+        gif.frames = [
+            .filled(Self.red, left: 8, top: 0, width: 16, height: 24),
+            .filled(Self.blue, left: 20, top: 20, width: 20, height: 20),
+        ]
+        var options = TranscodeOptions()
+        options.background = .white
+        let result = try convert(try gif.build(), options: options)
+        #expect(result.metadata.sourceWidth == 24 && result.metadata.sourceHeight == 24)
+        self.expectPictures(
+            result,
+            [
+                picture(width: 24, height: 24, base: 0xFFFFFF, [(8, 0, 16, 24, 0xFF0000)]),
+                picture(width: 24, height: 24, base: 0xFFFFFF, [(8, 0, 16, 24, 0xFF0000), (20, 20, 4, 4, 0x0000FF)]),
+            ])
+        // The enlarged canvas is held to the limits.
+        options.limits.maxWidth = 20
+        try expectFailure(try gif.build(), .dimensionsTooLarge, options: options)
+    }
+
     @Test func framesAreClippedToTheScreen() throws {
         var gif = GIFBuilder(width: 32, height: 32)
         gif.frames = [

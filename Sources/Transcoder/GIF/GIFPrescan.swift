@@ -49,6 +49,7 @@ struct ColorTableLocation: Sendable, Equatable {
 /// The pre-scan enforces every limit before a single pixel is decoded: a hostile file that claims a
 /// huge canvas or thousands of frames costs one pass over its bytes, nothing more.
 struct GIFPrescan: Sendable {
+    /// The canvas: the logical screen, enlarged to the first frame's rectangle where that reaches past it.
     var width: Int
     var height: Int
     var globalColorTable: ColorTableLocation?
@@ -108,7 +109,7 @@ struct GIFPrescan: Sendable {
         self.loopCount = nil
         self.truncated = true
 
-        let canvasPixels = Int64(self.width) * Int64(self.height)
+        var canvasPixels = Int64(self.width) * Int64(self.height)
         var decodedPixels: Int64 = 0
         var pendingControl: (delay: Int, disposal: GIFDisposal, transparent: UInt8?)?
         scan: while let introducer = reader.readByte() {
@@ -176,6 +177,23 @@ struct GIFPrescan: Sendable {
                         .dimensionsTooLarge,
                         "frame \(self.frames.count + 1) is \(frameWidth)x\(frameHeight); "
                             + "the limit is \(limits.maxWidth)x\(limits.maxHeight)")
+                }
+                if self.frames.isEmpty {
+                    // Like Chromium: a first frame reaching past the logical screen enlarges it (a screen
+                    // written too small, or as 0x0, is common in old files); later frames are clipped.
+                    let right = Int(left) + Int(frameWidth)
+                    let bottom = Int(top) + Int(frameHeight)
+                    if right > self.width || bottom > self.height {
+                        guard right <= limits.maxWidth, bottom <= limits.maxHeight else {
+                            throw TranscodeError(
+                                .dimensionsTooLarge,
+                                "the first frame reaches \(right)x\(bottom), which becomes the canvas; the limit is "
+                                    + "\(limits.maxWidth)x\(limits.maxHeight)")
+                        }
+                        self.width = max(self.width, right)
+                        self.height = max(self.height, bottom)
+                        canvasPixels = Int64(self.width) * Int64(self.height)
+                    }
                 }
                 guard self.frames.count < limits.maxFrames else {
                     throw TranscodeError(
