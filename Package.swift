@@ -60,6 +60,8 @@ let package = Package(
         .testTarget(
             name: "TranscoderTests",
             dependencies: ["Transcoder", "CFFmpeg"],
+            // The headless-Chromium oracle (WebCodecs ImageDecoder, <video> playback) the tests run.
+            exclude: ["Browser"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+
+@testable import TranscodeServer
+
+/// The `html` snippet plays a GIF as many times as a browser plays the GIF, checked in headless Chromium on a
+/// page of another origin whose Content-Security-Policy allows scripts from the service only: a loop count of
+/// 2 plays 3 times and stops on the last frame, no loop block plays once, loop count 0 loops on.
+@Suite struct PlayerScriptTests {
+    struct Observed: Decodable, Sendable {
+        var plays: Int
+        var ended: Bool
+        var paused: Bool
+        var currentTime: Double
+        var duration: Double
+        var lastMediaTime: Double?
+        var cspViolations: [String]
+    }
+
+    /// Three 200 ms frames: 600 ms a play.
+    static func gif(loopCount: Int?) -> [UInt8] {
+        TinyGIF(width: 16, height: 16, loopCount: loopCount, frames: [(1, 20), (2, 20), (3, 20)]).bytes
+    }
+
+    static let oracle = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("TranscoderTests/Browser/chromium_oracle.py").path
+
+    /// Converts the GIF, puts its snippet on a page and hands what Chromium played to `check`.
+    func play(
+        loopCount: Int?, timeout: Int, check: @escaping @Sendable (_ html: String, _ observed: Observed) -> Void
+    ) async throws {
+        let install = "install them with: apt-get install -y chromium chromium-driver python3-selenium"
+        for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/python3"] {
+            try #require(FileManager.default.isExecutableFile(atPath: tool), "\(tool) is missing; \(install)")
+        }
+        try await withHarness { harness in
+            let reply = try await harness.upload(Self.gif(loopCount: loopCount))
+            #expect(reply.status == 200, "\(reply.text)")
+            let html = try #require(try reply.json()["html"] as? String)
+            let run = try await runProcess(
+                "/usr/bin/python3",
+                [
+                    Self.oracle, "snippet", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", html,
+                    "--timeout", String(timeout),
+                ],
+                timeout: .seconds(Int64(timeout) + 60))
+            let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
+            let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let observed = try #require(try? JSONDecoder().decode(Observed.self, from: Data(line.utf8)), "\(output)")
+            #expect(observed.cspViolations.isEmpty, "\(output)")
+            check(html, observed)
+        }
+    }
+
+    @Test func loopCountTwoPlaysThreeTimesAndStopsOnTheLastFrame() async throws {
+        try await self.play(loopCount: 2, timeout: 30) { html, observed in
+            #expect(html.contains("data-play-count=\"3\""))
+            #expect(observed.plays == 3, "\(observed)")
+            #expect(observed.ended && observed.paused, "\(observed)")
+            #expect(abs(observed.currentTime - observed.duration) < 0.001, "\(observed)")
+            #expect(abs(observed.duration - 0.6) < 0.001, "\(observed)")
+            // The picture left on screen is the last frame (it starts at 400 ms).
+            #expect(observed.lastMediaTime.map { abs($0 - 0.4) < 0.001 } == true, "\(observed)")
+        }
+    }
+
+    @Test func noLoopBlockPlaysOnce() async throws {
+        try await self.play(loopCount: nil, timeout: 30) { html, observed in
+            #expect(!html.contains("loop") && !html.contains("<script"))
+            #expect(observed.plays == 1, "\(observed)")
+            #expect(observed.ended, "\(observed)")
+        }
+    }
+
+    @Test func loopCountZeroLoopsOn() async throws {
+        try await self.play(loopCount: 0, timeout: 4) { html, observed in
+            #expect(html.contains(" loop "))
+            // 4 s of 600 ms plays, still going.
+            #expect(observed.plays >= 4, "\(observed)")
+            #expect(!observed.ended, "\(observed)")
+        }
+    }
+}

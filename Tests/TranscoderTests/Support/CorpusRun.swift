@@ -1,0 +1,80 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import Transcoder
+
+/// Every corpus file that should convert, converted once (two at a time) into one directory, plus Chromium's
+/// readings taken in one browser session each: its own decoding of every source (WebCodecs `ImageDecoder`,
+/// frames flattened over white) and its `<video>`'s duration for every MP4. Built on first use; the
+/// directory (about 1.8 GB of Chromium's frames at its largest) is removed when the test process exits, and
+/// each source's frames as soon as its test has read them.
+final class CorpusRun: Sendable {
+    static let shared: Result<CorpusRun, CorpusRunError> = {
+        do {
+            return .success(try CorpusRun(entries: CorpusTests.entries.filter { CorpusTests.expectedCode($0) == nil }))
+        } catch {
+            return .failure(CorpusRunError(description: "\(error)"))
+        }
+    }()
+
+    /// Our outputs: `NAME.mp4`, `NAME.jpg`, `NAME.json` for the corpus file `NAME`.
+    let directory: String
+    /// Chromium's decodings: `NAME.json` and `NAME.rgba`.
+    let chromiumDirectory: String
+    let metadata: [String: TranscodeMetadata]
+    /// Conversions that failed, with the error.
+    let failures: [String: String]
+    /// Chromium's `<video>` reading of each MP4, by corpus name.
+    let playback: [String: ChromiumOracle.Playback]
+
+    private init(entries: [CorpusTests.Entry]) throws {
+        self.directory = corpusRunDirectory
+        self.chromiumDirectory = corpusRunDirectory + "/chromium"
+        try FileManager.default.createDirectory(atPath: self.chromiumDirectory, withIntermediateDirectories: true)
+        atexit { try? FileManager.default.removeItem(atPath: corpusRunDirectory) }
+
+        let sources = entries.map { CorpusTests.corpusDirectory + "/" + $0.name }
+        let outcomes = Mutex<(metadata: [String: TranscodeMetadata], failures: [String: String])>(([:], [:]))
+        DispatchQueue.concurrentPerform(iterations: entries.count) { index in
+            let name = entries[index].name
+            let outcome = Result {
+                let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: sources[index])))
+                return try Transcoder().convert(bytes, directory: corpusRunDirectory, name: name)
+            }
+            outcomes.withLock {
+                switch outcome {
+                case .success(let value): $0.metadata[name] = value
+                case .failure(let error): $0.failures[name] = "\(error)"
+                }
+            }
+        }
+        let (metadata, failures) = outcomes.withLock { $0 }
+        self.metadata = metadata
+        self.failures = failures
+
+        try ChromiumOracle.decode(sources, background: 0xFFFFFF, into: self.chromiumDirectory)
+        let converted = entries.map(\.name).filter { metadata[$0] != nil }
+        let playbacks = try ChromiumOracle.play(
+            converted.map { corpusRunDirectory + "/" + $0 + ".mp4" }, metadataOnly: true)
+        self.playback = Dictionary(uniqueKeysWithValues: zip(converted, playbacks))
+    }
+
+    /// Chromium's decoding of corpus file `name`.
+    func chromium(_ name: String) throws -> ChromiumOracle.Decoding {
+        try ChromiumOracle.decoding(of: name, in: self.chromiumDirectory)
+    }
+
+    /// Frees the disk that Chromium's frames of `name` take.
+    func dropFrames(of name: String) {
+        try? FileManager.default.removeItem(atPath: self.chromiumDirectory + "/" + name + ".rgba")
+    }
+}
+
+struct CorpusRunError: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Where `CorpusRun` works; a global so that the exit handler (a C function pointer) can reach it.
+private let corpusRunDirectory = FileManager.default.temporaryDirectory
+    .appendingPathComponent("corpus-run-\(UUID().uuidString)").path
