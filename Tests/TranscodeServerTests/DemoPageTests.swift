@@ -81,6 +81,34 @@ import Testing
         }
     }
 
+    /// The demo page plays a GIF with a loop count as many times as a browser plays the GIF, through
+    /// `/player.js`: `loop_once_libgd.gif` (loop count 1, two 500 ms frames) plays twice, then stays on its
+    /// last frame.
+    @Test func playsAFiniteLoopCountInChromium() async throws {
+        let install = "install them with: apt-get install -y chromium chromium-driver python3-selenium"
+        for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/python3"] {
+            try #require(FileManager.default.isExecutableFile(atPath: tool), "\(tool) is missing; \(install)")
+        }
+        let checker = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("Browser/demo_page_check.py").path
+        try await withHarness { harness in
+            let run = try await runProcess(
+                "/usr/bin/python3",
+                [
+                    checker, "http://127.0.0.1:\(harness.appPort)/",
+                    harness.originURL("/corpus/loop_once_libgd.gif"), "2",
+                ],
+                timeout: .seconds(150))
+            let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
+            #expect(run.status == 0, "\(output)")
+            let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let result = try #require(
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any], "\(output)")
+            #expect(result["ok"] as? Bool == true, "\(output)")
+            #expect(result["plays"] as? Int == 2, "\(output)")
+        }
+    }
+
     /// The text between the first `<tag>` and `</tag>`.
     static func text(of tag: String, in html: String) -> String? {
         guard let open = html.range(of: "<\(tag)>"),

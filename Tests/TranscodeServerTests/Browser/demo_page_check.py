@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """Drives the demo page in headless Chromium: converts a GIF by URL and checks the MP4 really plays.
 
-Usage: /usr/bin/python3 demo_page_check.py PAGE_URL GIF_URL
+Usage: /usr/bin/python3 demo_page_check.py PAGE_URL GIF_URL [PLAYS]
+
+With PLAYS, also waits for the video to end and checks that it played exactly PLAYS times (a loop wrap, seen
+as requestVideoFrameCallback's mediaTime going back, ends a play; so does `ended`) and stopped on its end.
 
 Prints one JSON line ({"ok": true, ...} or {"ok": false, "error": ...}) and exits 0 on success, 1 when a
 check fails, 2 when Chromium, chromedriver or Selenium is missing (Debian: chromium chromium-driver
@@ -23,6 +26,21 @@ RECORD_CSP_VIOLATIONS = """
 window.__cspViolations = [];
 document.addEventListener("securitypolicyviolation", (event) => {
   window.__cspViolations.push(event.violatedDirective + " " + event.blockedURI);
+});
+// Plays of #video since its last new source: wraps and ends.
+window.__plays = {wraps: 0, ended: 0};
+document.addEventListener("DOMContentLoaded", () => {
+  const video = document.getElementById("video");
+  if (!video) return;
+  let last = null;
+  video.addEventListener("loadstart", () => { window.__plays = {wraps: 0, ended: 0}; last = null; });
+  video.addEventListener("ended", () => { window.__plays.ended += 1; });
+  const onFrame = (now, metadata) => {
+    if (last !== null && metadata.mediaTime < last) window.__plays.wraps += 1;
+    last = metadata.mediaTime;
+    video.requestVideoFrameCallback(onFrame);
+  };
+  video.requestVideoFrameCallback(onFrame);
 });
 """
 
@@ -49,9 +67,10 @@ def wait_for(description, timeout, probe, interval=0.2):
 
 
 def main():
-    if len(sys.argv) != 3:
-        report({"ok": False, "error": "usage: demo_page_check.py PAGE_URL GIF_URL"}, 2)
+    if len(sys.argv) not in (3, 4):
+        report({"ok": False, "error": "usage: demo_page_check.py PAGE_URL GIF_URL [PLAYS]"}, 2)
     page_url, gif_url = sys.argv[1], sys.argv[2]
+    expected_plays = int(sys.argv[3]) if len(sys.argv) == 4 else None
 
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if shutil.which(path) is None]
     try:
@@ -146,6 +165,24 @@ def main():
             result[field] = driver.find_element(By.ID, field).text
             if not result[field]:
                 raise CheckFailed("#%s is empty" % field)
+
+        if expected_plays is not None:
+            # Ended, and still ended a second later (not about to start another play).
+            def ended_for_good():
+                if not script("return document.querySelector('#video').ended"):
+                    return False
+                time.sleep(1.0)
+                return script("return document.querySelector('#video').ended")
+
+            wait_for("#video to end", 60, ended_for_good, interval=0.5)
+            plays = script("return window.__plays")
+            state = script("const v = document.querySelector('#video');"
+                           "return {time: v.currentTime, duration: v.duration, paused: v.paused, loop: v.loop};")
+            result.update(plays=plays["wraps"] + plays["ended"], end=state)
+            if result["plays"] != expected_plays:
+                raise CheckFailed("played %d times, expected %d: %s" % (result["plays"], expected_plays, plays))
+            if abs(state["time"] - state["duration"]) > 0.001:
+                raise CheckFailed("did not stop on its last frame: %s" % state)
 
         violations = script("return window.__cspViolations")
         if violations:
