@@ -26,9 +26,15 @@ func buildApplication(
     var logger = logger ?? Logger(label: "transcode-server")
     logger.logLevel = configuration.logLevel
     let metrics = ServiceMetrics()
+    let cacheLogger = logger
     let cache = try DiskCache(
         root: configuration.cacheDirectory, maxBytes: configuration.cacheMaxBytes,
-        onEviction: { metrics.evicted($0) })
+        onEviction: { metrics.evicted($0) },
+        onQuarantine: { key in
+            cacheLogger.warning(
+                "cache object failed its checks (a link, a hard link or a wrong size); moved to quarantine/",
+                metadata: ["cache.key": "\(key)"])
+        })
     let pool = TranscodePool(
         workers: configuration.transcodeWorkers, queueLength: configuration.transcodeQueueLength,
         graceSeconds: configuration.shutdownGraceSeconds)

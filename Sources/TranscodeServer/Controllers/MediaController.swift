@@ -1,13 +1,17 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import NIOPosix
 
 /// `GET` and `HEAD /media/{key}.mp4|.jpg|.json`: immutable, content-addressed files with strong ETags
-/// and byte ranges (Safari and AVPlayer fetch video with `Range` and need 206 answers).
+/// and byte ranges (Safari and AVPlayer fetch video with `Range` and need 206 answers). Only files the cache
+/// wrote are served (`DiskCache.openForServing`), read from the descriptor that was checked, so a link
+/// planted after the check changes nothing.
 struct MediaController<Context: RequestContext>: Sendable {
     let cache: DiskCache
-    let fileIO = FileIO()
     let bytesServed: @Sendable (Int) -> Void
+    /// Bytes read from disk per write to the client.
+    static var chunkLength: Int { 128 * 1024 }
 
     static var contentTypes: [String: String] {
         ["mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json; charset=utf-8"]
@@ -40,10 +44,10 @@ struct MediaController<Context: RequestContext>: Sendable {
         var released = false
         defer { if !released { self.cache.endServing(key) } }
 
-        let path = self.cache.objectPath(key, fileExtension)
-        var info = stat()
-        guard stat(path, &info) == 0 else { throw ServiceError.notFound("no such media") }
-        let size = Int(info.st_size)
+        guard let file = self.cache.openForServing(key, fileExtension) else {
+            throw ServiceError.notFound("no such media")
+        }
+        let size = file.size
         let etag = "\"\(key).\(fileExtension)\""
         var headers: HTTPFields = [
             .contentType: contentType,
@@ -79,14 +83,29 @@ struct MediaController<Context: RequestContext>: Sendable {
         guard includeBody, let bytes else {
             return Response(status: status, headers: headers, body: .init())
         }
-        let body = try await self.fileIO.loadFile(path: path, range: bytes, context: context)
         released = true
         let cache = self.cache
         let counted = self.bytesServed
         // The object stays pinned (not evictable) until the last byte has been written.
         let pinned = ResponseBody(contentLength: length) { writer in
             defer { cache.endServing(key) }
-            try await body.write(writer)
+            var offset = bytes.lowerBound
+            while offset <= bytes.upperBound {
+                let count = min(Self.chunkLength, bytes.upperBound - offset + 1)
+                let start = offset
+                // pread on the I/O pool: never a blocking read on the executor.
+                let chunk = try await NIOThreadPool.singleton.runIfActive {
+                    var buffer = ByteBuffer()
+                    let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { pointer in
+                        max(0, pread(file.descriptor, pointer.baseAddress, count, off_t(start)))
+                    }
+                    guard read == count else { throw ServiceError.notFound("the file shrank while being served") }
+                    return buffer
+                }
+                try await writer.write(chunk)
+                offset += count
+            }
+            try await writer.finish(nil)
             counted(length)
         }
         return Response(status: status, headers: headers, body: pinned)

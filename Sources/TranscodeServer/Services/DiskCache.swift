@@ -9,11 +9,17 @@ import Transcoder
 /// objects/ab/<key>.mp4 .jpg .json    key = SHA-256 of the GIF's bytes and the output options
 /// urls/<url-key> -> ../objects/ab/<key>.json    url-key = SHA-256 of the normalized URL and the options
 /// tmp/                                  downloads in progress; emptied at startup
+/// quarantine/<key>.<ext>.<time>         objects found damaged or tampered with, kept for inspection
 /// ```
 /// Objects are written by the transcoder under temporary names, synced and renamed, the JSON last, so
 /// an object exists exactly when its JSON does. Links are created under a temporary name and renamed
 /// over. A dangling or malformed link is a miss. Beyond `maxBytes`, the least recently used objects are
 /// evicted, never one that is being served.
+///
+/// Only what the cache wrote is ever served or reported: object files are opened without following a link
+/// (at the file or its two parent directories), must be regular files with a single link, and the video's
+/// and poster's sizes must be what the metadata says. Anything else is a miss: the object is moved to
+/// `quarantine/` and the next request converts it again.
 ///
 /// File operations are short syscalls; the transcode itself runs on the transcode pool.
 final class DiskCache: Sendable {
@@ -21,6 +27,7 @@ final class DiskCache: Sendable {
     let maxBytes: Int64
     private let state: Mutex<State>
     private let onEviction: @Sendable (Int) -> Void
+    private let onQuarantine: @Sendable (String) -> Void
 
     private struct State {
         var objects: [String: Object] = [:]
@@ -37,16 +44,21 @@ final class DiskCache: Sendable {
     var objectsDirectory: String { self.root + "/objects" }
     var urlsDirectory: String { self.root + "/urls" }
     var temporaryDirectory: String { self.root + "/tmp" }
+    var quarantineDirectory: String { self.root + "/quarantine" }
 
     /// Opens (or creates) the cache at `root`, removes what a killed process left behind, and indexes
     /// the objects. - Throws: when the directories cannot be created.
-    init(root: String, maxBytes: Int64, onEviction: @escaping @Sendable (Int) -> Void = { _ in }) throws {
+    init(
+        root: String, maxBytes: Int64, onEviction: @escaping @Sendable (Int) -> Void = { _ in },
+        onQuarantine: @escaping @Sendable (String) -> Void = { _ in }
+    ) throws {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
         self.maxBytes = maxBytes
         self.onEviction = onEviction
+        self.onQuarantine = onQuarantine
         self.state = Mutex(State())
         let fileManager = FileManager.default
-        for directory in [self.objectsDirectory, self.urlsDirectory] {
+        for directory in [self.objectsDirectory, self.urlsDirectory, self.quarantineDirectory] {
             try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
         try? fileManager.removeItem(atPath: self.temporaryDirectory)
@@ -119,14 +131,124 @@ final class DiskCache: Sendable {
         Self.isValidKey(key) && access(self.objectPath(key, "json"), F_OK) == 0
     }
 
-    /// The stored metadata of `key`, marking it used.
+    /// The stored metadata of `key`, marking it used; `nil` when the object is missing or fails the checks
+    /// (then it is quarantined).
     func metadata(_ key: String) -> TranscodeMetadata? {
-        guard Self.isValidKey(key),
-            let data = FileManager.default.contents(atPath: self.objectPath(key, "json")),
-            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: data)
-        else { return nil }
+        self.verifiedObject(key)?.metadata
+    }
+
+    // MARK: Reading only what the cache wrote
+
+    /// An object file opened for reading; the descriptor is closed when the last reference goes.
+    final class OpenFile: Sendable {
+        let descriptor: CInt
+        let size: Int
+
+        fileprivate init(descriptor: CInt, size: Int) {
+            self.descriptor = descriptor
+            self.size = size
+        }
+
+        deinit {
+            close(self.descriptor)
+        }
+    }
+
+    private enum Opened {
+        case file(OpenFile)
+        case missing
+        /// A link, a directory, a device, a file with other names (a hard link): not written by the cache.
+        case foreign
+    }
+
+    /// Opens `objects/ab/<key>.<ext>`, following no symbolic link at the file or its two parent directories,
+    /// and checks it is a regular file with one link.
+    private func openObjectFile(_ key: String, _ fileExtension: String) -> Opened {
+        let objects = open(self.objectsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard objects >= 0 else { return errno == ENOENT ? .missing : .foreign }
+        defer { close(objects) }
+        let shard = openat(objects, String(key.prefix(2)), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard shard >= 0 else { return errno == ENOENT ? .missing : .foreign }
+        defer { close(shard) }
+        // O_NONBLOCK: a FIFO planted in place of a file must not block the open.
+        let descriptor = openat(shard, "\(key).\(fileExtension)", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard descriptor >= 0 else { return errno == ENOENT ? .missing : .foreign }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
+            close(descriptor)
+            return .foreign
+        }
+        return .file(OpenFile(descriptor: descriptor, size: Int(info.st_size)))
+    }
+
+    /// The object `key` with its metadata, checked: its JSON, video and poster are files the cache wrote and
+    /// the sizes agree with the metadata. A damaged object is quarantined and reported missing.
+    func verifiedObject(_ key: String) -> (metadata: TranscodeMetadata, json: [UInt8])? {
+        guard Self.isValidKey(key) else { return nil }
+        let json: OpenFile
+        switch self.openObjectFile(key, "json") {
+        case .missing: return nil
+        case .foreign:
+            self.quarantine(key)
+            return nil
+        case .file(let file): json = file
+        }
+        guard let bytes = Self.readAll(json),
+            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes)),
+            self.check(key, "mp4", size: metadata.mp4Bytes), self.check(key, "jpg", size: metadata.posterBytes)
+        else {
+            self.quarantine(key)
+            return nil
+        }
         self.touch(key)
-        return metadata
+        return (metadata, bytes)
+    }
+
+    private func check(_ key: String, _ fileExtension: String, size: Int) -> Bool {
+        guard case .file(let file) = self.openObjectFile(key, fileExtension) else { return false }
+        return file.size == size
+    }
+
+    /// Opens a file of the object `key` for serving, after checking the whole object.
+    /// - Returns: the open file, or `nil` when the object is missing or was quarantined.
+    func openForServing(_ key: String, _ fileExtension: String) -> OpenFile? {
+        guard let object = self.verifiedObject(key) else { return nil }
+        guard case .file(let file) = self.openObjectFile(key, fileExtension) else {
+            self.quarantine(key)
+            return nil
+        }
+        let expected =
+            switch fileExtension {
+            case "mp4": object.metadata.mp4Bytes
+            case "jpg": object.metadata.posterBytes
+            default: object.json.count
+            }
+        guard file.size == expected else {
+            self.quarantine(key)
+            return nil
+        }
+        return file
+    }
+
+    private static func readAll(_ file: OpenFile) -> [UInt8]? {
+        // Metadata is a few hundred bytes; anything much larger was not written by the cache.
+        guard file.size <= 1 << 20 else { return nil }
+        var bytes = [UInt8](repeating: 0, count: file.size)
+        let count = bytes.withUnsafeMutableBytes { pread(file.descriptor, $0.baseAddress, file.size, 0) }
+        return count == file.size ? bytes : nil
+    }
+
+    /// Moves the object's files aside (the JSON first, so the object is a miss from then on) and forgets
+    /// it; the next request for it converts it again.
+    func quarantine(_ key: String) {
+        let stamp = Int(Date().timeIntervalSince1970)
+        for fileExtension in ["json", "mp4", "jpg"] {
+            rename(self.objectPath(key, fileExtension), "\(self.quarantineDirectory)/\(key).\(fileExtension).\(stamp)")
+        }
+        self.state.withLock { state in
+            if let object = state.objects.removeValue(forKey: key) { state.totalBytes -= object.bytes }
+        }
+        self.onQuarantine(key)
     }
 
     // MARK: Writes
@@ -258,6 +380,11 @@ final class DiskCache: Sendable {
                     unlink("\(directory)/\(name)")
                     continue
                 }
+                // Only regular files with one link count; anything else was not written by the cache.
+                var info = stat()
+                guard lstat("\(directory)/\(name)", &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+                    info.st_nlink == 1
+                else { continue }
                 let key = String(name.prefix { $0 != "." })
                 groups[key, default: []].append(name)
             }

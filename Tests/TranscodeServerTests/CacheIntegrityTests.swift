@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+
+@testable import TranscodeServer
+
+/// Only what the cache wrote is served: an object file replaced by a symbolic link or a hard link, or cut
+/// short, is never sent; the object is moved to `quarantine/` and the next request converts it again.
+@Suite struct CacheIntegrityTests {
+    enum Tampering: String, CaseIterable, CustomTestStringConvertible {
+        case videoSymlink, metadataSymlink, videoHardLink, videoTruncated, posterTruncated, shardSymlink
+        var testDescription: String { self.rawValue }
+    }
+
+    @Test(arguments: Tampering.allCases)
+    func tamperedObjectsAreNotServedAndAreRebuilt(_ tampering: Tampering) async throws {
+        try await withHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_dancing_banana.gif")
+            let first = try await harness.transcode(url: url)
+            #expect(first.status == 200)
+            let json = try first.json()
+            let key = try #require(json["key"] as? String)
+            let mp4Bytes = try #require(json["mp4Bytes"] as? Int)
+            let cache = harness.services.cache
+            let secret = cache.root + "/../secret-\(UUID().uuidString)"
+            let secretText = "root:x:0:0:root:/root:/bin/bash\n"
+            try secretText.write(toFile: secret, atomically: true, encoding: .utf8)
+            defer { unlink(secret) }
+
+            let video = cache.objectPath(key, "mp4")
+            switch tampering {
+            case .videoSymlink:
+                unlink(video)
+                #expect(symlink(secret, video) == 0)
+            case .metadataSymlink:
+                let metadata = cache.objectPath(key, "json")
+                let copy = secret + ".json"
+                try FileManager.default.copyItem(atPath: metadata, toPath: copy)
+                unlink(metadata)
+                #expect(symlink(copy, metadata) == 0)
+            case .videoHardLink:
+                #expect(link(video, secret + ".mp4") == 0)
+            case .videoTruncated:
+                #expect(truncate(video, 1000) == 0)
+            case .posterTruncated:
+                #expect(truncate(cache.objectPath(key, "jpg"), 10) == 0)
+            case .shardSymlink:
+                // The whole shard directory swapped for a link to a copy elsewhere.
+                let shard = cache.objectsDirectory + "/" + key.prefix(2)
+                let moved = cache.root + "/../moved-\(UUID().uuidString)"
+                #expect(rename(shard, moved) == 0)
+                #expect(symlink(moved, shard) == 0)
+            }
+            defer {
+                unlink(secret + ".mp4")
+                unlink(secret + ".json")
+            }
+
+            for ext in ["mp4", "jpg", "json"] {
+                let reply = try await harness.request(.GET, "/media/\(key).\(ext)")
+                #expect(reply.status == 404, "\(tampering) \(ext): \(reply.status)")
+                #expect(!reply.text.contains("root:x:0:0"))
+            }
+            // Set aside for inspection, out of the objects.
+            let quarantined = try FileManager.default.contentsOfDirectory(atPath: cache.quarantineDirectory)
+            if tampering != .shardSymlink {
+                #expect(quarantined.contains { $0.hasPrefix("\(key).json.") }, "\(quarantined)")
+            }
+
+            // The next request is a miss that converts again, and the result is served whole.
+            if tampering == .shardSymlink {
+                let shard = cache.objectsDirectory + "/" + key.prefix(2)
+                unlink(shard)
+            }
+            let again = try await harness.transcode(url: url)
+            #expect(again.status == 200)
+            #expect(again.headers.first(name: "X-Cache") == "miss", "\(tampering)")
+            #expect(try again.json()["mp4Bytes"] as? Int == mp4Bytes)
+            let served = try await harness.request(.GET, "/media/\(key).mp4")
+            #expect(served.status == 200)
+            #expect(served.body.count == mp4Bytes)
+            #expect(Array(served.body[4..<8]) == Array("ftyp".utf8))
+        }
+    }
+
+    /// A cache indexed at startup skips files that are not regular: a link planted while the service was
+    /// down is not counted, and not served.
+    @Test func startupIndexingSkipsLinks() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
+            let key = String(repeating: "ab", count: 32)
+            let shard = cache.objectsDirectory + "/ab"
+            try FileManager.default.createDirectory(atPath: shard, withIntermediateDirectories: true)
+            #expect(symlink("/etc/hostname", shard + "/\(key).json") == 0)
+            #expect(symlink("/etc/hostname", shard + "/\(key).mp4") == 0)
+            let reopened = try DiskCache(root: directory, maxBytes: 1 << 30)
+            #expect(reopened.usage.objects == 0)
+            #expect(reopened.openForServing(key, "mp4") == nil)
+        }
+    }
+}
