@@ -3,9 +3,13 @@ import ArgumentParser
 /// `transcode-server`: the GIF-to-MP4 service and its command-line tools.
 @main
 struct TranscodeServerCommand: AsyncParsableCommand {
+    /// Printed by `--version`.
+    static let version = "0.8.0"
+
     static let configuration = CommandConfiguration(
         commandName: "transcode-server",
         abstract: "Turns animated GIFs into looping, muted H.264 MP4s with a JPEG poster.",
+        version: TranscodeServerCommand.version,
         subcommands: [ServeCommand.self, ConvertCommand.self],
         defaultSubcommand: ServeCommand.self
     )

@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import Testing
 import Transcoder
@@ -55,6 +56,10 @@ import Transcoder
         (["--auth-tokens", "change-me"], "auth.tokens"),
         (["--auth-tokens", "REPLACE-WITH-A-REAL-TOKEN"], "auth.tokens"),
         (["--limits-max-frames", "0"], "limits.maxFrames"),
+        (["--auth-tokens", ""], "auth.tokens"),
+        (["--auth-tokens", "   "], "auth.tokens"),
+        (["--no-such-flag", "1"], "--no-such-flag"),
+        (["--cache-max-byte=5"], "--cache-max-byte"),
     ])
     func invalidValuesStopStartupNamingTheKey(arguments: [String], key: String) async throws {
         do {
@@ -62,6 +67,57 @@ import Transcoder
             Issue.record("\(arguments) was accepted")
         } catch let error as ConfigurationError {
             #expect(error.problems.contains { $0.hasPrefix(key + ":") }, "\(error)")
+        }
+    }
+
+    /// A typo is not silently ignored: unknown keys in the file, unknown `TRANSCODE_` variables and unknown
+    /// flags stop startup, each named; messages say what was expected in plain words.
+    @Test func unknownSettingsStopStartup() async throws {
+        try await withTemporaryDirectory { directory in
+            let file = directory + "/config.json"
+            try Data(#"{"cache": {"maxByte": 5}, "port": 8080}"#.utf8).write(to: URL(fileURLWithPath: file))
+            do {
+                _ = try await ServerConfiguration.load(
+                    filePath: file, arguments: ["--transcode-workerz", "2", "--download-allow-loopback"],
+                    environment: ["TRANSCODE_PORTT": "1", "TRANSCODE_PORT": "8081", "HOME": "/root"])
+                Issue.record("unknown settings were accepted")
+            } catch let error as ConfigurationError {
+                #expect(error.problems.contains("\(file): unknown key cache.maxByte"), "\(error)")
+                #expect(error.problems.contains("TRANSCODE_PORTT: no configuration key has this environment variable"))
+                #expect(error.problems.contains("--transcode-workerz: unknown flag"), "\(error)")
+                #expect(error.problems.count == 3, "\(error)")
+            }
+        }
+    }
+
+    @Test func messagesNameTheKeyAndTheTypeInPlainWords() async throws {
+        do {
+            _ = try await ServerConfiguration.load(
+                filePath: nil, arguments: [], environment: ["TRANSCODE_CACHE_MAX_BYTES": "lots"])
+            Issue.record("accepted")
+        } catch let error as ConfigurationError {
+            #expect(error.problems == ["cache.maxBytes: expected a whole number"], "\(error)")
+        }
+        try await withTemporaryDirectory { directory in
+            let file = directory + "/broken.json"
+            try Data(#"{"port": "#.utf8).write(to: URL(fileURLWithPath: file))
+            do {
+                _ = try await ServerConfiguration.load(filePath: file, arguments: [], environment: [:])
+                Issue.record("accepted")
+            } catch let error as ConfigurationError {
+                #expect(error.problems.count == 1 && error.problems[0].hasPrefix("\(file): not valid JSON"), "\(error)")
+                #expect(!error.description.contains("NSCocoaErrorDomain"), "\(error)")
+            }
+        }
+    }
+
+    @Test func versionPrintsAndExits() throws {
+        do {
+            _ = try TranscodeServerCommand.parseAsRoot(["--version"])
+            Issue.record("--version parsed into a command")
+        } catch {
+            #expect(TranscodeServerCommand.exitCode(for: error) == .success)
+            #expect(TranscodeServerCommand.message(for: error) == TranscodeServerCommand.version)
         }
     }
 

@@ -30,16 +30,94 @@ extension ServerConfiguration {
             CommandLineArgumentsProvider(arguments: ["transcode-server"] + arguments),
             EnvironmentVariablesProvider(environmentVariables: environment).prefixKeys(with: "transcode"),
         ]
+        let path = filePath ?? Self.defaultFilePath
+        // Parsed here too, to name what is wrong in plain words and to find keys nobody reads.
+        var fileKeys: [String] = []
+        if let data = FileManager.default.contents(atPath: path) {
+            do {
+                fileKeys = Self.dottedKeys(try JSONSerialization.jsonObject(with: data))
+            } catch {
+                let reason = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String ?? "\(error)"
+                throw ConfigurationError(problems: ["\(path): not valid JSON: \(reason)"])
+            }
+        } else if filePath != nil {
+            throw ConfigurationError(problems: ["\(path): cannot read the file"])
+        }
         do {
             providers.append(
-                try await FileProvider<JSONSnapshot>(
-                    filePath: FilePath(filePath ?? Self.defaultFilePath), allowMissing: filePath == nil))
+                try await FileProvider<JSONSnapshot>(filePath: FilePath(path), allowMissing: filePath == nil))
         } catch {
-            throw ConfigurationError(problems: ["\(filePath ?? Self.defaultFilePath): \(error)"])
+            throw ConfigurationError(problems: ["\(path): \(error)"])
         }
         let problems = ProblemCollector()
         let reader = ConfigReader(providers: providers, accessReporter: problems)
-        return try ServerConfiguration(reader: reader, problems: problems)
+        let configuration: ServerConfiguration
+        do {
+            configuration = try ServerConfiguration(reader: reader, problems: problems)
+        } catch let error as ConfigurationError {
+            throw ConfigurationError(
+                problems: error.problems
+                    + Self.unknownSettings(
+                        known: problems.keysRead, fileKeys: fileKeys, path: path, arguments: arguments,
+                        environment: environment))
+        }
+        let unknown = Self.unknownSettings(
+            known: problems.keysRead, fileKeys: fileKeys, path: path, arguments: arguments, environment: environment)
+        guard unknown.isEmpty else { throw ConfigurationError(problems: unknown) }
+        return configuration
+    }
+
+    /// Settings that name no configuration key: a file key, a `TRANSCODE_` variable or a flag that nothing
+    /// reads is a typo that would otherwise be ignored silently.
+    static func unknownSettings(
+        known: Set<String>, fileKeys: [String], path: String, arguments: [String], environment: [String: String]
+    ) -> [String] {
+        var unknown: [String] = []
+        for key in fileKeys where !known.contains(key) {
+            unknown.append("\(path): unknown key \(key)")
+        }
+        let variables = Set(known.map(Self.environmentName))
+        for name in environment.keys.sorted() where name.hasPrefix("TRANSCODE_") && !variables.contains(name) {
+            unknown.append("\(name): no configuration key has this environment variable")
+        }
+        let flags = Set(known.map(Self.flagName))
+        for argument in arguments where argument.hasPrefix("--") {
+            var name = String(argument.prefix { $0 != "=" })
+            if name.hasPrefix("--no-"), flags.contains("--" + name.dropFirst(5)) { name = "--" + name.dropFirst(5) }
+            if !flags.contains(name) {
+                unknown.append("\(name): unknown flag")
+            }
+        }
+        return unknown
+    }
+
+    /// `cache.maxBytes` -> `TRANSCODE_CACHE_MAX_BYTES`.
+    static func environmentName(_ key: String) -> String {
+        "TRANSCODE_" + Self.words(key).joined(separator: "_").uppercased()
+    }
+
+    /// `cache.maxBytes` -> `--cache-max-bytes`.
+    static func flagName(_ key: String) -> String {
+        "--" + Self.words(key).joined(separator: "-").lowercased()
+    }
+
+    private static func words(_ key: String) -> [String] {
+        key.split(separator: ".").flatMap { component in
+            var words: [String] = [""]
+            for character in component {
+                if character.isUppercase, !(words.last ?? "").isEmpty { words.append("") }
+                words[words.count - 1].append(character)
+            }
+            return words
+        }
+    }
+
+    /// The dotted paths of a JSON object's leaves (arrays are values).
+    static func dottedKeys(_ value: Any, prefix: String = "") -> [String] {
+        guard let object = value as? [String: Any] else { return prefix.isEmpty ? [] : [prefix] }
+        return object.keys.sorted().flatMap { key in
+            Self.dottedKeys(object[key]!, prefix: prefix.isEmpty ? key : prefix + "." + key)
+        }
     }
 
     /// Reads every key from `reader`, keeping the default for the ones not set.
@@ -138,7 +216,12 @@ extension ServerConfiguration {
         check("http.headerTimeoutSeconds", configuration.headerTimeoutSeconds > 0, "positive")
 
         configuration.authTokens = reader.stringArray(forKey: "auth.tokens", isSecret: true, default: [])
-            .filter { !$0.isEmpty }
+        // An empty token must not switch authentication off (`--auth-tokens ''`), and one with spaces could
+        // never match a header.
+        if configuration.authTokens.contains(where: { $0.contains(where: \.isWhitespace) || $0.isEmpty }) {
+            invalid.append("auth.tokens: an empty token or one with whitespace is refused")
+            configuration.authTokens.removeAll { $0.contains(where: \.isWhitespace) || $0.isEmpty }
+        }
         for token in configuration.authTokens where Self.isPlaceholder(token) {
             invalid.append(
                 "auth.tokens: a placeholder token (\(token.prefix(4))...) is refused; use at least 16 random characters"
@@ -176,24 +259,38 @@ extension ServerConfiguration {
 
 /// Collects the keys whose value a provider had but that did not convert to the requested type; the
 /// non-throwing `ConfigReader` methods would otherwise fall back to the default silently.
+/// It also records every key read, which is the set of known keys.
 final class ProblemCollector: AccessReporter, Sendable {
-    private let collected = Mutex<[String]>([])
+    private let collected = Mutex<(problems: [String], keys: Set<String>)>(([], []))
 
-    var problems: [String] { self.collected.withLock { $0 } }
+    var problems: [String] { self.collected.withLock { $0.problems } }
+    var keysRead: Set<String> { self.collected.withLock { $0.keys } }
 
     func report(_ event: AccessEvent) {
         let key = event.metadata.key.components.joined(separator: ".")
         var problem: String?
-        if event.conversionError != nil {
-            problem = "\(key): the value has the wrong type (expected \(event.metadata.valueType))"
+        let failed = event.providerResults.contains {
+            if case .failure = $0.result { return true }
+            return false
         }
-        for result in event.providerResults {
-            if case .failure(let error) = result.result {
-                problem = "\(key): \(result.providerName): \(error)"
-            }
+        if event.conversionError != nil || failed {
+            problem = "\(key): expected \(Self.plainWords(for: "\(event.metadata.valueType)"))"
         }
-        if let problem {
-            self.collected.withLock { if !$0.contains(problem) { $0.append(problem) } }
+        self.collected.withLock {
+            $0.keys.insert(key)
+            if let problem, !$0.problems.contains(problem) { $0.problems.append(problem) }
+        }
+    }
+
+    /// The configuration type in words an operator reads.
+    static func plainWords(for type: String) -> String {
+        switch type {
+        case "int": "a whole number"
+        case "double": "a number"
+        case "bool": "true or false"
+        case "string": "a text value"
+        case "stringArray": "a list of text values (comma-separated in a flag or variable)"
+        default: "a value of type \(type)"
         }
     }
 }
