@@ -144,6 +144,28 @@ import Testing
         }
     }
 
+    /// An option the service does not offer, or a misspelt one, is refused by name before any download.
+    @Test(arguments: [
+        (#"{"url": "http://127.0.0.1/x.gif", "crf": 18}"#, "crf"),
+        (#"{"url": "http://127.0.0.1/x.gif", "width": 320}"#, "width"),
+        (##"{"url": "http://127.0.0.1/x.gif", "backgound": "#000000"}"##, "backgound"),
+    ])
+    func unknownFieldsAreRefusedByName(body: String, field: String) async throws {
+        try await withHarness { harness in
+            let reply = try await harness.request(
+                .POST, "/transcode", headers: [("Content-Type", "application/json")], body: Array(body.utf8))
+            #expect(reply.status == 400, "\(reply.text)")
+            #expect(reply.errorCode == "bad-request")
+            #expect(reply.text.contains("unknown field \\\"\(field)\\\""), "\(reply.text)")
+            #expect(harness.origin.total == 0)
+            let upload = try await harness.request(
+                .POST, "/transcode?\(field)=1", headers: [("Content-Type", "image/gif")],
+                body: try corpusBytes("loop_1.gif"))
+            #expect(upload.status == 400, "\(upload.text)")
+            #expect(upload.text.contains("unknown query parameter"), "\(upload.text)")
+        }
+    }
+
     @Test func unsupportedContentType() async throws {
         try await withHarness { harness in
             let reply = try await harness.request(

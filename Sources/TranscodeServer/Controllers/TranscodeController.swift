@@ -18,17 +18,30 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         let background: String?
     }
 
+    /// The fields of a JSON request (and, with `background` alone, the query of an upload). Anything else
+    /// is refused by name, so a typo (`backgound`) or an option the service does not offer (`crf`) is not
+    /// silently ignored.
+    static var requestFields: [String] { ["url", "background"] }
+
     @Sendable func transcode(_ request: Request, context: Context) async throws -> Response {
         let contentType = request.headers[.contentType]?.lowercased() ?? ""
         let answer: TranscodeAnswer
         if contentType.hasPrefix("image/gif") || contentType.hasPrefix("application/octet-stream") {
             let limit = self.service.defaultOptions.limits.maxInputBytes
             let buffer = try await Self.collect(request, upTo: min(limit, self.maxBodyBytes))
+            for (name, _) in request.uri.queryParameters where String(name) != "background" {
+                throw ServiceError.badRequest("unknown query parameter \"\(name)\"; an upload takes only background")
+            }
             let background = try Self.background(request.uri.queryParameters.get("background"))
             let options = self.service.options(background: background)
             answer = try await self.service.transcode(upload: Array(buffer.readableBytesView), options: options)
         } else if contentType.hasPrefix("application/json") {
             let buffer = try await Self.collect(request, upTo: min(64 * 1024, self.maxBodyBytes))
+            let fields = (try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView))) as? [String: Any]
+            if let unknown = fields?.keys.sorted().first(where: { !Self.requestFields.contains($0) }) {
+                throw ServiceError.badRequest(
+                    "unknown field \"\(unknown)\"; the fields are \(Self.requestFields.joined(separator: " and "))")
+            }
             let body: URLRequestBody
             do {
                 body = try JSONDecoder().decode(URLRequestBody.self, from: buffer)
