@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 
 /// Every failure leaves as `{"error": {"code": ..., "message": ...}}` with the status `ServiceError` maps
@@ -48,9 +49,12 @@ extension ServiceError {
         let error: Detail
     }
 
+    /// Carries the error code on every error answer: HEAD answers have no body, and the access log reads it.
+    static var errorCodeField: HTTPField.Name { HTTPField.Name("X-Error-Code")! }
+
     /// The JSON error response.
     func response() -> Response {
-        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8", Self.errorCodeField: self.code]
         if let retryAfter = self.retryAfterSeconds {
             headers[.retryAfter] = String(retryAfter)
         }

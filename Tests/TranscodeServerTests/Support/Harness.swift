@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import Logging
 import NIOCore
 import NIOHTTP1
 import Testing
@@ -76,7 +77,7 @@ func withTemporaryDirectory<Result>(_ body: (String) async throws -> Result) asy
 ///   - cacheDirectory: reuse a cache (restart tests); a temporary one otherwise.
 ///   - origin: reuse an origin's counters across restarts.
 func withHarness(
-    cacheDirectory: String? = nil, origin: Origin = Origin(),
+    cacheDirectory: String? = nil, origin: Origin = Origin(), logger: Logger? = nil,
     configure: (inout ServerConfiguration) -> Void = { _ in },
     _ body: @Sendable (Harness) async throws -> Void
 ) async throws {
@@ -90,7 +91,7 @@ func withHarness(
         configuration.transcodeWorkers = 2
         configuration.logLevel = .warning
         configure(&configuration)
-        let (application, services) = try buildApplication(configuration: configuration)
+        let (application, services) = try buildApplication(configuration: configuration, logger: logger)
         let originApplication = Application(
             router: origin.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)))
         try await originApplication.test(.live) { originClient in

@@ -1,0 +1,102 @@
+import Foundation
+import Logging
+import Synchronization
+import Testing
+
+@testable import TranscodeServer
+
+/// Every request leaves one `info` line with its route template, status and request id, failures too, and
+/// the request id goes back to the client.
+@Suite struct AccessLogTests {
+    /// Keeps every entry logged through it.
+    final class Recorder: Sendable {
+        struct Entry: Sendable {
+            var level: Logger.Level
+            var message: String
+            var metadata: [String: String]
+        }
+        let entries = Mutex<[Entry]>([])
+
+        var logger: Logger {
+            var logger = Logger(label: "test") { _ in Handler(recorder: self) }
+            logger.logLevel = .info
+            return logger
+        }
+
+        struct Handler: LogHandler {
+            let recorder: Recorder
+            var metadata: Logger.Metadata = [:]
+            var logLevel: Logger.Level = .info
+            subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+                get { self.metadata[key] }
+                set { self.metadata[key] = newValue }
+            }
+            func log(
+                level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
+                file: String, function: String, line: UInt
+            ) {
+                let merged = self.metadata.merging(metadata ?? [:]) { $1 }.mapValues { "\($0)" }
+                self.recorder.entries.withLock {
+                    $0.append(Entry(level: level, message: "\(message)", metadata: merged))
+                }
+            }
+        }
+
+        func requests(withID id: String) -> [Entry] {
+            self.entries.withLock { $0.filter { $0.message == "request" && $0.metadata["request.id"] == id } }
+        }
+    }
+
+    @Test func successesAndFailuresAreLoggedWithStatusRouteAndRequestID() async throws {
+        let recorder = Recorder()
+        try await withHarness(logger: recorder.logger, configure: { $0.logLevel = .info }) { harness in
+            let ok = try await harness.request(.GET, "/healthz", headers: [("X-Request-Id", "client-id.1:a_b")])
+            #expect(ok.headers.first(name: "X-Request-Id") == "client-id.1:a_b")
+            let missing = try await harness.request(
+                .GET, "/media/\(String(repeating: "0", count: 64)).mp4", headers: [("X-Request-Id", "lookup-404")])
+            #expect(missing.status == 404)
+            #expect(missing.headers.first(name: "X-Error-Code") == "not-found")
+            let refused = try await harness.request(
+                .POST, "/transcode", headers: [("Content-Type", "image/gif"), ("X-Request-Id", "upload-422")],
+                body: Array("not a gif at all".utf8))
+            #expect(refused.status == 422)
+
+            let line = try #require(recorder.requests(withID: "client-id.1:a_b").first)
+            #expect(line.level == .info)
+            #expect(line.metadata["http.method"] == "GET")
+            #expect(line.metadata["http.route"] == "/healthz")
+            #expect(line.metadata["http.status"] == "200")
+            #expect(line.metadata["error.code"] == nil)
+            #expect(line.metadata["http.ms"].flatMap(Int.init) != nil)
+
+            let notFound = try #require(recorder.requests(withID: "lookup-404").first)
+            #expect(notFound.metadata["http.route"] == "/media/{file}")
+            #expect(notFound.metadata["http.status"] == "404")
+            #expect(notFound.metadata["error.code"] == "not-found")
+
+            let unprocessable = try #require(recorder.requests(withID: "upload-422").first)
+            #expect(unprocessable.metadata["http.route"] == "/transcode")
+            #expect(unprocessable.metadata["http.status"] == "422")
+            #expect(unprocessable.metadata["error.code"] == "not-a-gif")
+        }
+    }
+
+    @Test(arguments: ["", "has space", String(repeating: "x", count: 129), "quote\"d"])
+    func malformedRequestIDsAreReplaced(_ id: String) async throws {
+        try await withHarness { harness in
+            let reply = try await harness.request(.GET, "/healthz", headers: [("X-Request-Id", id)])
+            let returned = try #require(reply.headers.first(name: "X-Request-Id"))
+            #expect(returned != id && !returned.isEmpty)
+        }
+    }
+
+    @Test func anIDIsGeneratedWhenNoneIsSent() async throws {
+        try await withHarness { harness in
+            let first = try await harness.request(.GET, "/healthz")
+            let second = try await harness.request(.GET, "/healthz")
+            let a = try #require(first.headers.first(name: "X-Request-Id"))
+            let b = try #require(second.headers.first(name: "X-Request-Id"))
+            #expect(a != b)
+        }
+    }
+}
