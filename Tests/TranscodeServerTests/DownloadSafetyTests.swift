@@ -171,3 +171,36 @@ import Testing
         }
     }
 }
+
+/// A cache hit for a URL is answered only if the URL may be fetched today.
+@Suite struct CachedURLPolicyTests {
+    @Test func aHitIsRefusedOnceTheDestinationIsNoLongerAllowed() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = directory + "/cache"
+            let origin = Origin()
+            // Stored while loopback was allowed.
+            try await withHarness(cacheDirectory: cache, origin: origin) { harness in
+                let stored = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))
+                #expect(stored.status == 200)
+            }
+            try await withHarness(
+                cacheDirectory: cache, origin: origin, configure: { $0.download.allowLoopback = false }
+            ) { harness in
+                // The origin listens on a new port: link the new URL to the stored object, as the first run
+                // would have if the port had not changed.
+                let url = harness.originURL("/corpus/loop_1.gif")
+                let options = harness.services.configuration.transcodeOptions
+                let key = DiskCache.contentKey(gif: try corpusBytes("loop_1.gif"), options: options)
+                #expect(harness.services.cache.contains(key))
+                let urlKey = DiskCache.urlKey(normalizedURL: DiskCache.normalize(URL(string: url)!), options: options)
+                try harness.services.cache.link(urlKey: urlKey, to: key)
+                let before = harness.origin.total
+
+                let reply = try await harness.transcode(url: url)
+                #expect(reply.status == 403, "\(reply.text)")
+                #expect(reply.errorCode == "destination-not-allowed")
+                #expect(harness.origin.total == before)
+            }
+        }
+    }
+}

@@ -80,7 +80,13 @@ struct Downloader: Sendable {
         case redirect(String)
     }
 
-    private func fetchOnce(_ url: URL, deadline: NIODeadline) async throws -> Hop {
+    /// Checks `url`'s host against the allow-list and every address it resolves to against the policy.
+    /// Cache hits for a URL go through this too, so a URL stored while a destination was allowed is not
+    /// answered once it no longer is.
+    /// - Returns: the address to connect to.
+    /// - Throws: `destination-not-allowed`, or `origin-error` when the host does not resolve.
+    @discardableResult
+    func checkDestination(_ url: URL) async throws -> IPAddress {
         let host = Self.bareHost(url)
         guard self.policy.allowsHost(host) else {
             throw ServiceError.destinationNotAllowed("\(host) is not on the host allow-list")
@@ -94,6 +100,12 @@ struct Downloader: Sendable {
         if let denied = addresses.first(where: { !self.policy.allows($0) }) {
             throw ServiceError.destinationNotAllowed("\(host) resolves to \(denied), which is not a public address")
         }
+        return address
+    }
+
+    private func fetchOnce(_ url: URL, deadline: NIODeadline) async throws -> Hop {
+        let host = Self.bareHost(url)
+        let address = try await self.checkDestination(url)
 
         var clientConfiguration = HTTPClient.Configuration()
         clientConfiguration.redirectConfiguration = .disallow

@@ -76,6 +76,8 @@ final class TranscodeService: Sendable {
     func transcode(url: URL, options: TranscodeOptions) async throws -> TranscodeAnswer {
         let urlKey = DiskCache.urlKey(normalizedURL: DiskCache.normalize(url), options: options)
         if let key = self.cache.lookup(urlKey: urlKey), let metadata = self.cache.metadata(key) {
+            // The policy of today decides, not the one the URL was fetched under.
+            try await self.downloader.checkDestination(url)
             self.metrics.cacheHit()
             return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
         }
