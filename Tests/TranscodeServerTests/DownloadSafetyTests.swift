@@ -1,4 +1,7 @@
 import Foundation
+import NIOCore
+import NIOPosix
+import Synchronization
 import Testing
 
 @testable import TranscodeServer
@@ -201,6 +204,55 @@ import Testing
                 #expect(reply.errorCode == "destination-not-allowed")
                 #expect(harness.origin.total == before)
             }
+        }
+    }
+}
+
+/// A connection that cannot be made is the origin's answer: no retries until the connect timeout.
+@Suite struct ConnectionFailureTests {
+    /// Accepts TCP connections, counts them and closes each at once: a TLS handshake against it fails.
+    final class ClosingListener: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ByteBuffer
+        let accepted = Mutex(0)
+
+        func channelActive(context: ChannelHandlerContext) {
+            self.accepted.withLock { $0 += 1 }
+            context.close(promise: nil)
+        }
+    }
+
+    @Test func aFailedTLSHandshakeIsNotRetried() async throws {
+        let listener = ClosingListener()
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { $0.pipeline.addHandler(listener) }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let port = try #require(channel.localAddress?.port)
+        try await withHarness(configure: { $0.download.connectTimeoutSeconds = 30 }) { harness in
+            let reply = try await harness.transcode(url: "https://127.0.0.1:\(port)/x.gif")
+            #expect(reply.status == 502, "\(reply.text)")
+            #expect(reply.errorCode == "origin-error")
+            #expect(listener.accepted.withLock { $0 } == 1)
+        }
+        try await channel.close()
+    }
+
+    /// With retries, a closed port failed only when the download deadline ran out: with a 120 s deadline
+    /// the answer would not come before this client gives up (20 s); without them it comes at once.
+    @Test func aRefusedConnectionFailsAtOnce() async throws {
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(host: "127.0.0.1", port: 0).get()
+        let port = try #require(channel.localAddress?.port)
+        try await channel.close()
+        try await withHarness(configure: {
+            $0.download.connectTimeoutSeconds = 120
+            $0.download.timeoutSeconds = 120
+        }) { harness in
+            let body = try JSONSerialization.data(withJSONObject: ["url": "http://127.0.0.1:\(port)/x.gif"])
+            let reply = try await harness.request(
+                .POST, "/transcode", headers: [("Content-Type", "application/json")], body: Array(body),
+                timeout: .seconds(20))
+            #expect(reply.status == 502, "\(reply.text)")
+            #expect(reply.errorCode == "origin-error")
         }
     }
 }

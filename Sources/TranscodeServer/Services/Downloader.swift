@@ -116,6 +116,10 @@ struct Downloader: Sendable {
             read: .milliseconds(Int64(self.configuration.timeoutSeconds * 1000)))
         clientConfiguration.connectionPool = .init(
             idleTimeout: .seconds(1), concurrentHTTP1ConnectionsPerHostSoftLimit: 1)
+        // One attempt per hop: a refused connection or a failed TLS handshake is the origin's answer, not
+        // a fluke to retry until the connect timeout (a closed port answered only after 5 s, and a bad
+        // certificate cost 12 connections).
+        clientConfiguration.connectionPool.retryConnectionEstablishment = false
         let client = HTTPClient(eventLoopGroup: self.eventLoopGroup, configuration: clientConfiguration)
         do {
             let hop = try await self.execute(url, client: client, deadline: deadline)
