@@ -50,17 +50,35 @@ struct ConvertCommand: ParsableCommand {
         } catch let error as TranscodeError {
             throw ValidationError(error.message)
         }
+        // Two inputs with one name would write the same three files, the second over the first.
+        var seen: [String: String] = [:]
+        for input in self.inputs {
+            let name = Self.name(of: input)
+            if let earlier = seen[name] {
+                throw ValidationError("\(earlier) and \(input) would both be written as \(name).mp4: rename one")
+            }
+            seen[name] = input
+        }
+    }
+
+    /// The output name of an input: its file name without the extension.
+    static func name(of input: String) -> String {
+        URL(fileURLWithPath: input).deletingPathExtension().lastPathComponent
     }
 
     func run() throws {
         let options = self.options
         let transcoder = Transcoder(options: options)
-        try FileManager.default.createDirectory(atPath: self.out, withIntermediateDirectories: true)
+        do {
+            try FileManager.default.createDirectory(atPath: self.out, withIntermediateDirectories: true)
+        } catch {
+            Self.report("\(self.out): io: cannot create the output directory")
+            throw ExitCode.failure
+        }
 
         var failures = 0
         for input in self.inputs {
-            let url = URL(fileURLWithPath: input)
-            let name = url.deletingPathExtension().lastPathComponent
+            let name = Self.name(of: input)
             do {
                 let bytes = try self.read(input, limit: options.limits.maxInputBytes)
                 try transcoder.convert(bytes, directory: self.out, name: name)
@@ -69,7 +87,7 @@ struct ConvertCommand: ParsableCommand {
                 Self.report("\(name): \(error.code): \(error.message)")
             } catch {
                 failures += 1
-                Self.report("\(name): io: \(error)")
+                Self.report("\(name): io: \((error as NSError).localizedDescription)")
             }
         }
         if failures > 0 {
