@@ -38,6 +38,10 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     public var mp4Bytes: Int
     public var posterBytes: Int
     public var recommendation: Recommendation
+    /// SHA-256 of the MP4 and of the poster, lower-case hex, so a cache can check its files byte for byte.
+    /// `nil` in metadata written before they were recorded.
+    public var mp4Sha256: String? = nil
+    public var posterSha256: String? = nil
 
     // Written by hand so that `loopCount` and `playCount` are always present, `null` when absent: a client
     // reading `playCount` must not have to tell "forever" from "field missing".
@@ -60,5 +64,7 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         try container.encode(self.mp4Bytes, forKey: .mp4Bytes)
         try container.encode(self.posterBytes, forKey: .posterBytes)
         try container.encode(self.recommendation, forKey: .recommendation)
+        try container.encode(self.mp4Sha256, forKey: .mp4Sha256)
+        try container.encode(self.posterSha256, forKey: .posterSha256)
     }
 }

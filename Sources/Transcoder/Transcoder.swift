@@ -42,6 +42,8 @@ public struct Transcoder: Sendable {
             temporaries.append(posterTemporary)
             metadata.result.mp4Bytes = try OutputFile.size(mp4Temporary)
             metadata.result.posterBytes = metadata.poster.count
+            metadata.result.mp4Sha256 = try ContentHash.sha256(ofFile: mp4Temporary)
+            metadata.result.posterSha256 = try ContentHash.sha256(metadata.poster)
             metadata.result.recommendation = metadata.result.mp4Bytes < gif.count ? .video : .keepGIF
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .prettyPrinted]

@@ -1,5 +1,7 @@
+import ArgumentParser
 import Foundation
 import Testing
+import Transcoder
 
 @testable import TranscodeServer
 
@@ -95,6 +97,42 @@ import Testing
             let reopened = try DiskCache(root: directory, maxBytes: 1 << 30)
             #expect(reopened.usage.objects == 0)
             #expect(reopened.openForServing(key, "mp4") == nil)
+        }
+    }
+}
+
+/// `cache verify` finds what serving cannot see cheaply: a file changed without changing its size.
+@Suite struct CacheVerifyTests {
+    @Test func verifyFindsSameSizeDamageAndRepairMovesItAside() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
+            var keys: [String] = []
+            for name in ["loop_1.gif", "cartoon_hotdog.gif"] {
+                let gif = try corpusBytes(name)
+                let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+                _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+                keys.append(key)
+            }
+            #expect(keys.map(cache.verify) == [.sound, .sound])
+
+            // A zeroed poster of the same size: serving's size check passes, the hash does not.
+            let poster = cache.objectPath(keys[0], "jpg")
+            let size = try #require(FileManager.default.attributesOfItem(atPath: poster)[.size] as? Int)
+            try Data(count: size).write(to: URL(fileURLWithPath: poster))
+            #expect(cache.verify(keys[0]) == .damaged("the .jpg's SHA-256 differs"))
+            #expect(cache.verify(keys[1]) == .sound)
+
+            // The command, beside the cache: reports and fails, then repairs.
+            let reader = try DiskCache(root: directory, maxBytes: .max, cleanUp: false)
+            #expect(reader.keys.sorted() == keys.sorted())
+            let check = try CacheCommand.Verify.parse(["--cache-directory", directory])
+            #expect(throws: ExitCode.failure) { try check.run() }
+            let repair = try CacheCommand.Verify.parse(["--cache-directory", directory, "--repair"])
+            try repair.run()
+            #expect(try check.run() == ())
+            #expect(!cache.contains(keys[0]) && cache.contains(keys[1]))
+            let quarantined = try FileManager.default.contentsOfDirectory(atPath: directory + "/quarantine")
+            #expect(quarantined.filter { $0.hasPrefix(keys[0]) }.count == 3, "\(quarantined)")
         }
     }
 }

@@ -33,6 +33,12 @@ import Testing
             let json = try Data(contentsOf: URL(fileURLWithPath: directory + "/clip.json"))
             #expect(try JSONDecoder().decode(TranscodeMetadata.self, from: json) == metadata)
             #expect(metadata.gifBytes == bytes.count)
+            // The recorded hashes, against coreutils' sha256sum (an implementation of its own).
+            let sums = String(
+                decoding: try run("sha256sum", [directory + "/clip.mp4", directory + "/clip.jpg"]), as: UTF8.self)
+            let digests = sums.split(separator: "\n").map { String($0.prefix(64)) }
+            #expect(digests == [metadata.mp4Sha256, metadata.posterSha256].compactMap { $0 })
+            #expect(digests.count == 2)
             #expect(
                 metadata.mp4Bytes
                     == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.mp4")[.size] as? Int))

@@ -48,8 +48,10 @@ final class DiskCache: Sendable {
 
     /// Opens (or creates) the cache at `root`, removes what a killed process left behind, and indexes
     /// the objects. - Throws: when the directories cannot be created.
+    /// - Parameter cleanUp: remove what a killed process left behind (the server, which owns the cache);
+    ///   false to only index it (a command run beside a live server must not touch its temporary files).
     init(
-        root: String, maxBytes: Int64, onEviction: @escaping @Sendable (Int) -> Void = { _ in },
+        root: String, maxBytes: Int64, cleanUp: Bool = true, onEviction: @escaping @Sendable (Int) -> Void = { _ in },
         onQuarantine: @escaping @Sendable (String) -> Void = { _ in }
     ) throws {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
@@ -61,9 +63,9 @@ final class DiskCache: Sendable {
         for directory in [self.objectsDirectory, self.urlsDirectory, self.quarantineDirectory] {
             try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
-        try? fileManager.removeItem(atPath: self.temporaryDirectory)
+        if cleanUp { try? fileManager.removeItem(atPath: self.temporaryDirectory) }
         try fileManager.createDirectory(atPath: self.temporaryDirectory, withIntermediateDirectories: true)
-        self.sweepAndIndex()
+        self.sweepAndIndex(cleanUp: cleanUp)
     }
 
     // MARK: Keys
@@ -181,32 +183,96 @@ final class DiskCache: Sendable {
         return .file(OpenFile(descriptor: descriptor, size: Int(info.st_size)))
     }
 
-    /// The object `key` with its metadata, checked: its JSON, video and poster are files the cache wrote and
-    /// the sizes agree with the metadata. A damaged object is quarantined and reported missing.
-    func verifiedObject(_ key: String) -> (metadata: TranscodeMetadata, json: [UInt8])? {
-        guard Self.isValidKey(key) else { return nil }
+    private enum Inspection {
+        case missing
+        case damaged(String)
+        case sound(TranscodeMetadata, json: [UInt8])
+    }
+
+    /// Checks the object `key` without changing anything: its JSON, video and poster are files the cache
+    /// wrote and the sizes agree with the metadata.
+    private func inspect(_ key: String) -> Inspection {
+        guard Self.isValidKey(key) else { return .missing }
         let json: OpenFile
         switch self.openObjectFile(key, "json") {
-        case .missing: return nil
-        case .foreign:
-            self.quarantine(key)
-            return nil
+        case .missing: return .missing
+        case .foreign: return .damaged("the metadata is a link, not a regular file, or has other names")
         case .file(let file): json = file
         }
         guard let bytes = Self.readAll(json),
-            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes)),
-            self.check(key, "mp4", size: metadata.mp4Bytes), self.check(key, "jpg", size: metadata.posterBytes)
-        else {
-            self.quarantine(key)
-            return nil
+            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))
+        else { return .damaged("the metadata does not read") }
+        for (fileExtension, size) in [("mp4", metadata.mp4Bytes), ("jpg", metadata.posterBytes)] {
+            switch self.openObjectFile(key, fileExtension) {
+            case .missing: return .damaged("the .\(fileExtension) is missing")
+            case .foreign: return .damaged("the .\(fileExtension) is a link, not a regular file, or has other names")
+            case .file(let file):
+                guard file.size == size else {
+                    return .damaged("the .\(fileExtension) is \(file.size) bytes; the metadata says \(size)")
+                }
+            }
         }
-        self.touch(key)
-        return (metadata, bytes)
+        return .sound(metadata, json: bytes)
     }
 
-    private func check(_ key: String, _ fileExtension: String, size: Int) -> Bool {
-        guard case .file(let file) = self.openObjectFile(key, fileExtension) else { return false }
-        return file.size == size
+    /// The object `key` with its metadata, checked (`inspect`). A damaged object is quarantined and reported
+    /// missing.
+    func verifiedObject(_ key: String) -> (metadata: TranscodeMetadata, json: [UInt8])? {
+        switch self.inspect(key) {
+        case .missing:
+            return nil
+        case .damaged:
+            self.quarantine(key)
+            return nil
+        case .sound(let metadata, let json):
+            self.touch(key)
+            return (metadata, json)
+        }
+    }
+
+    /// What `cache verify` found for one object.
+    enum Verdict: Equatable {
+        case sound
+        /// Sound as far as can be told: written before content hashes were recorded.
+        case unhashed
+        case damaged(String)
+    }
+
+    /// Checks the object `key` byte for byte: everything `inspect` checks, then the SHA-256 of the video and
+    /// the poster against the metadata. Reads both files whole: for `cache verify`, not for serving.
+    func verify(_ key: String) -> Verdict {
+        switch self.inspect(key) {
+        case .missing:
+            return .damaged("the object is gone")
+        case .damaged(let reason):
+            return .damaged(reason)
+        case .sound(let metadata, _):
+            guard let mp4 = metadata.mp4Sha256, let poster = metadata.posterSha256 else { return .unhashed }
+            for (fileExtension, expected) in [("mp4", mp4), ("jpg", poster)] {
+                guard case .file(let file) = self.openObjectFile(key, fileExtension), let digest = Self.sha256(file)
+                else { return .damaged("the .\(fileExtension) does not read") }
+                guard digest == expected else { return .damaged("the .\(fileExtension)'s SHA-256 differs") }
+            }
+            return .sound
+        }
+    }
+
+    /// The keys of the objects indexed.
+    var keys: [String] { self.state.withLock { Array($0.objects.keys) }.sorted() }
+
+    private static func sha256(_ file: OpenFile) -> String? {
+        var hash = SHA256()
+        var block = [UInt8](repeating: 0, count: 1 << 20)
+        var offset = 0
+        while offset < file.size {
+            let count = block.withUnsafeMutableBytes {
+                pread(file.descriptor, $0.baseAddress, min($0.count, file.size - offset), off_t(offset))
+            }
+            guard count > 0 else { return nil }
+            hash.update(data: block[0..<count])
+            offset += count
+        }
+        return hash.finalize().map { String(format: "%02x", $0) }.joined()
     }
 
     /// Opens a file of the object `key` for serving, after checking the whole object.
@@ -368,7 +434,7 @@ final class DiskCache: Sendable {
     }
 
     /// Removes temporary leftovers and incomplete objects of a killed process, then indexes the rest.
-    private func sweepAndIndex() {
+    private func sweepAndIndex(cleanUp: Bool) {
         let fileManager = FileManager.default
         var objects: [String: Object] = [:]
         for shard in (try? fileManager.contentsOfDirectory(atPath: self.objectsDirectory)) ?? [] {
@@ -377,7 +443,7 @@ final class DiskCache: Sendable {
             var groups: [String: [String]] = [:]
             for name in names {
                 if name.contains(".tmp-") {
-                    unlink("\(directory)/\(name)")
+                    if cleanUp { unlink("\(directory)/\(name)") }
                     continue
                 }
                 // Only regular files with one link count; anything else was not written by the cache.
@@ -391,7 +457,7 @@ final class DiskCache: Sendable {
             for (key, files) in groups {
                 guard Self.isValidKey(key), files.contains("\(key).json") else {
                     // No JSON: a crash between renames. Nothing refers to it; remove what is there.
-                    for name in files { unlink("\(directory)/\(name)") }
+                    if cleanUp { for name in files { unlink("\(directory)/\(name)") } }
                     continue
                 }
                 let bytes = files.reduce(Int64(0)) { $0 + self.fileSize("\(directory)/\($1)") }
@@ -402,7 +468,7 @@ final class DiskCache: Sendable {
             }
         }
         for name in (try? fileManager.contentsOfDirectory(atPath: self.urlsDirectory)) ?? []
-        where name.contains(".tmp-") {
+        where cleanUp && name.contains(".tmp-") {
             unlink("\(self.urlsDirectory)/\(name)")
         }
         self.state.withLock { state in
