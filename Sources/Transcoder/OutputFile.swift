@@ -58,6 +58,13 @@ enum OutputFile {
 
     static func error(_ operation: String, _ path: String) -> TranscodeError {
         let code = errno
-        return TranscodeError(.io, "\(operation) \(path): \(String(cString: strerror(code)))")
+        return TranscodeError(
+            self.isStorageFull(code) ? .insufficientStorage : .io,
+            "\(operation) \(path): \(String(cString: strerror(code)))")
+    }
+
+    /// Whether a POSIX error means the disk or the quota is full.
+    static func isStorageFull(_ code: Int32) -> Bool {
+        code == ENOSPC || code == EDQUOT
     }
 }

@@ -25,11 +25,13 @@ public struct TranscodeError: Error, CustomStringConvertible, Sendable {
         public static let encodeFailed = Code(rawValue: "encode-failed")
         /// Reading or writing a file failed.
         public static let io = Code(rawValue: "io")
+        /// The disk (or the quota) is full: ENOSPC or EDQUOT while writing the outputs.
+        public static let insufficientStorage = Code(rawValue: "insufficient-storage")
 
         /// Every code this module produces.
         public static let allCases: [Code] = [
             .notAGIF, .corrupt, .tooLarge, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels,
-            .invalidOptions, .encodeFailed, .io,
+            .invalidOptions, .encodeFailed, .io, .insufficientStorage,
         ]
     }
 

@@ -58,10 +58,19 @@ public struct Transcoder: Sendable {
         } catch let error as TranscodeError {
             throw error
         } catch let error as FFmpegError {
-            throw TranscodeError(.encodeFailed, "encoding failed", underlying: error)
+            throw Self.failure(error)
         } catch {
             throw TranscodeError(.io, "writing the outputs failed", underlying: error)
         }
+    }
+
+    /// An FFmpeg failure as the transcoder reports it: a full disk while libavformat writes the MP4 is
+    /// `insufficient-storage` (the caller may retry elsewhere or later), anything else `encode-failed`.
+    static func failure(_ error: FFmpegError) -> TranscodeError {
+        if OutputFile.isStorageFull(-error.code) {
+            return TranscodeError(.insufficientStorage, "the disk is full", underlying: error)
+        }
+        return TranscodeError(.encodeFailed, "encoding failed", underlying: error)
     }
 
     /// The output size: the canvas padded to even dimensions (the pad repeats the last column and row),

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import Transcoder
 
 @testable import TranscodeServer
 
@@ -148,5 +149,27 @@ final class RawSocket: Sendable {
         var byte: UInt8 = 0
         let result = recv(self.descriptor, &byte, 1, Int32(MSG_DONTWAIT))
         return result == 0 || (result < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+    }
+}
+
+/// A full disk is its own answer: 507 on writes, 503 from /readyz under the free-space floor.
+@Suite struct StorageTests {
+    @Test func readinessFailsBelowTheFreeSpaceFloor() async throws {
+        try await withHarness(configure: { $0.cacheMinFreeBytes = Int64.max / 2 }) { harness in
+            let reply = try await harness.request(.GET, "/readyz")
+            #expect(reply.status == 503)
+            #expect(reply.errorCode == "insufficient-storage")
+        }
+        try await withHarness { harness in
+            let ready = try await harness.request(.GET, "/readyz")
+            #expect(ready.status == 200)
+        }
+    }
+
+    @Test func aFullDiskIs507() {
+        let error = ServiceError(TranscodeError(.insufficientStorage, "the disk is full"))
+        #expect(error.status.code == 507)
+        #expect(error.code == "insufficient-storage")
+        #expect(error.retryAfterSeconds != nil)
     }
 }

@@ -1,3 +1,4 @@
+import CFFmpeg
 import Foundation
 import Testing
 
@@ -119,5 +120,22 @@ import Testing
         let result = try convert(bytes)
         #expect(result.metadata.truncated)
         #expect(result.metadata.gifFrameCount == 1)
+    }
+
+    /// A full disk or quota, from a write or from libavformat, is `insufficient-storage`, not `io` or
+    /// `encode-failed`: the server answers 507 and the client knows to retry later.
+    @Test func aFullDiskIsInsufficientStorage() {
+        errno = ENOSPC
+        #expect(OutputFile.error("write", "/x").code == .insufficientStorage)
+        errno = EDQUOT
+        #expect(OutputFile.error("write", "/x").code == .insufficientStorage)
+        errno = EACCES
+        #expect(OutputFile.error("write", "/x").code == .io)
+        #expect(
+            Transcoder.failure(FFmpegError(code: CFFmpeg_AVERROR(ENOSPC), function: "av_write_trailer")).code
+                == .insufficientStorage)
+        #expect(
+            Transcoder.failure(FFmpegError(code: CFFmpeg_AVERROR(EINVAL), function: "avcodec_open2")).code
+                == .encodeFailed)
     }
 }

@@ -123,7 +123,7 @@ extension ServerConfiguration {
     /// Reads every key from `reader`, keeping the default for the ones not set.
     ///
     /// Keys (defaults in `config/transcode-server.json` and the README):
-    /// `host`, `port`, `cache.directory`, `cache.maxBytes`, `download.maxBytes`,
+    /// `host`, `port`, `cache.directory`, `cache.maxBytes`, `cache.minFreeBytes`, `download.maxBytes`,
     /// `download.connectTimeoutSeconds`, `download.timeoutSeconds`, `download.maxRedirects`,
     /// `download.allowLoopback`, `download.allowedHosts`, `transcode.workers` (0: one per core),
     /// `transcode.queueLength`, `transcode.syncWaitSeconds`, `transcode.background`, `transcode.crf`,
@@ -147,6 +147,9 @@ extension ServerConfiguration {
         configuration.cacheMaxBytes = Int64(
             reader.int(forKey: "cache.maxBytes", default: Int(configuration.cacheMaxBytes)))
         check("cache.maxBytes", configuration.cacheMaxBytes > 0, "positive")
+        configuration.cacheMinFreeBytes = Int64(
+            reader.int(forKey: "cache.minFreeBytes", default: Int(configuration.cacheMinFreeBytes)))
+        check("cache.minFreeBytes", configuration.cacheMinFreeBytes >= 0, "0 or more")
 
         var download = configuration.download
         download.maxBytes = reader.int(forKey: "download.maxBytes", default: download.maxBytes)

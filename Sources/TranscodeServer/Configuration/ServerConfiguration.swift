@@ -13,6 +13,9 @@ struct ServerConfiguration: Sendable {
     var cacheDirectory = "./cache"
     /// `cache.maxBytes`, default 10 GiB. Least recently used results are evicted beyond it.
     var cacheMaxBytes: Int64 = 10 * 1024 * 1024 * 1024
+    /// Below this much free space on the cache's file system, `/readyz` answers 503 so a balancer sends
+    /// work elsewhere; writes that hit a full disk answer 507 anyway. `cache.minFreeBytes`.
+    var cacheMinFreeBytes: Int64 = 256 * 1024 * 1024
     var download = DownloadConfiguration()
     /// Threads that run transcodes. `transcode.workers`, default: the number of cores.
     var transcodeWorkers = ProcessInfo.processInfo.activeProcessorCount

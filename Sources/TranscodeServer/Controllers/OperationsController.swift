@@ -1,8 +1,8 @@
 import Foundation
 import Hummingbird
 
-/// `GET /healthz` (the process answers), `GET /readyz` (the cache is writable and the service is not
-/// shutting down), `GET /metrics` (Prometheus text format) and `GET /openapi.yaml` (the API description).
+/// `GET /healthz` (the process answers), `GET /readyz` (the cache is writable, has `cache.minFreeBytes`
+/// free, and the service is not shutting down), `GET /metrics` (Prometheus text format) and `GET /openapi.yaml` (the API description).
 struct OperationsController<Context: RequestContext>: Sendable {
     let services: AppServices
 
@@ -12,6 +12,13 @@ struct OperationsController<Context: RequestContext>: Sendable {
             guard self.services.pool.isAccepting else { throw ServiceError.shuttingDown }
             guard self.services.cache.isWritable else {
                 throw ServiceError("cache-not-writable", .serviceUnavailable, "the cache directory is not writable")
+            }
+            // Checked on every probe, so readiness comes back by itself once space is freed.
+            let floor = self.services.configuration.cacheMinFreeBytes
+            if let free = self.services.cache.freeBytes, free < floor {
+                throw ServiceError(
+                    "insufficient-storage", .serviceUnavailable,
+                    "\(free) bytes free on the cache's file system; the floor is \(floor)", retryAfterSeconds: 60)
             }
             return Self.text("ready\n")
         }

@@ -385,6 +385,13 @@ final class DiskCache: Sendable {
         return true
     }
 
+    /// Bytes available to this process on the cache's file system, or nil when it cannot be read.
+    var freeBytes: Int64? {
+        var info = statvfs()
+        guard statvfs(self.root, &info) == 0 else { return nil }
+        return Int64(info.f_bavail) * Int64(info.f_frsize)
+    }
+
     /// Bytes stored and objects evicted so far.
     var usage: (bytes: Int64, objects: Int, evictions: Int) {
         self.state.withLock { ($0.totalBytes, $0.objects.count, $0.evictions) }

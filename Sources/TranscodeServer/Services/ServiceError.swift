@@ -19,6 +19,9 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
 
     var description: String { "\(self.code) (\(self.status.code)): \(self.message)" }
 
+    /// 507 (RFC 4918), which HTTPTypes does not name.
+    static let insufficientStorageStatus = HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage")
+
     static func badRequest(_ message: String) -> ServiceError { .init("bad-request", .badRequest, message) }
     static func invalidURL(_ message: String) -> ServiceError { .init("invalid-url", .badRequest, message) }
     static func destinationNotAllowed(_ message: String) -> ServiceError {
@@ -38,6 +41,9 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
     static let unauthorized = ServiceError("unauthorized", .unauthorized, "a valid bearer token is required")
     static func notFound(_ message: String) -> ServiceError { .init("not-found", .notFound, message) }
     static func `internal`(_ message: String) -> ServiceError { .init("internal", .internalServerError, message) }
+    static func insufficientStorage(_ message: String) -> ServiceError {
+        .init("insufficient-storage", Self.insufficientStorageStatus, message, retryAfterSeconds: 60)
+    }
 
     /// The transcoder's errors: bad input is 422 (413 for size), our own failures 500.
     init(_ error: TranscodeError) {
@@ -46,9 +52,12 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
         case .tooLarge: status = .contentTooLarge
         case .invalidOptions: status = .badRequest
         case .notAGIF, .corrupt, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels: status = .unprocessableContent
+        case .insufficientStorage: status = Self.insufficientStorageStatus
         default: status = .internalServerError
         }
-        self.init(error.code.rawValue, status, error.message)
+        self.init(
+            error.code.rawValue, status, error.message,
+            retryAfterSeconds: error.code == .insufficientStorage ? 60 : nil)
     }
 
     /// Any error, as the API reports it.

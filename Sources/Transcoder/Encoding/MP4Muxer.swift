@@ -53,7 +53,8 @@ final class MP4Muxer {
         let opened = avio_open(&context.pointee.pb, path, AVIO_FLAG_WRITE)
         guard opened >= 0 else {
             throw TranscodeError(
-                .io, "cannot create \(path)", underlying: FFmpegError(code: opened, function: "avio_open"))
+                OutputFile.isStorageFull(-opened) ? .insufficientStorage : .io, "cannot create \(path)",
+                underlying: FFmpegError(code: opened, function: "avio_open"))
         }
         self.isOpen = true
         var options: OpaquePointer?
