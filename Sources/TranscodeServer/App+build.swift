@@ -72,7 +72,9 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     router.add(middleware: ErrorMiddleware(metrics: services.transcodes.metrics))
     OperationsController<AppRequestContext>(services: services).addRoutes(to: router)
     TranscodeController<AppRequestContext>(
-        service: services.transcodes, maxBodyBytes: services.configuration.maxRequestBodyBytes
+        service: services.transcodes, maxBodyBytes: services.configuration.maxRequestBodyBytes,
+        bodyTimeout: .milliseconds(Int64(services.configuration.bodyTimeoutSeconds * 1000)),
+        temporaryDirectory: services.cache.temporaryDirectory
     ).addRoutes(to: router, authenticator: BearerAuthenticator(tokens: services.configuration.authTokens))
     MediaController<AppRequestContext>(
         cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) }

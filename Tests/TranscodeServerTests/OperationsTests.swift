@@ -173,3 +173,76 @@ final class RawSocket: Sendable {
         #expect(error.retryAfterSeconds != nil)
     }
 }
+
+/// Uploads cost no memory while they arrive: admitted before their body is read, received into a file,
+/// cut off when they drip past the body deadline.
+@Suite struct UploadTests {
+    /// The response a raw socket has received so far, as text.
+    static func received(_ socket: RawSocket) -> String {
+        var bytes = [UInt8](repeating: 0, count: 4096)
+        let count = recv(socket.descriptor, &bytes, bytes.count, Int32(MSG_DONTWAIT))
+        return count > 0 ? String(decoding: bytes[0..<count], as: UTF8.self) : ""
+    }
+
+    @Test func aDrippingBodyIsAnsweredRequestTimeout() async throws {
+        try await withHarness(configure: {
+            $0.bodyTimeoutSeconds = 0.5
+            $0.idleTimeoutSeconds = 30
+        }) { harness in
+            let socket = try RawSocket(port: harness.appPort)
+            let head =
+                "POST /transcode HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/gif\r\n"
+                + "Content-Length: 100000\r\n\r\n"
+            #expect(socket.send(Array(head.utf8)))
+            var answer = ""
+            // One byte every 100 ms: never idle, never done.
+            for _ in 0..<50 where answer.isEmpty {
+                _ = socket.send([0x47])
+                try await Task.sleep(for: .milliseconds(100))
+                answer = Self.received(socket)
+            }
+            #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer)")
+            #expect(answer.contains("request-timeout"), "\(answer)")
+            let left = try FileManager.default.contentsOfDirectory(atPath: harness.services.cache.temporaryDirectory)
+            #expect(left.isEmpty, "\(left)")
+        }
+    }
+
+    /// One worker, no queue, a job running: an upload announcing 49 MB is refused before its body is sent.
+    @Test func aFullQueueRefusesAnUploadBeforeItsBody() async throws {
+        try await withHarness(configure: {
+            $0.transcodeWorkers = 1
+            $0.transcodeQueueLength = 0
+        }) { harness in
+            async let slow = harness.transcode(url: harness.originURL("/delayed/1000/cartoon_hotdog.gif"))
+            for _ in 0..<100 where harness.origin.count("/delayed/1000/cartoon_hotdog.gif") == 0 {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let socket = try RawSocket(port: harness.appPort)
+            let head =
+                "POST /transcode HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/gif\r\n"
+                + "Content-Length: 49000000\r\n\r\nGIF89a"
+            #expect(socket.send(Array(head.utf8)))
+            var answer = ""
+            for _ in 0..<50 where answer.isEmpty {
+                try await Task.sleep(for: .milliseconds(20))
+                answer = Self.received(socket)
+            }
+            #expect(answer.hasPrefix("HTTP/1.1 429"), "\(answer)")
+            #expect(answer.contains("queue-full"), "\(answer)")
+            #expect(try await slow.status == 200)
+        }
+    }
+
+    /// Received in a file, an upload converts as before, and leaves nothing in tmp/.
+    @Test func anUploadIsReceivedAndConverted() async throws {
+        try await withHarness { harness in
+            let gif = try corpusBytes("cartoon_hotdog.gif")
+            let reply = try await harness.upload(gif)
+            #expect(reply.status == 200, "\(reply.text)")
+            #expect(try reply.json()["gifBytes"] as? Int == gif.count)
+            let left = try FileManager.default.contentsOfDirectory(atPath: harness.services.cache.temporaryDirectory)
+            #expect(left.isEmpty, "\(left)")
+        }
+    }
+}

@@ -129,7 +129,7 @@ extension ServerConfiguration {
     /// `transcode.queueLength`, `transcode.syncWaitSeconds`, `transcode.background`, `transcode.crf`,
     /// `transcode.preset`, `transcode.threads`, `transcode.maxOutputWidth`, `transcode.maxOutputHeight`,
     /// `limits.maxInputBytes`, `limits.maxWidth`, `limits.maxHeight`, `limits.maxFrames`,
-    /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `auth.tokens`, `log.level`,
+    /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `auth.tokens`, `log.level`,
     /// `shutdown.graceSeconds`.
     /// - Throws: `ConfigurationError` naming each key whose value does not parse or is out of range.
     init(reader: ConfigReader, problems: ProblemCollector = ProblemCollector()) throws {
@@ -217,6 +217,9 @@ extension ServerConfiguration {
         configuration.headerTimeoutSeconds = reader.double(
             forKey: "http.headerTimeoutSeconds", default: configuration.headerTimeoutSeconds)
         check("http.headerTimeoutSeconds", configuration.headerTimeoutSeconds > 0, "positive")
+        configuration.bodyTimeoutSeconds = reader.double(
+            forKey: "http.bodyTimeoutSeconds", default: configuration.bodyTimeoutSeconds)
+        check("http.bodyTimeoutSeconds", configuration.bodyTimeoutSeconds > 0, "positive")
 
         configuration.authTokens = reader.stringArray(forKey: "auth.tokens", isSecret: true, default: [])
         // An empty token must not switch authentication off (`--auth-tokens ''`), and one with spaces could

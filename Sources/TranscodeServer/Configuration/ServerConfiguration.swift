@@ -32,6 +32,9 @@ struct ServerConfiguration: Sendable {
     /// A request head must arrive in full within this, from the connection's start or the previous
     /// response's end. `http.headerTimeoutSeconds`, default 10.
     var headerTimeoutSeconds: Double = 10
+    /// An uploaded GIF must arrive in full within this many seconds of its first byte being read; a body
+    /// that drips is answered 408. `http.bodyTimeoutSeconds`, default 30.
+    var bodyTimeoutSeconds: Double = 30
     /// Bearer tokens accepted on `POST /transcode`; empty: no authentication. `auth.tokens`.
     var authTokens: [String] = []
     /// `log.level`, default info.

@@ -1,12 +1,17 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import NIOPosix
 import Transcoder
 
 /// `POST /transcode` and `GET /jobs/{id}`.
 struct TranscodeController<Context: RequestContext>: Sendable {
     let service: TranscodeService
     let maxBodyBytes: Int
+    /// How long an upload's body may take (`http.bodyTimeoutSeconds`).
+    let bodyTimeout: Duration
+    /// Where uploads are received (the cache's `tmp/`).
+    let temporaryDirectory: String
 
     func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
         router.group("transcode").add(middleware: authenticator).post(use: self.transcode)
@@ -27,14 +32,27 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         let contentType = request.headers[.contentType]?.lowercased() ?? ""
         let answer: TranscodeAnswer
         if contentType.hasPrefix("image/gif") || contentType.hasPrefix("application/octet-stream") {
-            let limit = self.service.defaultOptions.limits.maxInputBytes
-            let buffer = try await Self.collect(request, upTo: min(limit, self.maxBodyBytes))
+            let limit = min(self.service.defaultOptions.limits.maxInputBytes, self.maxBodyBytes)
+            if let length = request.headers[.contentLength].flatMap(Int.init), length > limit {
+                throw ServiceError.tooLarge("the request body is \(length) bytes; the limit is \(limit)")
+            }
             for (name, _) in request.uri.queryParameters where String(name) != "background" {
                 throw ServiceError.badRequest("unknown query parameter \"\(name)\"; an upload takes only background")
             }
             let background = try Self.background(request.uri.queryParameters.get("background"))
             let options = self.service.options(background: background)
-            answer = try await self.service.transcode(upload: Array(buffer.readableBytesView), options: options)
+            // Turned away before a byte of the body is read when no job could start now.
+            try self.service.pool.checkRoom()
+            let path = try await UploadReceiver.receive(
+                request.body, limit: limit, timeout: self.bodyTimeout, into: self.temporaryDirectory)
+            defer { unlink(path) }
+            let gif = try await NIOThreadPool.singleton.runIfActive {
+                guard let data = FileManager.default.contents(atPath: path) else {
+                    throw ServiceError.internal("the received upload vanished")
+                }
+                return [UInt8](data)
+            }
+            answer = try await self.service.transcode(upload: gif, options: options)
         } else if contentType.hasPrefix("application/json") {
             let buffer = try await Self.collect(request, upTo: min(64 * 1024, self.maxBodyBytes))
             let fields = (try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView))) as? [String: Any]

@@ -28,6 +28,9 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
         .init("destination-not-allowed", .forbidden, message)
     }
     static func tooLarge(_ message: String) -> ServiceError { .init("too-large", .contentTooLarge, message) }
+    static func requestTimeout(_ message: String) -> ServiceError {
+        .init("request-timeout", .requestTimeout, message)
+    }
     static func queueFull(retryAfter: Int) -> ServiceError {
         .init("queue-full", .tooManyRequests, "every transcode worker is busy", retryAfterSeconds: retryAfter)
     }

@@ -48,6 +48,15 @@ final class TranscodePool: Service, Sendable {
         return Admission(pool: self)
     }
 
+    /// Throws what `admit()` would, without claiming a slot: an upload is turned away (429) before a byte
+    /// of its body is read when no job could be admitted now.
+    func checkRoom() throws {
+        try self.state.withLock { state in
+            guard state.accepting else { throw ServiceError.shuttingDown }
+            guard state.admitted < self.capacity else { throw ServiceError.queueFull(retryAfter: 2) }
+        }
+    }
+
     /// Whether new jobs are admitted (false once shutdown began).
     var isAccepting: Bool { self.state.withLock { $0.accepting } }
 
