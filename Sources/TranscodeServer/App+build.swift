@@ -31,6 +31,7 @@ func buildApplication(
         root: configuration.cacheDirectory, maxBytes: configuration.cacheMaxBytes,
         onEviction: { metrics.evicted($0) },
         onQuarantine: { key in
+            metrics.quarantined()
             cacheLogger.warning(
                 "cache object failed its checks (a link, a hard link or a wrong size); moved to quarantine/",
                 metadata: ["cache.key": "\(key)"])

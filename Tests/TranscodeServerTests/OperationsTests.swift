@@ -39,19 +39,59 @@ import Transcoder
             #expect(metrics.headers.first(name: "Content-Type")?.hasPrefix("text/plain") == true)
             let text = metrics.text
             for line in [
-                "cache_hits 1", "cache_misses 2", "transcode_count 1", "media_bytes_served 100",
-                #"errors{code="not-a-gif"} 1"#, #"http_requests{route="/transcode",status="200"} 2"#,
-                #"http_requests{route="/transcode",status="422"} 1"#, "transcode_queue_depth 0",
+                "transcode_cache_hits_total 1", "transcode_cache_misses_total 2", "transcode_conversions_total 1",
+                "transcode_served_bytes_total 100", #"transcode_errors_total{code="not-a-gif"} 1"#,
+                #"transcode_requests_total{route="/transcode",status="200"} 2"#,
+                #"transcode_requests_total{route="/transcode",status="422"} 1"#, "transcode_queue_depth 0",
+                #"transcode_build_info{version="\#(TranscodeServerCommand.version)"} 1"#,
+                "# HELP transcode_cache_hits_total ", "# TYPE transcode_cache_hits_total counter",
             ] {
                 #expect(text.contains(line), "missing \(line) in\n\(text)")
             }
-            #expect(text.contains("transcode_duration_bucket"))
+            for name in [
+                "transcode_conversion_duration_seconds_bucket",
+                #"transcode_request_duration_seconds_bucket{route="/transcode""#,
+                "process_resident_memory_bytes ", "process_open_fds ", "process_cpu_seconds_total ",
+                "transcode_saved_bytes_total ",
+            ] {
+                #expect(text.contains(name), "missing \(name) in\n\(text)")
+            }
             // Two downloads: the GIF and the HTML page.
             let html = "<html><body>not a gif</body></html>".utf8.count
-            #expect(text.contains("download_bytes \(try corpusBytes("cartoon_hotdog.gif").count + html)"))
-            #expect(text.contains("transcode_bytes_saved"))
+            #expect(
+                text.contains("transcode_download_bytes_total \(try corpusBytes("cartoon_hotdog.gif").count + html)"))
+            // Every metric has HELP; every counter ends in _total.
+            let lines = text.split(separator: "\n")
+            for type in lines where type.hasPrefix("# TYPE ") {
+                let words = type.split(separator: " ")
+                #expect(lines.contains { $0.hasPrefix("# HELP \(words[2]) ") }, "no HELP for \(words[2])")
+                if words[3] == "counter" { #expect(words[2].hasSuffix("_total"), "\(type)") }
+            }
             // Labels are bounded: no URL or key appears.
             #expect(!text.contains(key) && !text.contains("127.0.0.1"))
+
+            // A real exposition-format parser reads both formats (Debian's python3-prometheus-client).
+            let openMetrics = try await harness.request(
+                .GET, "/metrics", headers: [("Accept", "application/openmetrics-text; version=1.0.0")])
+            #expect(openMetrics.headers.first(name: "Content-Type")?.hasPrefix("application/openmetrics-text") == true)
+            try await withTemporaryDirectory { directory in
+                try Data(metrics.body).write(to: URL(fileURLWithPath: directory + "/text"))
+                try Data(openMetrics.body).write(to: URL(fileURLWithPath: directory + "/openmetrics"))
+                let script = """
+                    import sys
+                    from prometheus_client.parser import text_string_to_metric_families as text
+                    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+                    a = sorted(f.name for f in text(open(sys.argv[1]).read()))
+                    b = sorted(f.name for f in om(open(sys.argv[2]).read()))
+                    print(len(a), len(b), a == b)
+                    """
+                let run = try await runProcess(
+                    "/usr/bin/python3", ["-c", script, directory + "/text", directory + "/openmetrics"],
+                    timeout: .seconds(60))
+                #expect(run.status == 0, "\(run.stdout)\n\(run.stderr)")
+                let words = run.stdout.split(whereSeparator: \.isWhitespace)
+                #expect(words.count == 3 && words[2] == "True" && (Int(words[0]) ?? 0) >= 15, "\(run.stdout)")
+            }
         }
     }
 

@@ -30,12 +30,21 @@ struct OperationsController<Context: RequestContext>: Sendable {
                 status: .ok, headers: [.contentType: "application/yaml; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(string: document)))
         }
-        router.get("metrics") { _, _ in
-            let text = self.services.transcodes.metrics.render(
-                queueDepth: self.services.pool.load, cacheBytes: self.services.cache.usage.bytes)
+        router.get("metrics") { request, _ in
+            let metrics = self.services.transcodes.metrics
+            let load = self.services.pool.load
+            let bytes = self.services.cache.usage.bytes
+            // OpenMetrics for scrapers that ask for it, the classic text format otherwise.
+            if request.headers[.accept]?.contains("application/openmetrics-text") == true {
+                return Response(
+                    status: .ok,
+                    headers: [.contentType: "application/openmetrics-text; version=1.0.0; charset=utf-8"],
+                    body: .init(
+                        byteBuffer: ByteBuffer(string: metrics.renderOpenMetrics(queueDepth: load, cacheBytes: bytes))))
+            }
             return Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                body: .init(byteBuffer: ByteBuffer(string: text)))
+                body: .init(byteBuffer: ByteBuffer(string: metrics.render(queueDepth: load, cacheBytes: bytes))))
         }
     }
 
@@ -54,8 +63,11 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
+        let started = ContinuousClock.now
         let response = try await next(request, context)
-        self.metrics.request(route: context.endpointPath ?? "unmatched", status: Int(response.status.code))
+        self.metrics.request(
+            route: context.endpointPath ?? "unmatched", status: Int(response.status.code),
+            duration: ContinuousClock.now - started)
         return response
     }
 }

@@ -1,48 +1,93 @@
-import CoreMetrics
-import Metrics
+import Foundation
 import Prometheus
 import Synchronization
 
-/// The service's metrics, in a registry of its own (no global bootstrap, so every application, and every
-/// test, counts apart), rendered for `GET /metrics` in the Prometheus text format. Labels are bounded:
-/// route templates, status codes and error codes, never URLs.
+/// The service's metrics, in a registry of its own (every application, and every test, counts apart),
+/// rendered for `GET /metrics`. Named as Prometheus asks, because operators read them there: one namespace
+/// (`transcode_`), `_total` on counters, base units in the name (`_seconds`, `_bytes`), a `# HELP` line on
+/// each; the standard `process_` metrics beside them. Labels are bounded: route templates, status codes,
+/// error codes and the version, never URLs or keys.
 final class ServiceMetrics: Sendable {
     let registry: PrometheusCollectorRegistry
-    private let factory: PrometheusMetricsFactory
     private let snapshot = Mutex(ServiceCounters())
+    private let cpuSecondsReported = Mutex(0.0)
 
-    private let cacheHits: CoreMetrics.Counter
-    private let cacheMisses: CoreMetrics.Counter
-    private let cacheEvictions: CoreMetrics.Counter
-    private let dedupeJoins: CoreMetrics.Counter
-    private let bytesDownloaded: CoreMetrics.Counter
-    private let bytesServed: CoreMetrics.Counter
-    private let bytesSaved: CoreMetrics.Counter
-    private let transcodes: CoreMetrics.Counter
-    private let transcodeDuration: CoreMetrics.Timer
-    private let queueDepth: CoreMetrics.Gauge
-    private let cacheBytes: CoreMetrics.Gauge
+    private let cacheHits: Counter
+    private let cacheMisses: Counter
+    private let cacheEvictions: Counter
+    private let cacheQuarantined: Counter
+    private let dedupeJoins: Counter
+    private let downloadBytes: Counter
+    private let servedBytes: Counter
+    private let savedBytes: Counter
+    private let conversions: Counter
+    private let conversionDuration: DurationHistogram
+    private let queueDepth: Gauge
+    private let cacheBytes: Gauge
+    private let residentMemory: Gauge
+    private let openFileDescriptors: Gauge
+    private let cpuSeconds: Counter
 
-    init() {
-        let registry = PrometheusCollectorRegistry()
-        var factory = PrometheusMetricsFactory(registry: registry)
-        factory.durationHistogramBuckets["transcode.duration"] = [
-            .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2),
-            .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(120),
+    /// Buckets of the request duration histogram: a cache hit takes about a millisecond, a conversion
+    /// seconds.
+    private static var requestBuckets: [Duration] {
+        [
+            .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+            .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+            .seconds(2.5), .seconds(5), .seconds(10), .seconds(30), .seconds(60),
         ]
+    }
+
+    init(version: String = TranscodeServerCommand.version) {
+        let registry = PrometheusCollectorRegistry()
         self.registry = registry
-        self.factory = factory
-        self.cacheHits = CoreMetrics.Counter(label: "cache.hits", factory: factory)
-        self.cacheMisses = CoreMetrics.Counter(label: "cache.misses", factory: factory)
-        self.cacheEvictions = CoreMetrics.Counter(label: "cache.evictions", factory: factory)
-        self.dedupeJoins = CoreMetrics.Counter(label: "dedupe.joins", factory: factory)
-        self.bytesDownloaded = CoreMetrics.Counter(label: "download.bytes", factory: factory)
-        self.bytesServed = CoreMetrics.Counter(label: "media.bytes.served", factory: factory)
-        self.bytesSaved = CoreMetrics.Counter(label: "transcode.bytes.saved", factory: factory)
-        self.transcodes = CoreMetrics.Counter(label: "transcode.count", factory: factory)
-        self.transcodeDuration = CoreMetrics.Timer(label: "transcode.duration", factory: factory)
-        self.queueDepth = CoreMetrics.Gauge(label: "transcode.queue.depth", factory: factory)
-        self.cacheBytes = CoreMetrics.Gauge(label: "cache.bytes", factory: factory)
+        func counter(_ name: String, _ unit: String, _ help: String) -> Counter {
+            registry.makeCounter(
+                descriptor: .init(namespace: "transcode", metricName: name, unitName: unit, helpText: help))
+        }
+        func gauge(_ name: String, _ unit: String, _ help: String) -> Gauge {
+            registry.makeGauge(
+                descriptor: .init(namespace: "transcode", metricName: name, unitName: unit, helpText: help))
+        }
+        self.cacheHits = counter("cache_hits", "total", "Requests answered from the cache.")
+        self.cacheMisses = counter("cache_misses", "total", "Requests that needed a download or a conversion.")
+        self.cacheEvictions = counter("cache_evictions", "total", "Objects evicted to stay under cache.maxBytes.")
+        self.cacheQuarantined = counter(
+            "cache_quarantined", "total", "Objects that failed their checks and were moved to quarantine/.")
+        self.dedupeJoins = counter("dedupe_joins", "total", "Requests that joined a download or conversion in flight.")
+        self.downloadBytes = counter("download_bytes", "total", "Bytes of GIFs downloaded from origins.")
+        self.servedBytes = counter("served_bytes", "total", "Bytes of media sent to clients.")
+        self.savedBytes = counter("saved_bytes", "total", "Bytes saved: GIF size minus MP4 size, per conversion.")
+        self.conversions = counter("conversions", "total", "GIFs converted.")
+        self.conversionDuration = registry.makeDurationHistogram(
+            descriptor: .init(
+                namespace: "transcode", metricName: "conversion_duration", unitName: "seconds",
+                helpText: "Time to convert one GIF, on a transcode worker."),
+            labels: [],
+            buckets: [
+                .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+                .seconds(2), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(120),
+            ])
+        self.queueDepth = gauge("queue_depth", "", "Jobs admitted and not finished (running or waiting).")
+        self.cacheBytes = gauge("cache", "bytes", "Bytes stored in the cache.")
+        registry.makeGauge(
+            descriptor: .init(
+                namespace: "transcode", metricName: "build", unitName: "info",
+                helpText: "The running version (always 1)."),
+            labels: [("version", version)]
+        ).set(Int64(1))
+        self.residentMemory = registry.makeGauge(
+            descriptor: .init(
+                namespace: "process", metricName: "resident_memory", unitName: "bytes",
+                helpText: "Resident memory size in bytes."))
+        self.openFileDescriptors = registry.makeGauge(
+            descriptor: .init(
+                namespace: "process", metricName: "open", unitName: "fds", helpText: "Number of open file descriptors.")
+        )
+        self.cpuSeconds = registry.makeCounter(
+            descriptor: .init(
+                namespace: "process", metricName: "cpu_seconds", unitName: "total",
+                helpText: "Total user and system CPU time spent in seconds."))
     }
 
     /// What has been counted so far (tests read it).
@@ -58,7 +103,11 @@ final class ServiceMetrics: Sendable {
     }
 
     func evicted(_ count: Int) {
-        self.cacheEvictions.increment(by: count)
+        self.cacheEvictions.increment(by: Int64(count))
+    }
+
+    func quarantined() {
+        self.cacheQuarantined.increment()
     }
 
     func joined() {
@@ -67,39 +116,98 @@ final class ServiceMetrics: Sendable {
     }
 
     func downloaded(bytes: Int) {
-        self.bytesDownloaded.increment(by: bytes)
+        self.downloadBytes.increment(by: Int64(bytes))
         self.snapshot.withLock { $0.downloads += 1 }
     }
 
     func served(bytes: Int) {
-        self.bytesServed.increment(by: bytes)
+        self.servedBytes.increment(by: Int64(bytes))
     }
 
     func transcoded(duration: Duration, savedBytes: Int) {
-        self.transcodes.increment()
-        self.transcodeDuration.recordNanoseconds(
-            duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
-        self.bytesSaved.increment(by: savedBytes)
+        self.conversions.increment()
+        self.conversionDuration.record(duration)
+        self.savedBytes.increment(by: Int64(savedBytes))
         self.snapshot.withLock { $0.transcodes += 1 }
     }
 
-    /// One request answered, by route template and status.
-    func request(route: String, status: Int) {
-        CoreMetrics.Counter(
-            label: "http.requests", dimensions: [("route", route), ("status", String(status))], factory: self.factory
-        )
-        .increment()
+    /// One request answered, by route template and status, and how long it took to its response head.
+    func request(route: String, status: Int, duration: Duration) {
+        self.registry.makeCounter(
+            descriptor: .init(
+                namespace: "transcode", metricName: "requests", unitName: "total",
+                helpText: "HTTP requests answered, by route template and status code."),
+            labels: [("route", route), ("status", String(status))]
+        ).increment()
+        self.registry.makeDurationHistogram(
+            descriptor: .init(
+                namespace: "transcode", metricName: "request_duration", unitName: "seconds",
+                helpText: "Time from a request to its response head, by route template."),
+            labels: [("route", route)], buckets: Self.requestBuckets
+        ).record(duration)
     }
 
     /// One error answered, by its code.
     func error(code: String) {
-        CoreMetrics.Counter(label: "errors", dimensions: [("code", code)], factory: self.factory).increment()
+        self.registry.makeCounter(
+            descriptor: .init(
+                namespace: "transcode", metricName: "errors", unitName: "total",
+                helpText: "Error answers, by error code."),
+            labels: [("code", code)]
+        ).increment()
     }
 
-    /// The Prometheus text exposition, with the gauges read at scrape time.
+    /// The Prometheus text exposition (format 0.0.4), with the gauges read at scrape time.
     func render(queueDepth: Int, cacheBytes: Int64) -> String {
-        self.queueDepth.record(queueDepth)
-        self.cacheBytes.record(cacheBytes)
+        self.queueDepth.set(Int64(queueDepth))
+        self.cacheBytes.set(cacheBytes)
+        self.readProcess()
         return self.registry.emitToString()
+    }
+
+    /// The same metrics in the OpenMetrics text format: counter families are named without `_total` on
+    /// their `TYPE` and `HELP` lines, and the exposition ends with `# EOF`.
+    func renderOpenMetrics(queueDepth: Int, cacheBytes: Int64) -> String {
+        let text = self.render(queueDepth: queueDepth, cacheBytes: cacheBytes)
+        var counters = Set<String>()
+        for line in text.split(separator: "\n") where line.hasPrefix("# TYPE ") && line.hasSuffix(" counter") {
+            counters.insert(String(line.split(separator: " ")[2]))
+        }
+        var lines: [String] = []
+        for line in text.split(separator: "\n", omittingEmptySubsequences: true) {
+            let words = line.split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
+            if line.hasPrefix("# "), words.count >= 3, counters.contains(String(words[2])), words[2].hasSuffix("_total")
+            {
+                lines.append(([words[0], words[1], words[2].dropLast(6)] + words.dropFirst(3)).joined(separator: " "))
+            } else {
+                lines.append(String(line))
+            }
+        }
+        return lines.joined(separator: "\n") + "\n# EOF\n"
+    }
+
+    /// Resident memory and CPU time from /proc/self (Linux), open descriptors from /proc/self/fd.
+    private func readProcess() {
+        if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int64($0) })
+        {
+            self.residentMemory.set(kilobytes * 1024)
+        }
+        if let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") {
+            self.openFileDescriptors.set(Int64(descriptors.count))
+        }
+        var usage = rusage()
+        if getrusage(RUSAGE_SELF.rawValue, &usage) == 0 {
+            let seconds =
+                Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+                + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000_000
+            // A counter only goes up: add what was spent since the last scrape.
+            let delta = self.cpuSecondsReported.withLock { reported in
+                defer { reported = max(reported, seconds) }
+                return max(0, seconds - reported)
+            }
+            self.cpuSeconds.increment(by: delta)
+        }
     }
 }
