@@ -100,3 +100,37 @@ import Testing
         }
     }
 }
+
+/// `log.format: json` writes one parseable object per line, metadata included.
+@Suite struct JSONLogTests {
+    @Test func linesAreJSONObjectsWithTheMetadata() throws {
+        let lines = Mutex<[String]>([])
+        var logger = Logger(label: "transcode-server") { label in
+            JSONLogHandler(label: label, write: { line in lines.withLock { $0.append(line) } })
+        }
+        logger[metadataKey: "request.id"] = "abc"
+        logger.info("request", metadata: ["http.status": "404", "http.route": "/media/{file}"])
+        logger.debug("not at info")
+        let written = lines.withLock { $0 }
+        #expect(written.count == 1)
+        let line = try #require(written.first)
+        #expect(line.hasSuffix("\n") && !line.dropLast().contains("\n"))
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String])
+        #expect(object["message"] == "request")
+        #expect(object["level"] == "info")
+        #expect(object["label"] == "transcode-server")
+        #expect(object["request.id"] == "abc")
+        #expect(object["http.status"] == "404")
+        #expect(object["http.route"] == "/media/{file}")
+        #expect(object["time"].map { $0.contains("T") && $0.hasSuffix("Z") } == true)
+    }
+
+    @Test func theFormatIsChecked() async throws {
+        let json = try await ServerConfiguration.load(
+            filePath: nil, arguments: ["--log-format", "json"], environment: [:])
+        #expect(json.logFormat == "json")
+        await #expect(throws: ConfigurationError.self) {
+            _ = try await ServerConfiguration.load(filePath: nil, arguments: ["--log-format", "xml"], environment: [:])
+        }
+    }
+}

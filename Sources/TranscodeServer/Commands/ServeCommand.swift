@@ -34,7 +34,9 @@ struct ServeCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("transcode-server: \(error)\n".utf8))
             throw ExitCode(78)  // EX_CONFIG
         }
-        var logger = Logger(label: "transcode-server")
+        var logger =
+            configuration.logFormat == "json"
+            ? Logger(label: "transcode-server") { JSONLogHandler(label: $0) } : Logger(label: "transcode-server")
         logger.logLevel = configuration.logLevel
         let (application, _) = try buildApplication(configuration: configuration, logger: logger)
         try await application.runService()

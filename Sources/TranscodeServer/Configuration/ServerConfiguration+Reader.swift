@@ -129,7 +129,7 @@ extension ServerConfiguration {
     /// `transcode.queueLength`, `transcode.syncWaitSeconds`, `transcode.background`, `transcode.crf`,
     /// `transcode.preset`, `transcode.threads`, `transcode.maxOutputWidth`, `transcode.maxOutputHeight`,
     /// `limits.maxInputBytes`, `limits.maxWidth`, `limits.maxHeight`, `limits.maxFrames`,
-    /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `auth.tokens`, `log.level`,
+    /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `auth.tokens`, `log.level`, `log.format`,
     /// `shutdown.graceSeconds`.
     /// - Throws: `ConfigurationError` naming each key whose value does not parse or is out of range.
     init(reader: ConfigReader, problems: ProblemCollector = ProblemCollector()) throws {
@@ -234,6 +234,8 @@ extension ServerConfiguration {
             )
         }
 
+        configuration.logFormat = reader.string(forKey: "log.format", default: configuration.logFormat)
+        check("log.format", ["text", "json"].contains(configuration.logFormat), "text or json")
         let level = reader.string(forKey: "log.level", default: configuration.logLevel.rawValue)
         if let parsed = Logger.Level(rawValue: level.lowercased()) {
             configuration.logLevel = parsed

@@ -39,6 +39,8 @@ struct ServerConfiguration: Sendable {
     var authTokens: [String] = []
     /// `log.level`, default info.
     var logLevel: Logger.Level = .info
+    /// `text` (human-readable lines) or `json` (one JSON object per line). `log.format`.
+    var logFormat = "text"
     /// Grace period for in-flight transcodes on SIGTERM. `shutdown.graceSeconds`, default 30.
     var shutdownGraceSeconds: Double = 30
 }
