@@ -167,13 +167,16 @@ final class TranscodeService: Sendable {
         return await withCheckedContinuation { continuation in
             pending.set(continuation)
             let timer = Task {
-                try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
+                // Cancelled means the result came first: only a timer that ran its course answers "pending".
+                // (A cancelled sleep throws at once; resuming then raced the result, and a GIF that failed in
+                // a millisecond was answered 202 now and then: found by scripts/soak.)
+                guard (try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))) != nil else { return }
                 pending.resume(returning: nil)
             }
             Task {
                 let result = await task.result
-                timer.cancel()
                 pending.resume(returning: result)
+                timer.cancel()
             }
         }
     }
