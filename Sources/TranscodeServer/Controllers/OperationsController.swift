@@ -75,11 +75,12 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
 /// The OpenAPI document, shipped as a SwiftPM resource beside the executable. Looked up by hand rather
 /// than through `Bundle.module`, which stops the process when the bundle is missing.
 let openAPIDocument: String? = {
-    let executable = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    // The arguments can be empty (a static binary without /proc cannot read them): no index, no trap.
+    let executable = CommandLine.arguments.first.map { URL(fileURLWithPath: $0).resolvingSymlinksInPath() }
     let candidates =
-        [
-            executable.deletingLastPathComponent(), URL(fileURLWithPath: FileManager.default.currentDirectoryPath),
-        ].map { $0.appendingPathComponent("gif2mp4_TranscodeServer.resources/openapi.yaml") }
+        ([executable?.deletingLastPathComponent()].compactMap { $0 } + [
+            URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+        ]).map { $0.appendingPathComponent("gif2mp4_TranscodeServer.resources/openapi.yaml") }
         + [Bundle.main.bundleURL.appendingPathComponent("gif2mp4_TranscodeServer.resources/openapi.yaml")]
     for candidate in candidates {
         if let text = try? String(contentsOf: candidate, encoding: .utf8) { return text }

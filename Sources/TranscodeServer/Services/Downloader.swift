@@ -159,31 +159,25 @@ struct Downloader: Sendable {
             throw ServiceError.originError("the origin sent a \(encoding)-encoded body")
         }
 
-        let path = self.temporaryDirectory + "/download-\(UInt64.random(in: 0...UInt64.max)).part"
-        guard FileManager.default.createFile(atPath: path, contents: nil),
-            let handle = FileHandle(forWritingAtPath: path)
-        else {
-            throw ServiceError.internal("cannot create a temporary file in \(self.temporaryDirectory)")
-        }
+        let file = try ReceivingFile(in: self.temporaryDirectory, prefix: "download", suffix: ".part")
         var received = 0
         do {
-            defer { try? handle.close() }
             for try await buffer in response.body {
-                received += buffer.readableBytes
-                guard received <= self.configuration.maxBytes else {
+                guard received + buffer.readableBytes <= self.configuration.maxBytes else {
                     throw ServiceError.tooLarge("the GIF is larger than \(self.configuration.maxBytes) bytes")
                 }
                 guard NIODeadline.now() < deadline else {
                     throw ServiceError.originTimeout(
                         "the download took longer than \(self.configuration.timeoutSeconds) s")
                 }
-                try handle.write(contentsOf: Data(buffer.readableBytesView))
+                try await file.write(buffer, at: received)
+                received += buffer.readableBytes
             }
         } catch {
-            unlink(path)
+            unlink(file.path)
             throw error
         }
-        return .file(DownloadedFile(path: path, byteCount: received))
+        return .file(DownloadedFile(path: file.path, byteCount: received))
     }
 
     /// The URL's host without IPv6 brackets.

@@ -1,0 +1,48 @@
+import Foundation
+import NIOCore
+import NIOPosix
+
+/// A temporary file that a download or an upload streams into, chunk by chunk: memory holds one chunk at a
+/// time, and writes run on the I/O pool, never on the async executor. The descriptor closes when the last
+/// reference goes; the caller removes the file.
+final class ReceivingFile: Sendable {
+    let path: String
+    private let descriptor: CInt
+
+    /// Creates `directory/prefix-<random><suffix>`.
+    /// - Throws: `internal` when the file cannot be created (`insufficient-storage` when the disk is full).
+    init(in directory: String, prefix: String, suffix: String = "") throws {
+        self.path = "\(directory)/\(prefix)-\(UInt64.random(in: 0...UInt64.max))\(suffix)"
+        self.descriptor = open(self.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard self.descriptor >= 0 else { throw Self.failure("cannot create \(self.path)") }
+    }
+
+    deinit {
+        if self.descriptor >= 0 { close(self.descriptor) }
+    }
+
+    /// Writes `chunk` at `offset`.
+    /// - Throws: `insufficient-storage` (507) when the disk or quota is full, `internal` otherwise.
+    func write(_ chunk: ByteBuffer, at offset: Int) async throws {
+        try await NIOThreadPool.singleton.runIfActive {
+            try chunk.withUnsafeReadableBytes { bytes in
+                var written = 0
+                while written < bytes.count {
+                    let result = pwrite(
+                        self.descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset + written))
+                    if result < 0 {
+                        if errno == EINTR { continue }
+                        throw Self.failure("writing \(self.path) failed")
+                    }
+                    written += result
+                }
+            }
+        }
+    }
+
+    private static func failure(_ message: String) -> ServiceError {
+        let code = errno
+        if code == ENOSPC || code == EDQUOT { return ServiceError.insufficientStorage("the disk is full") }
+        return ServiceError.internal("\(message): \(String(cString: strerror(code)))")
+    }
+}
