@@ -88,4 +88,17 @@ import Testing
             if result == nil { break }
         }
     }
+
+    /// Failures are kept for polling clients, but not without bound.
+    @Test func recordedFailuresAreBounded() async throws {
+        try await withHarness { harness in
+            let limit = TranscodeService.maxRecordedFailures
+            for index in 0..<(limit + 10) {
+                _ = try? await harness.services.transcodes.transcode(
+                    upload: Array("not a gif \(index)".utf8), options: harness.services.configuration.transcodeOptions)
+            }
+            #expect(harness.services.transcodes.recordedFailures <= limit)
+            #expect(harness.services.transcodes.recordedFailures >= limit / 2)
+        }
+    }
 }

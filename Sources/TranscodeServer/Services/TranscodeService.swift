@@ -208,15 +208,24 @@ final class TranscodeService: Sendable {
         return TranscodeOutcome(key: key, metadata: try await task.value)
     }
 
+    /// Failures kept for `GET /jobs/{id}`: enough for clients polling a job, bounded however many bad
+    /// requests arrive (scripts/soak sent 120,000 not-a-GIF uploads in 30 minutes, and every one was kept).
+    static var maxRecordedFailures: Int { 10_000 }
+
     private func recordFailure(_ key: String, _ error: ServiceError) {
         let now = Date()
         self.failures.withLock { failures in
-            if failures.count > 10_000 {
-                failures = failures.filter { now.timeIntervalSince($0.value.at) < 3600 }
+            if failures.count >= Self.maxRecordedFailures {
+                // Keep the newer half: amortised, one sort per 5,000 failures.
+                let newer = failures.sorted { $0.value.at > $1.value.at }.prefix(Self.maxRecordedFailures / 2)
+                failures = Dictionary(uniqueKeysWithValues: newer.map { ($0.key, $0.value) })
             }
             failures[key] = (error, now)
         }
     }
+
+    /// Failures currently kept (tests read it).
+    var recordedFailures: Int { self.failures.withLock { $0.count } }
 }
 
 /// A continuation resumed by whichever of several racers comes first; the others find it gone.
