@@ -38,11 +38,11 @@ final class H264Encoder {
             context.pointee.color_range = AVCOL_RANGE_MPEG
             context.pointee.thread_count = Int32(options.threads)
             // No B-frames: decode order is presentation order, so each sample's stts duration is its own
-            // display time (see MP4Muxer). Chromium takes a frame's duration from stts; with B-frames the
-            // durations are decode-order gaps, a frame can seem to outlast the next one, and Chromium then
-            // never shows that next one (a GIF's last frame went missing that way). Six reference frames
-            // win back part of what B-frames saved: scripts/bench's median MP4 is +3.2% (+5.7% with the
-            // default three), see README "Timing in every player".
+            // display time, with no ctts and no edit list (see MP4Muxer): the timeline means the same to
+            // every player. With B-frames the stts durations are decode-order gaps and the track's start
+            // and end depend on how a player reads the edit list (Chromium played a 2.42 s GIF for 1.02 s).
+            // Six reference frames win back part of what B-frames saved: scripts/bench's median MP4 is
+            // +3.2% (+5.7% with the default three), see README "Timing in every player".
             context.pointee.max_b_frames = 0
             context.pointee.refs = 6
             if globalHeader {
