@@ -68,8 +68,7 @@ func buildApplication(
 /// `GET /player.js`, `GET /healthz`, `GET /readyz`, `GET /metrics`.
 func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     let router = Router(context: AppRequestContext.self)
-    router.add(middleware: AccessLogMiddleware())
-    router.add(middleware: RequestMetricsMiddleware(metrics: services.transcodes.metrics))
+    router.add(middleware: AccessLogMiddleware(metrics: services.transcodes.metrics))
     router.add(middleware: ErrorMiddleware(metrics: services.transcodes.metrics))
     OperationsController<AppRequestContext>(services: services).addRoutes(to: router)
     TranscodeController<AppRequestContext>(

@@ -6,8 +6,11 @@ import Logging
 /// carry anything), status, body bytes, milliseconds until the response head, request id, and the error
 /// code on failures. The request id is the client's `X-Request-Id` when well-formed (1-128 characters of
 /// letters, digits and `-._:`), else Hummingbird's own; it is returned on every answer and is in the
-/// metadata of every line logged while handling the request.
+/// metadata of every line logged while handling the request. The same measurement feeds the request metrics
+/// (count by route template and status, duration by route template).
 struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
+    let metrics: ServiceMetrics
+
     static var requestIDField: HTTPField.Name { HTTPField.Name("X-Request-Id")! }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
@@ -26,9 +29,10 @@ struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
         }
         response.headers[Self.requestIDField] = id
         let elapsed = ContinuousClock.now - started
+        let route = context.endpointPath ?? "unmatched"
         var metadata: Logger.Metadata = [
             "http.method": "\(request.method)",
-            "http.route": "\(context.endpointPath ?? "unmatched")",
+            "http.route": "\(route)",
             "http.status": "\(response.status.code)",
             "http.bytes": "\(response.body.contentLength.map(String.init) ?? "-")",
             "http.ms": "\(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)",
@@ -36,6 +40,8 @@ struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
         if let code = response.headers[ServiceError.errorCodeField] {
             metadata["error.code"] = "\(code)"
         }
+        self.metrics.request(
+            route: route, status: Int(response.status.code), duration: elapsed)
         context.logger.info("request", metadata: metadata)
         return response
     }

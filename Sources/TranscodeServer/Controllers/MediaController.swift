@@ -56,7 +56,7 @@ struct MediaController<Context: RequestContext>: Sendable {
             .acceptRanges: "bytes",
             HTTPField.Name("X-Content-Type-Options")!: "nosniff",
         ]
-        if let match = request.headers[.ifNoneMatch], Self.matches(match, etag) {
+        if let match = request.headers[.ifNoneMatch], EntityTag.matches(match, etag) {
             return Response(status: .notModified, headers: headers)
         }
         var range = ByteRange(header: request.headers[.range], size: size)
@@ -110,7 +110,10 @@ struct MediaController<Context: RequestContext>: Sendable {
         }
         return Response(status: status, headers: headers, body: pinned)
     }
+}
 
+/// Entity-tag comparison, shared by every route that answers `304`.
+enum EntityTag {
     /// `If-None-Match`: `*` or a list of entity tags (weak comparison, RFC 9110 §13.1.2).
     static func matches(_ header: String, _ etag: String) -> Bool {
         if header.trimmingCharacters(in: .whitespaces) == "*" { return true }

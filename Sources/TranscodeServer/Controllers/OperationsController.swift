@@ -55,23 +55,6 @@ struct OperationsController<Context: RequestContext>: Sendable {
     }
 }
 
-/// Counts every answered request by route template (never the raw path: unknown paths count as
-/// `unmatched`) and status.
-struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
-    let metrics: ServiceMetrics
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
-        -> Response
-    {
-        let started = ContinuousClock.now
-        let response = try await next(request, context)
-        self.metrics.request(
-            route: context.endpointPath ?? "unmatched", status: Int(response.status.code),
-            duration: ContinuousClock.now - started)
-        return response
-    }
-}
-
 /// The OpenAPI document, shipped as a SwiftPM resource beside the executable. Looked up by hand rather
 /// than through `Bundle.module`, which stops the process when the bundle is missing.
 let openAPIDocument: String? = {

@@ -12,11 +12,7 @@ struct PlayerScriptController<Context: RequestContext>: Sendable {
     }
 
     @Sendable func script(_ request: Request, context: Context) async throws -> Response {
-        if let tags = request.headers[.ifNoneMatch],
-            tags.split(separator: ",").contains(where: {
-                $0.trimmingCharacters(in: .whitespaces) == PlayerScript.etag
-            })
-        {
+        if let tags = request.headers[.ifNoneMatch], EntityTag.matches(tags, PlayerScript.etag) {
             return Response(status: .notModified, headers: PlayerScript.headers)
         }
         return Response(status: .ok, headers: PlayerScript.headers, body: .init(byteBuffer: PlayerScript.body))

@@ -33,9 +33,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         let answer: TranscodeAnswer
         if contentType.hasPrefix("image/gif") || contentType.hasPrefix("application/octet-stream") {
             let limit = min(self.service.defaultOptions.limits.maxInputBytes, self.maxBodyBytes)
-            if let length = request.headers[.contentLength].flatMap(Int.init), length > limit {
-                throw ServiceError.tooLarge("the request body is \(length) bytes; the limit is \(limit)")
-            }
+            try Self.checkDeclaredLength(request, limit: limit)
             for (name, _) in request.uri.queryParameters where String(name) != "background" {
                 throw ServiceError.badRequest("unknown query parameter \"\(name)\"; an upload takes only background")
             }
@@ -105,10 +103,15 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         }
     }
 
-    private static func collect(_ request: Request, upTo limit: Int) async throws -> ByteBuffer {
+    /// Refuses a body whose declared length is over `limit` before reading any of it.
+    private static func checkDeclaredLength(_ request: Request, limit: Int) throws {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > limit {
             throw ServiceError.tooLarge("the request body is \(length) bytes; the limit is \(limit)")
         }
+    }
+
+    private static func collect(_ request: Request, upTo limit: Int) async throws -> ByteBuffer {
+        try self.checkDeclaredLength(request, limit: limit)
         do {
             return try await request.body.collect(upTo: limit)
         } catch {

@@ -163,70 +163,104 @@ final class DiskCache: Sendable {
         case foreign
     }
 
-    /// Opens `objects/ab/<key>.<ext>`, following no symbolic link at the file or its two parent directories,
-    /// and checks it is a regular file with one link.
-    private func openObjectFile(_ key: String, _ fileExtension: String) -> Opened {
+    /// Opens `objects/ab/<key>.json`, `.mp4` and `.jpg`, following no symbolic link at the files or their
+    /// two parent directories (opened once for the three), and checks each is a regular file with one link.
+    private func openObjectFiles(_ key: String) -> [String: Opened] {
+        let extensions = ["json", "mp4", "jpg"]
+        func all(_ opened: Opened) -> [String: Opened] {
+            Dictionary(uniqueKeysWithValues: extensions.map { ($0, opened) })
+        }
         let objects = open(self.objectsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard objects >= 0 else { return errno == ENOENT ? .missing : .foreign }
+        guard objects >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
         defer { close(objects) }
         let shard = openat(objects, String(key.prefix(2)), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard shard >= 0 else { return errno == ENOENT ? .missing : .foreign }
+        guard shard >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
         defer { close(shard) }
-        // O_NONBLOCK: a FIFO planted in place of a file must not block the open.
-        let descriptor = openat(shard, "\(key).\(fileExtension)", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard descriptor >= 0 else { return errno == ENOENT ? .missing : .foreign }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
-            close(descriptor)
-            return .foreign
+        var files: [String: Opened] = [:]
+        for fileExtension in extensions {
+            // O_NONBLOCK: a FIFO planted in place of a file must not block the open.
+            let descriptor = openat(
+                shard, "\(key).\(fileExtension)", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+            guard descriptor >= 0 else {
+                files[fileExtension] = errno == ENOENT ? .missing : .foreign
+                continue
+            }
+            var info = stat()
+            guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
+                close(descriptor)
+                files[fileExtension] = .foreign
+                continue
+            }
+            files[fileExtension] = .file(OpenFile(descriptor: descriptor, size: Int(info.st_size)))
         }
-        return .file(OpenFile(descriptor: descriptor, size: Int(info.st_size)))
+        return files
+    }
+
+    /// An object whose files passed the checks, held open: what is served or hashed is what was checked.
+    struct CheckedObject: Sendable {
+        let metadata: TranscodeMetadata
+        let json: OpenFile
+        let video: OpenFile
+        let poster: OpenFile
+
+        /// The open file for `.json`, `.mp4` or `.jpg`.
+        func file(_ fileExtension: String) -> OpenFile? {
+            switch fileExtension {
+            case "json": self.json
+            case "mp4": self.video
+            case "jpg": self.poster
+            default: nil
+            }
+        }
     }
 
     private enum Inspection {
         case missing
         case damaged(String)
-        case sound(TranscodeMetadata, json: [UInt8])
+        case sound(CheckedObject)
     }
 
     /// Checks the object `key` without changing anything: its JSON, video and poster are files the cache
     /// wrote and the sizes agree with the metadata.
     private func inspect(_ key: String) -> Inspection {
         guard Self.isValidKey(key) else { return .missing }
+        let files = self.openObjectFiles(key)
         let json: OpenFile
-        switch self.openObjectFile(key, "json") {
-        case .missing: return .missing
+        switch files["json"] {
+        case .missing, nil: return .missing
         case .foreign: return .damaged("the metadata is a link, not a regular file, or has other names")
         case .file(let file): json = file
         }
         guard let bytes = Self.readAll(json),
             let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))
         else { return .damaged("the metadata does not read") }
+        var checked: [OpenFile] = []
         for (fileExtension, size) in [("mp4", metadata.mp4Bytes), ("jpg", metadata.posterBytes)] {
-            switch self.openObjectFile(key, fileExtension) {
-            case .missing: return .damaged("the .\(fileExtension) is missing")
+            switch files[fileExtension] {
+            case .missing, nil: return .damaged("the .\(fileExtension) is missing")
             case .foreign: return .damaged("the .\(fileExtension) is a link, not a regular file, or has other names")
             case .file(let file):
                 guard file.size == size else {
                     return .damaged("the .\(fileExtension) is \(file.size) bytes; the metadata says \(size)")
                 }
+                checked.append(file)
             }
         }
-        return .sound(metadata, json: bytes)
+        return .sound(CheckedObject(metadata: metadata, json: json, video: checked[0], poster: checked[1]))
     }
 
-    /// The object `key` with its metadata, checked (`inspect`). A damaged object is quarantined and reported
-    /// missing.
-    func verifiedObject(_ key: String) -> (metadata: TranscodeMetadata, json: [UInt8])? {
+    /// The object `key`, checked (`inspect`), its files held open. A damaged object is quarantined and
+    /// reported missing.
+    func verifiedObject(_ key: String) -> CheckedObject? {
         switch self.inspect(key) {
         case .missing:
             return nil
         case .damaged:
             self.quarantine(key)
             return nil
-        case .sound(let metadata, let json):
+        case .sound(let object):
             self.touch(key)
-            return (metadata, json)
+            return object
         }
     }
 
@@ -246,11 +280,12 @@ final class DiskCache: Sendable {
             return .damaged("the object is gone")
         case .damaged(let reason):
             return .damaged(reason)
-        case .sound(let metadata, _):
-            guard let mp4 = metadata.mp4Sha256, let poster = metadata.posterSha256 else { return .unhashed }
-            for (fileExtension, expected) in [("mp4", mp4), ("jpg", poster)] {
-                guard case .file(let file) = self.openObjectFile(key, fileExtension), let digest = Self.sha256(file)
-                else { return .damaged("the .\(fileExtension) does not read") }
+        case .sound(let object):
+            guard let mp4 = object.metadata.mp4Sha256, let poster = object.metadata.posterSha256 else {
+                return .unhashed
+            }
+            for (fileExtension, file, expected) in [("mp4", object.video, mp4), ("jpg", object.poster, poster)] {
+                guard let digest = Self.sha256(file) else { return .damaged("the .\(fileExtension) does not read") }
                 guard digest == expected else { return .damaged("the .\(fileExtension)'s SHA-256 differs") }
             }
             return .sound
@@ -275,25 +310,11 @@ final class DiskCache: Sendable {
         return hash.finalize().map { String(format: "%02x", $0) }.joined()
     }
 
-    /// Opens a file of the object `key` for serving, after checking the whole object.
+    /// Opens a file of the object `key` for serving, after checking the whole object; the descriptor is the
+    /// one that was checked.
     /// - Returns: the open file, or `nil` when the object is missing or was quarantined.
     func openForServing(_ key: String, _ fileExtension: String) -> OpenFile? {
-        guard let object = self.verifiedObject(key) else { return nil }
-        guard case .file(let file) = self.openObjectFile(key, fileExtension) else {
-            self.quarantine(key)
-            return nil
-        }
-        let expected =
-            switch fileExtension {
-            case "mp4": object.metadata.mp4Bytes
-            case "jpg": object.metadata.posterBytes
-            default: object.json.count
-            }
-        guard file.size == expected else {
-            self.quarantine(key)
-            return nil
-        }
-        return file
+        self.verifiedObject(key)?.file(fileExtension)
     }
 
     private static func readAll(_ file: OpenFile) -> [UInt8]? {
