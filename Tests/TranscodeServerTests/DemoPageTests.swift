@@ -52,32 +52,22 @@ import Testing
         }
     }
 
+    static let checker = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .appendingPathComponent("Browser/demo_page_check.py").path
+
     /// Converts the banana in headless Chromium through the page and checks the MP4 (H.264) really plays:
     /// `readyState` 4 and a moving `currentTime`. Needs Debian's chromium, chromium-driver and
     /// python3-selenium; without them the test fails, it does not skip. The browser script bounds each of its
     /// waits and is terminated after 150 s.
     @Test func convertsAndPlaysInChromium() async throws {
-        let install = "install them with: apt-get install -y chromium chromium-driver python3-selenium"
-        for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/python3"] {
-            try #require(FileManager.default.isExecutableFile(atPath: tool), "\(tool) is missing; \(install)")
-        }
-        let checker = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("Browser/demo_page_check.py").path
         try await withHarness { harness in
-            let run = try await runProcess(
-                "/usr/bin/python3",
-                [
-                    checker, "http://127.0.0.1:\(harness.appPort)/",
-                    harness.originURL("/corpus/cartoon_dancing_banana.gif"),
-                ],
+            let run = try await runBrowserScript(
+                Self.checker,
+                ["http://127.0.0.1:\(harness.appPort)/", harness.originURL("/corpus/cartoon_dancing_banana.gif")],
                 timeout: .seconds(150))
-            let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
-            #expect(run.status == 0, "\(output)")
-            let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
-            let result = try #require(
-                (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any], "\(output)")
-            #expect(result["ok"] as? Bool == true, "\(output)")
-            #expect(result["readyState"] as? Int == 4, "\(output)")
+            #expect(run.status == 0, "\(run.output)")
+            #expect(run.result["ok"] as? Bool == true, "\(run.output)")
+            #expect(run.result["readyState"] as? Int == 4, "\(run.output)")
         }
     }
 
@@ -85,27 +75,14 @@ import Testing
     /// `/player.js`: `loop_once_libgd.gif` (loop count 1, two 500 ms frames) plays twice, then stays on its
     /// last frame.
     @Test func playsAFiniteLoopCountInChromium() async throws {
-        let install = "install them with: apt-get install -y chromium chromium-driver python3-selenium"
-        for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/python3"] {
-            try #require(FileManager.default.isExecutableFile(atPath: tool), "\(tool) is missing; \(install)")
-        }
-        let checker = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("Browser/demo_page_check.py").path
         try await withHarness { harness in
-            let run = try await runProcess(
-                "/usr/bin/python3",
-                [
-                    checker, "http://127.0.0.1:\(harness.appPort)/",
-                    harness.originURL("/corpus/loop_once_libgd.gif"), "2",
-                ],
+            let run = try await runBrowserScript(
+                Self.checker,
+                ["http://127.0.0.1:\(harness.appPort)/", harness.originURL("/corpus/loop_once_libgd.gif"), "2"],
                 timeout: .seconds(150))
-            let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
-            #expect(run.status == 0, "\(output)")
-            let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
-            let result = try #require(
-                (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any], "\(output)")
-            #expect(result["ok"] as? Bool == true, "\(output)")
-            #expect(result["plays"] as? Int == 2, "\(output)")
+            #expect(run.status == 0, "\(run.output)")
+            #expect(run.result["ok"] as? Bool == true, "\(run.output)")
+            #expect(run.result["plays"] as? Int == 2, "\(run.output)")
         }
     }
 

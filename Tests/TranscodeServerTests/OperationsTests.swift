@@ -254,10 +254,7 @@ final class RawSocket: Sendable {
             $0.transcodeWorkers = 1
             $0.transcodeQueueLength = 0
         }) { harness in
-            async let slow = harness.transcode(url: harness.originURL("/delayed/1000/cartoon_hotdog.gif"))
-            for _ in 0..<100 where harness.origin.count("/delayed/1000/cartoon_hotdog.gif") == 0 {
-                try await Task.sleep(for: .milliseconds(20))
-            }
+            let slow = try await harness.startSlowJob()
             let socket = try RawSocket(port: harness.appPort)
             let head =
                 "POST /transcode HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/gif\r\n"
@@ -270,7 +267,7 @@ final class RawSocket: Sendable {
             }
             #expect(answer.hasPrefix("HTTP/1.1 429"), "\(answer)")
             #expect(answer.contains("queue-full"), "\(answer)")
-            #expect(try await slow.status == 200)
+            #expect(try await slow.value.status == 200)
         }
     }
 

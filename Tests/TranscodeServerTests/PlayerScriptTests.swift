@@ -29,25 +29,20 @@ import Testing
     func play(
         loopCount: Int?, timeout: Int, check: @escaping @Sendable (_ html: String, _ observed: Observed) -> Void
     ) async throws {
-        let install = "install them with: apt-get install -y chromium chromium-driver python3-selenium"
-        for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/python3"] {
-            try #require(FileManager.default.isExecutableFile(atPath: tool), "\(tool) is missing; \(install)")
-        }
         try await withHarness { harness in
             let reply = try await harness.upload(Self.gif(loopCount: loopCount))
             #expect(reply.status == 200, "\(reply.text)")
             let html = try #require(try reply.json()["html"] as? String)
-            let run = try await runProcess(
-                "/usr/bin/python3",
+            let run = try await runBrowserScript(
+                Self.oracle,
                 [
-                    Self.oracle, "snippet", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", html,
-                    "--timeout", String(timeout),
+                    "snippet", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", html, "--timeout",
+                    String(timeout),
                 ],
                 timeout: .seconds(Int64(timeout) + 60))
-            let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
-            let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
-            let observed = try #require(try? JSONDecoder().decode(Observed.self, from: Data(line.utf8)), "\(output)")
-            #expect(observed.cspViolations.isEmpty, "\(output)")
+            let observed = try #require(
+                try? JSONDecoder().decode(Observed.self, from: Data(run.line.utf8)), "\(run.output)")
+            #expect(observed.cspViolations.isEmpty, "\(run.output)")
             check(html, observed)
         }
     }

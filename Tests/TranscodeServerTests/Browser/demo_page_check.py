@@ -11,47 +11,14 @@ check fails, 2 when Chromium, chromedriver or Selenium is missing (Debian: chrom
 python3-selenium).
 """
 
-import json
-import shutil
+import os
 import sys
 import time
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-PACKAGES = "apt-get install -y chromium chromium-driver python3-selenium"
-
-# Installed before any page script runs (DevTools scripts are exempt from the page's CSP), so a blocked
-# inline script, style or image is reported instead of silently breaking the page.
-RECORD_CSP_VIOLATIONS = """
-window.__cspViolations = [];
-document.addEventListener("securitypolicyviolation", (event) => {
-  window.__cspViolations.push(event.violatedDirective + " " + event.blockedURI);
-});
-// Plays of #video since its last new source: wraps and ends.
-window.__plays = {wraps: 0, ended: 0};
-document.addEventListener("DOMContentLoaded", () => {
-  const video = document.getElementById("video");
-  if (!video) return;
-  let last = null;
-  video.addEventListener("loadstart", () => { window.__plays = {wraps: 0, ended: 0}; last = null; });
-  video.addEventListener("ended", () => { window.__plays.ended += 1; });
-  const onFrame = (now, metadata) => {
-    if (last !== null && metadata.mediaTime < last) window.__plays.wraps += 1;
-    last = metadata.mediaTime;
-    video.requestVideoFrameCallback(onFrame);
-  };
-  video.requestVideoFrameCallback(onFrame);
-});
-"""
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def report(result, code):
-    print(json.dumps(result), flush=True)
-    sys.exit(code)
+# One way to start and stop headless Chromium for every browser test: the oracle's (its options keep Chromium
+# on 127.0.0.1, its quit() reaps what chromedriver leaves behind), its CSP recorder and its play counter.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "TranscoderTests", "Browser"))
+from chromium_oracle import PACKAGES, WATCH_FIRST_VIDEO, Browser, CheckFailed, report  # noqa: E402
 
 
 def wait_for(description, timeout, probe, interval=0.2):
@@ -72,39 +39,19 @@ def main():
     page_url, gif_url = sys.argv[1], sys.argv[2]
     expected_plays = int(sys.argv[3]) if len(sys.argv) == 4 else None
 
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if shutil.which(path) is None]
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
-    except ImportError as error:
-        missing.append("selenium (%s)" % error)
+    missing = Browser.missing_tools()
     if missing:
         report({"ok": False, "error": "missing %s; install with: %s" % (", ".join(missing), PACKAGES)}, 2)
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--autoplay-policy=no-user-gesture-required",
-        "--disable-dev-shm-usage",
-        "--window-size=1200,900",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    from selenium.webdriver.common.by import By
 
     started = time.monotonic()
+    browser = Browser(record_csp=True, instrument=WATCH_FIRST_VIDEO)
     try:
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        driver = browser.start()
     except Exception as error:  # noqa: BLE001 - reported as JSON like every other failure
         report({"ok": False, "error": "Chromium did not start: %s: %s" % (type(error).__name__, error)}, 1)
     result = {"ok": False, "page": page_url, "gif": gif_url}
     try:
-        driver.set_page_load_timeout(30)
-        driver.set_script_timeout(30)
-        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_CSP_VIOLATIONS})
         driver.get(page_url)
         script = driver.execute_script
 
@@ -175,10 +122,10 @@ def main():
                 return script("return document.querySelector('#video').ended")
 
             wait_for("#video to end", 60, ended_for_good, interval=0.5)
-            plays = script("return window.__plays")
+            plays = script("return window.__videoWatch")
             state = script("const v = document.querySelector('#video');"
                            "return {time: v.currentTime, duration: v.duration, paused: v.paused, loop: v.loop};")
-            result.update(plays=plays["wraps"] + plays["ended"], end=state)
+            result.update(plays=plays["plays"], end=state)
             if result["plays"] != expected_plays:
                 raise CheckFailed("played %d times, expected %d: %s" % (result["plays"], expected_plays, plays))
             if abs(state["time"] - state["duration"]) > 0.001:
@@ -198,7 +145,7 @@ def main():
             pass
     finally:
         result["seconds"] = round(time.monotonic() - started, 2)
-        driver.quit()
+        browser.quit()
     report(result, 0 if result["ok"] else 1)
 
 

@@ -58,6 +58,18 @@ struct Harness: Sendable {
             .POST, "/transcode", headers: [("Content-Type", "application/json")] + headers, body: Array(body))
     }
 
+    /// Starts a job whose download takes a second (the origin's `/delayed/1000/cartoon_hotdog.gif`) and
+    /// returns once the origin has been asked for it: with one worker and no queue, nothing else is admitted
+    /// until the returned task ends.
+    func startSlowJob() async throws -> Task<Reply, any Error> {
+        let path = "/delayed/1000/cartoon_hotdog.gif"
+        let slow = Task { try await self.transcode(url: self.originURL(path)) }
+        for _ in 0..<100 where self.origin.count(path) == 0 {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return slow
+    }
+
     /// `POST /transcode` with the GIF as the body.
     func upload(_ gif: [UInt8], headers: [(String, String)] = []) async throws -> Reply {
         try await self.request(.POST, "/transcode", headers: [("Content-Type", "image/gif")] + headers, body: gif)

@@ -197,6 +197,35 @@ func psnr(_ a: [UInt32], _ b: [UInt32]) -> Double {
     return mean == 0 ? .infinity : 10 * log10(255 * 255 / mean)
 }
 
+/// An RGBA picture resampled to `width` x `height` with swscale's bicubic filter, as the encoder resamples.
+func scaleRGBA(_ pixels: [UInt32], from sourceWidth: Int, _ sourceHeight: Int, to width: Int, _ height: Int) throws
+    -> [UInt32]
+{
+    guard
+        let scaler = sws_getContext(
+            Int32(sourceWidth), Int32(sourceHeight), AV_PIX_FMT_RGBA, Int32(width), Int32(height), AV_PIX_FMT_RGBA,
+            SWS_BICUBIC | SWS_ACCURATE_RND, nil, nil, nil)
+    else { throw MP4Probe.ProbeError.decoder }
+    defer { sws_freeContext(scaler) }
+    var output = [UInt32](repeating: 0, count: width * height)
+    pixels.withUnsafeBytes { source in
+        output.withUnsafeMutableBytes { destination in
+            // swscale reads four plane pointers and strides whatever the format.
+            var sourcePlanes: [UnsafePointer<UInt8>?] = [
+                source.baseAddress!.assumingMemoryBound(to: UInt8.self), nil, nil, nil,
+            ]
+            var sourceStrides: [Int32] = [Int32(sourceWidth * 4), 0, 0, 0]
+            var destinationPlanes: [UnsafeMutablePointer<UInt8>?] = [
+                destination.baseAddress!.assumingMemoryBound(to: UInt8.self), nil, nil, nil,
+            ]
+            var destinationStrides: [Int32] = [Int32(width * 4), 0, 0, 0]
+            _ = sws_scale(
+                scaler, &sourcePlanes, &sourceStrides, 0, Int32(sourceHeight), &destinationPlanes, &destinationStrides)
+        }
+    }
+    return output
+}
+
 /// The top-left `width` x `height` of a picture `stride` pixels wide.
 func crop(_ picture: [UInt32], width stride: Int, to width: Int, _ height: Int) -> [UInt32] {
     if stride == width { return Array(picture[0..<(width * height)]) }
