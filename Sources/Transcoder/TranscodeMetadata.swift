@@ -42,6 +42,9 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     /// `nil` in metadata written before they were recorded.
     public var mp4Sha256: String? = nil
     public var posterSha256: String? = nil
+    /// SHA-256 of the GIF itself, whatever the options: what a takedown of these bytes is recorded under.
+    /// `nil` in metadata written before it was recorded.
+    public var gifSha256: String? = nil
 
     // Written by hand so that `loopCount` and `playCount` are always present, `null` when absent: a client
     // reading `playCount` must not have to tell "forever" from "field missing".
@@ -66,5 +69,6 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         try container.encode(self.recommendation, forKey: .recommendation)
         try container.encode(self.mp4Sha256, forKey: .mp4Sha256)
         try container.encode(self.posterSha256, forKey: .posterSha256)
+        try container.encode(self.gifSha256, forKey: .gifSha256)
     }
 }

@@ -44,6 +44,7 @@ public struct Transcoder: Sendable {
             metadata.result.posterBytes = metadata.poster.count
             metadata.result.mp4Sha256 = try ContentHash.sha256(ofFile: mp4Temporary)
             metadata.result.posterSha256 = try ContentHash.sha256(metadata.poster)
+            metadata.result.gifSha256 = try ContentHash.sha256(gif)
             metadata.result.recommendation = metadata.result.mp4Bytes < gif.count ? .video : .keepGIF
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .prettyPrinted]

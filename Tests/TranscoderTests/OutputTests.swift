@@ -39,6 +39,10 @@ import Testing
             let digests = sums.split(separator: "\n").map { String($0.prefix(64)) }
             #expect(digests == [metadata.mp4Sha256, metadata.posterSha256].compactMap { $0 })
             #expect(digests.count == 2)
+            // Written after the listing above, beside the outputs.
+            try Data(bytes).write(to: URL(fileURLWithPath: directory + "/source.gif"))
+            let gifSum = String(decoding: try run("sha256sum", [directory + "/source.gif"]), as: UTF8.self)
+            #expect(metadata.gifSha256 == String(gifSum.prefix(64)))
             #expect(
                 metadata.mp4Bytes
                     == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.mp4")[.size] as? Int))

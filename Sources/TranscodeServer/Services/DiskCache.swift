@@ -8,6 +8,9 @@ import Transcoder
 /// ```
 /// objects/ab/<key>.mp4 .jpg .json    key = SHA-256 of the GIF's bytes and the output options
 /// urls/<url-key> -> ../objects/ab/<key>.json    url-key = SHA-256 of the normalized URL and the options
+/// urls/<url-key>.source                 the URL and its validators (ETag, Last-Modified), for revalidation
+/// sources/ab/<source-hash>/<url-key>    every link of one URL (all its options), for a purge by URL
+/// tombstones/<kind>-<hash>              taken down: an object key, a GIF's SHA-256 or a source hash
 /// tmp/                                  downloads in progress; emptied at startup
 /// quarantine/<key>.<ext>.<time>         objects found damaged or tampered with, kept for inspection
 /// ```
@@ -60,7 +63,10 @@ final class DiskCache: Sendable {
         self.onQuarantine = onQuarantine
         self.state = Mutex(State())
         let fileManager = FileManager.default
-        for directory in [self.objectsDirectory, self.urlsDirectory, self.quarantineDirectory] {
+        for directory in [
+            self.objectsDirectory, self.urlsDirectory, self.quarantineDirectory, self.sourcesDirectory,
+            self.tombstonesDirectory,
+        ] {
             try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
         if cleanUp { try? fileManager.removeItem(atPath: self.temporaryDirectory) }
@@ -77,10 +83,17 @@ final class DiskCache: Sendable {
 
     /// The content key of a GIF converted with `options`.
     static func contentKey(gif: [UInt8], options: TranscodeOptions) -> String {
+        self.contentKeys(gif: gif, options: options).key
+    }
+
+    /// The content key and the SHA-256 of the GIF alone (what takedowns are recorded under), in one pass.
+    static func contentKeys(gif: [UInt8], options: TranscodeOptions) -> (key: String, gifSha256: String) {
         var hash = SHA256()
         hash.update(data: gif)
+        let gifOnly = hash  // a copy: the state after the GIF's bytes
         hash.update(data: Array(("\u{0}" + options.outputFingerprint).utf8))
-        return hash.finalize().map { String(format: "%02x", $0) }.joined()
+        let hex = { (digest: SHA256.Digest) in digest.map { String(format: "%02x", $0) }.joined() }
+        return (hex(hash.finalize()), hex(gifOnly.finalize()))
     }
 
     /// The key of a URL converted with `options`.
@@ -112,7 +125,7 @@ final class DiskCache: Sendable {
         "\(self.objectsDirectory)/\(key.prefix(2))/\(key).\(fileExtension)"
     }
 
-    private func urlLinkPath(_ urlKey: String) -> String { "\(self.urlsDirectory)/\(urlKey)" }
+    func urlLinkPath(_ urlKey: String) -> String { "\(self.urlsDirectory)/\(urlKey)" }
 
     // MARK: Lookups
 
@@ -317,7 +330,7 @@ final class DiskCache: Sendable {
         self.verifiedObject(key)?.file(fileExtension)
     }
 
-    private static func readAll(_ file: OpenFile) -> [UInt8]? {
+    static func readAll(_ file: OpenFile) -> [UInt8]? {
         // Metadata is a few hundred bytes; anything much larger was not written by the cache.
         guard file.size <= 1 << 20 else { return nil }
         var bytes = [UInt8](repeating: 0, count: file.size)
@@ -336,6 +349,22 @@ final class DiskCache: Sendable {
             if let object = state.objects.removeValue(forKey: key) { state.totalBytes -= object.bytes }
         }
         self.onQuarantine(key)
+    }
+
+    /// Deletes the object's files (the JSON first, so it is a miss from then on) and forgets it. A response
+    /// already streaming one of them finishes: it reads from a descriptor opened before.
+    /// - Returns: whether there was anything to delete.
+    @discardableResult
+    func remove(_ key: String) -> Bool {
+        guard Self.isValidKey(key) else { return false }
+        var removed = false
+        for fileExtension in ["json", "mp4", "jpg"] where unlink(self.objectPath(key, fileExtension)) == 0 {
+            removed = true
+        }
+        self.state.withLock { state in
+            if let object = state.objects.removeValue(forKey: key) { state.totalBytes -= object.bytes }
+        }
+        return removed
     }
 
     // MARK: Writes
@@ -361,9 +390,13 @@ final class DiskCache: Sendable {
         return metadata
     }
 
-    /// Points `urlKey` at the object `key`: a symlink made under a temporary name and renamed over.
-    func link(urlKey: String, to key: String) throws {
+    /// Points `urlKey` at the object `key`: a symlink made under a temporary name and renamed over. The
+    /// link's own modification time is when the URL was last fetched or revalidated (`linkAge`).
+    /// - Parameter source: the URL and its validators, written beside the link first, and indexed under
+    ///   the URL's source hash for a purge by URL; nil for tests that only need the link.
+    func link(urlKey: String, to key: String, source: SourceRecord? = nil) throws {
         guard Self.isValidKey(urlKey), Self.isValidKey(key) else { return }
+        if let source { try self.writeSource(source, urlKey: urlKey) }
         let target = "../objects/\(key.prefix(2))/\(key).json"
         let temporary = "\(self.urlsDirectory)/.\(urlKey).tmp-\(UInt64.random(in: 0...UInt64.max))"
         guard symlink(target, temporary) == 0 else {

@@ -9,6 +9,16 @@ import NIOPosix
 struct DownloadedFile: Sendable {
     let path: String
     let byteCount: Int
+    /// The origin's validators, kept to revalidate the URL later.
+    var etag: String? = nil
+    var lastModified: String? = nil
+}
+
+/// What a conditional download found.
+enum Fetched: Sendable {
+    case file(DownloadedFile)
+    /// The origin answered 304: what was stored under the validators is still current.
+    case notModified
 }
 
 /// Fetches GIFs from the open internet without becoming a way into the network it runs in.
@@ -55,12 +65,27 @@ struct Downloader: Sendable {
 
     /// Downloads `url` to a new temporary file. The caller owns (and removes) the file.
     func download(_ url: URL) async throws -> DownloadedFile {
+        guard case .file(let file) = try await self.fetch(url) else {
+            throw ServiceError.originError("the origin answered 304 to an unconditional request")
+        }
+        return file
+    }
+
+    /// Downloads `url`, or learns it has not changed: with `etag` or `lastModified`, the request carries
+    /// `If-None-Match` / `If-Modified-Since`, on every hop (each checked against the policy as always).
+    /// The caller owns (and removes) a file returned.
+    func fetch(_ url: URL, etag: String? = nil, lastModified: String? = nil) async throws -> Fetched {
         let deadline = NIODeadline.now() + .milliseconds(Int64(self.configuration.timeoutSeconds * 1000))
+        var conditions: [(String, String)] = []
+        if let etag { conditions.append(("If-None-Match", etag)) }
+        if let lastModified { conditions.append(("If-Modified-Since", lastModified)) }
         var current = url
         for _ in 0...self.configuration.maxRedirects {
-            switch try await self.fetchOnce(current, deadline: deadline) {
+            switch try await self.fetchOnce(current, conditions: conditions, deadline: deadline) {
             case .file(let file):
-                return file
+                return .file(file)
+            case .notModified:
+                return .notModified
             case .redirect(let location):
                 guard let next = URL(string: location, relativeTo: current)?.absoluteURL else {
                     throw ServiceError.originError("the origin redirected to an invalid URL")
@@ -77,6 +102,7 @@ struct Downloader: Sendable {
 
     private enum Hop {
         case file(DownloadedFile)
+        case notModified
         case redirect(String)
     }
 
@@ -103,7 +129,7 @@ struct Downloader: Sendable {
         return address
     }
 
-    private func fetchOnce(_ url: URL, deadline: NIODeadline) async throws -> Hop {
+    private func fetchOnce(_ url: URL, conditions: [(String, String)], deadline: NIODeadline) async throws -> Hop {
         let host = Self.bareHost(url)
         let address = try await self.checkDestination(url)
 
@@ -122,7 +148,7 @@ struct Downloader: Sendable {
         clientConfiguration.connectionPool.retryConnectionEstablishment = false
         let client = HTTPClient(eventLoopGroup: self.eventLoopGroup, configuration: clientConfiguration)
         do {
-            let hop = try await self.execute(url, client: client, deadline: deadline)
+            let hop = try await self.execute(url, conditions: conditions, client: client, deadline: deadline)
             try? await client.shutdown()
             return hop
         } catch {
@@ -131,15 +157,20 @@ struct Downloader: Sendable {
         }
     }
 
-    private func execute(_ url: URL, client: HTTPClient, deadline: NIODeadline) async throws -> Hop {
+    private func execute(
+        _ url: URL, conditions: [(String, String)], client: HTTPClient, deadline: NIODeadline
+    ) async throws -> Hop {
         var request = HTTPClientRequest(url: url.absoluteString)
         request.headers.add(name: "User-Agent", value: "transcode-server/1 (+gif-to-mp4)")
         request.headers.add(name: "Accept", value: "image/gif, */*;q=0.5")
         request.headers.add(name: "Accept-Encoding", value: "identity")
+        for (name, value) in conditions { request.headers.add(name: name, value: value) }
         let response = try await client.execute(request, deadline: deadline, logger: self.logger)
         switch response.status.code {
         case 200..<300:
             break
+        case 304 where !conditions.isEmpty:
+            return .notModified
         case 301, 302, 303, 307, 308:
             guard let location = response.headers.first(name: "Location") else {
                 throw ServiceError.originError("redirect without a Location header")
@@ -177,7 +208,10 @@ struct Downloader: Sendable {
             unlink(file.path)
             throw error
         }
-        return .file(DownloadedFile(path: file.path, byteCount: received))
+        return .file(
+            DownloadedFile(
+                path: file.path, byteCount: received, etag: response.headers.first(name: "ETag"),
+                lastModified: response.headers.first(name: "Last-Modified")))
     }
 
     /// The URL's host without IPv6 brackets.

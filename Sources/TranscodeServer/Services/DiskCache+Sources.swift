@@ -1,0 +1,187 @@
+import Crypto
+import Foundation
+import Transcoder
+
+/// What the cache knows of source URLs beyond the link to their object: validators for revalidation, an
+/// index for purging by URL, and tombstones for takedowns.
+extension DiskCache {
+    /// A URL as it was last fetched: written beside its link (`urls/<url-key>.source`).
+    struct SourceRecord: Codable, Equatable, Sendable {
+        /// The normalized URL.
+        var url: String
+        var etag: String?
+        var lastModified: String?
+    }
+
+    var sourcesDirectory: String { self.root + "/sources" }
+    var tombstonesDirectory: String { self.root + "/tombstones" }
+
+    /// The hash that names a URL whatever the options (the purge index and URL tombstones).
+    static func sourceHash(normalizedURL: String) -> String {
+        SHA256.hash(data: Array("source\u{0}\(normalizedURL)".utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    private func sourceRecordPath(_ urlKey: String) -> String { self.urlLinkPath(urlKey) + ".source" }
+
+    private func sourceIndexDirectory(_ sourceHash: String) -> String {
+        "\(self.sourcesDirectory)/\(sourceHash.prefix(2))/\(sourceHash)"
+    }
+
+    // MARK: Freshness
+
+    /// Writes the record of `urlKey` (temporary name, renamed over) and indexes the link under its URL.
+    func writeSource(_ source: SourceRecord, urlKey: String) throws {
+        let data = try JSONEncoder().encode(source)
+        let path = self.sourceRecordPath(urlKey)
+        let temporary = "\(self.urlsDirectory)/.\(urlKey).source.tmp-\(UInt64.random(in: 0...UInt64.max))"
+        guard FileManager.default.createFile(atPath: temporary, contents: data), rename(temporary, path) == 0 else {
+            unlink(temporary)
+            throw TranscodeError(.io, "cannot write \(path)")
+        }
+        let index = self.sourceIndexDirectory(Self.sourceHash(normalizedURL: source.url))
+        try? FileManager.default.createDirectory(atPath: index, withIntermediateDirectories: true)
+        let descriptor = open("\(index)/\(urlKey)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        if descriptor >= 0 { close(descriptor) }
+    }
+
+    /// The record of `urlKey`, if one was written.
+    func sourceRecord(urlKey: String) -> SourceRecord? {
+        guard Self.isValidKey(urlKey), let data = FileManager.default.contents(atPath: self.sourceRecordPath(urlKey))
+        else { return nil }
+        return try? JSONDecoder().decode(SourceRecord.self, from: data)
+    }
+
+    /// Seconds since the URL was last fetched or revalidated (the link's own modification time).
+    func linkAge(urlKey: String) -> TimeInterval? {
+        var info = stat()
+        guard Self.isValidKey(urlKey), lstat(self.urlLinkPath(urlKey), &info) == 0 else { return nil }
+        let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
+        return Date().timeIntervalSince1970 - modified
+    }
+
+    /// Marks `urlKey` as just revalidated: the link's modification time becomes now.
+    func renewLink(urlKey: String) {
+        guard Self.isValidKey(urlKey) else { return }
+        // Times of the link itself, not of the object it points to.
+        utimensat(AT_FDCWD, self.urlLinkPath(urlKey), nil, AT_SYMLINK_NOFOLLOW)
+    }
+
+    /// Removes the link of `urlKey` and its record.
+    func removeLink(urlKey: String) {
+        guard Self.isValidKey(urlKey) else { return }
+        unlink(self.urlLinkPath(urlKey))
+        unlink(self.sourceRecordPath(urlKey))
+    }
+
+    // MARK: Purge
+
+    /// What a purge removed, and the tombstones a takedown left: the answer of the purge routes and of
+    /// `cache purge`.
+    struct PurgeReport: Encodable, Sendable {
+        /// Object keys whose files were deleted.
+        var objects: [String] = []
+        /// URL links removed.
+        var links = 0
+        /// Tombstones written (`object-<key>`, `gif-<sha256>`, `source-<hash>`).
+        var tombstones: [String] = []
+        /// SHA-256 of the GIFs the deleted objects were made from.
+        fileprivate var gifHashes: [String] = []
+
+        private enum CodingKeys: String, CodingKey { case objects, links, tombstones }
+    }
+
+    /// Deletes the object `key`. With a takedown `reason` (may be empty), also buries the key and the
+    /// GIF's SHA-256, so neither is served or converted again.
+    func purge(key: String, takedown reason: String? = nil) throws -> PurgeReport {
+        var report = PurgeReport()
+        let gifHash = self.storedMetadata(key)?.gifSha256
+        if self.remove(key) {
+            report.objects.append(key)
+            if let gifHash { report.gifHashes.append(gifHash) }
+        }
+        if let reason {
+            try self.bury([.object(key)] + report.gifHashes.map { .gif($0) }, reason: reason, into: &report)
+        }
+        return report
+    }
+
+    /// Deletes every link of the URL (whatever the options) and the objects they point to; other URLs
+    /// that led to the same objects find them gone and convert again. With a takedown `reason`, also buries
+    /// the URL, the objects and their GIFs' SHA-256.
+    func purge(normalizedURL: String, takedown reason: String? = nil) throws -> PurgeReport {
+        var report = PurgeReport()
+        let index = self.sourceIndexDirectory(Self.sourceHash(normalizedURL: normalizedURL))
+        for urlKey in (try? FileManager.default.contentsOfDirectory(atPath: index)) ?? [] where Self.isValidKey(urlKey)
+        {
+            if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: self.urlLinkPath(urlKey)) {
+                let key = String(URL(fileURLWithPath: target).lastPathComponent.prefix { $0 != "." })
+                let removed = try self.purge(key: key)
+                report.objects += removed.objects
+                report.gifHashes += removed.gifHashes
+            }
+            self.removeLink(urlKey: urlKey)
+            report.links += 1
+        }
+        try? FileManager.default.removeItem(atPath: index)
+        if let reason {
+            let tombstones: [Tombstone] =
+                [.source(Self.sourceHash(normalizedURL: normalizedURL))] + report.objects.map { .object($0) }
+                + report.gifHashes.map { .gif($0) }
+            try self.bury(tombstones, reason: reason, into: &report)
+        }
+        return report
+    }
+
+    private func bury(_ tombstones: [Tombstone], reason: String, into report: inout PurgeReport) throws {
+        try self.bury(tombstones, reason: reason)
+        report.tombstones += tombstones.map(\.fileName)
+    }
+
+    /// The metadata as stored, without the serving checks (a purge must find what it deletes).
+    private func storedMetadata(_ key: String) -> TranscodeMetadata? {
+        guard Self.isValidKey(key), let data = FileManager.default.contents(atPath: self.objectPath(key, "json")) else {
+            return nil
+        }
+        return try? JSONDecoder().decode(TranscodeMetadata.self, from: data)
+    }
+
+    // MARK: Tombstones
+
+    /// What a tombstone names.
+    enum Tombstone: Hashable, Sendable {
+        /// A result object, by key (`/media/<key>.*`).
+        case object(String)
+        /// A GIF's bytes, by SHA-256, whatever URL or upload brings them.
+        case gif(String)
+        /// A URL, by source hash, whatever the options.
+        case source(String)
+
+        var fileName: String {
+            switch self {
+            case .object(let key): "object-\(key)"
+            case .gif(let hash): "gif-\(hash)"
+            case .source(let hash): "source-\(hash)"
+            }
+        }
+    }
+
+    /// Records takedowns: from now on these are answered 451 and never converted again.
+    func bury(_ tombstones: [Tombstone], reason: String) throws {
+        struct Stone: Encodable {
+            let reason: String
+            let at: String
+        }
+        let data = try JSONEncoder().encode(Stone(reason: reason, at: ISO8601DateFormatter().string(from: Date())))
+        for tombstone in tombstones {
+            let path = "\(self.tombstonesDirectory)/\(tombstone.fileName)"
+            guard FileManager.default.createFile(atPath: path, contents: data) else {
+                throw TranscodeError(.io, "cannot write \(path)")
+            }
+        }
+    }
+
+    /// Whether any of `tombstones` was recorded. One `access` per name: cheap enough for every miss.
+    func isBuried(_ tombstones: Tombstone...) -> Bool {
+        tombstones.contains { access("\(self.tombstonesDirectory)/\($0.fileName)", F_OK) == 0 }
+    }
+}
