@@ -44,7 +44,8 @@ func buildApplication(
         eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
     let transcodes = TranscodeService(
         cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcodeOptions,
-        syncWaitSeconds: configuration.syncWaitSeconds, metrics: metrics, logger: logger)
+        syncWaitSeconds: configuration.syncWaitSeconds, urlTTLSeconds: configuration.urlTTLSeconds, metrics: metrics,
+        logger: logger)
     let services = AppServices(cache: cache, pool: pool, transcodes: transcodes, configuration: configuration)
     let router = buildRouter(services: services)
     let application = Application(
@@ -65,20 +66,35 @@ func buildApplication(
 }
 
 /// The routes: `GET /` (the demo page), `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`,
+/// `GET|HEAD /v1/{signature}/{options}/{source}.{ext}`, `DELETE /v1/objects/{key}`, `DELETE /v1/sources`,
 /// `GET /player.js`, `GET /healthz`, `GET /readyz`, `GET /metrics`.
 func buildRouter(services: AppServices) -> Router<AppRequestContext> {
+    let configuration = services.configuration
     let router = Router(context: AppRequestContext.self)
     router.add(middleware: AccessLogMiddleware(metrics: services.transcodes.metrics))
+    router.add(middleware: CORSPolicyMiddleware(allowedOrigins: configuration.corsAllowedOrigins))
     router.add(middleware: ErrorMiddleware(metrics: services.transcodes.metrics))
+    let authenticator = BearerAuthenticator<AppRequestContext>(tokens: configuration.authTokens)
+    let signer =
+        URLSigner(
+            hexKeys: configuration.signingKeys, hexSalts: configuration.signingSalts,
+            disabled: configuration.signingDisabled) ?? URLSigner(pairs: [], disabled: configuration.signingDisabled)
+    let links = PublicLinks(baseURL: configuration.publicBaseURL, signer: signer)
     OperationsController<AppRequestContext>(services: services).addRoutes(to: router)
     TranscodeController<AppRequestContext>(
-        service: services.transcodes, maxBodyBytes: services.configuration.maxRequestBodyBytes,
-        bodyTimeout: .milliseconds(Int64(services.configuration.bodyTimeoutSeconds * 1000)),
-        temporaryDirectory: services.cache.temporaryDirectory
-    ).addRoutes(to: router, authenticator: BearerAuthenticator(tokens: services.configuration.authTokens))
-    MediaController<AppRequestContext>(
-        cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) }
+        service: services.transcodes, maxBodyBytes: configuration.maxRequestBodyBytes,
+        bodyTimeout: .milliseconds(Int64(configuration.bodyTimeoutSeconds * 1000)),
+        temporaryDirectory: services.cache.temporaryDirectory, links: links
+    ).addRoutes(to: router, authenticator: authenticator)
+    let media = MediaController<AppRequestContext>(
+        cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) },
+        maxAgeSeconds: configuration.mediaMaxAgeSeconds)
+    media.addRoutes(to: router)
+    SourceController<AppRequestContext>(
+        service: services.transcodes, signer: signer, media: media, links: links, answer: configuration.sourceAnswer,
+        maxAgeSeconds: configuration.sourceMaxAgeSeconds
     ).addRoutes(to: router)
+    PurgeController<AppRequestContext>(cache: services.cache).addRoutes(to: router, authenticator: authenticator)
     DemoPageController<AppRequestContext>().addRoutes(to: router)
     PlayerScriptController<AppRequestContext>().addRoutes(to: router)
     return router

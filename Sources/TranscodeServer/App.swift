@@ -4,13 +4,13 @@ import ArgumentParser
 @main
 struct TranscodeServerCommand: AsyncParsableCommand {
     /// Printed by `--version`.
-    static let version = "0.8.0"
+    static let version = "0.9.0"
 
     static let configuration = CommandConfiguration(
         commandName: "transcode-server",
         abstract: "Turns animated GIFs into looping, muted H.264 MP4s with a JPEG poster.",
         version: TranscodeServerCommand.version,
-        subcommands: [ServeCommand.self, ConvertCommand.self, CacheCommand.self],
+        subcommands: [ServeCommand.self, ConvertCommand.self, CacheCommand.self, SignCommand.self],
         defaultSubcommand: ServeCommand.self
     )
 }

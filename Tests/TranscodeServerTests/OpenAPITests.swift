@@ -33,7 +33,11 @@ import Testing
             configuration.cacheDirectory = directory
             let (_, services) = try buildApplication(configuration: configuration)
             let router = buildRouter(services: services)
-            let routes = Set(router.routes.map { "\($0.method) \($0.path)" })
+            // The router's `**` (the signed path spans segments) is written as a parameter in the spec.
+            let routes = Set(
+                router.routes.map {
+                    "\($0.method) \($0.path)".replacingOccurrences(of: "/v1/**", with: "/v1/{signature}/{path}")
+                })
             let spec = Self.operations(in: try String(contentsOfFile: Self.specPath, encoding: .utf8))
             #expect(spec.count >= 9)
             #expect(

@@ -2,11 +2,12 @@ import ArgumentParser
 import Foundation
 
 /// `transcode-server cache verify [--repair]`: checks every stored object byte for byte.
+/// `transcode-server cache purge KEY... [--url URL...] [--takedown]`: deletes objects, leaves tombstones.
 struct CacheCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cache",
         abstract: "Inspect the result cache.",
-        subcommands: [Verify.self]
+        subcommands: [Verify.self, Purge.self]
     )
 
     struct Verify: ParsableCommand {
@@ -53,6 +54,63 @@ struct CacheCommand: ParsableCommand {
                     + (unhashed > 0 ? ", \(unhashed) without recorded hashes (sizes and files checked)" : "")
                     + (self.repair && damaged > 0 ? "; damaged objects moved to quarantine/" : ""))
             if damaged > 0, !self.repair { throw ExitCode.failure }
+        }
+    }
+
+    struct Purge: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "purge",
+            abstract: "Delete objects by key or by source URL; with --takedown, refuse them from then on.",
+            discussion: """
+                What DELETE /v1/objects/{key} and DELETE /v1/sources?url= do, on the cache directory: prints \
+                what was deleted and the tombstones written, as JSON. Safe beside a running server, which \
+                finds the files gone (a response already streaming finishes) and the tombstones on disk.
+                """
+        )
+
+        @Argument(help: "Object keys (64 hex digits).")
+        var keys: [String] = []
+
+        @Option(name: .long, help: "A source URL: every option variant of it; repeatable.")
+        var url: [String] = []
+
+        @Flag(name: .long, help: "Leave tombstones: the objects, their GIFs and the URLs answer 451 from now on.")
+        var takedown = false
+
+        @Option(name: .long, help: "The takedown's reason, recorded in the tombstones.")
+        var reason = ""
+
+        @Option(name: .long, help: "The cache directory (the server's cache.directory).")
+        var cacheDirectory: String = ServerConfiguration().cacheDirectory
+
+        func validate() throws {
+            guard !self.keys.isEmpty || !self.url.isEmpty else { throw ValidationError("give keys or --url") }
+            for key in self.keys where !DiskCache.isValidKey(key) {
+                throw ValidationError("\(key) is not an object key (64 lowercase hex digits)")
+            }
+            for url in self.url {
+                do { _ = try Downloader.validate(url) } catch let error as ServiceError {
+                    throw ValidationError("\(url): \(error.message)")
+                }
+            }
+        }
+
+        func run() throws {
+            guard FileManager.default.fileExists(atPath: self.cacheDirectory + "/objects") else {
+                FileHandle.standardError.write(Data("\(self.cacheDirectory): io: no cache here\n".utf8))
+                throw ExitCode.failure
+            }
+            let cache = try DiskCache(root: self.cacheDirectory, maxBytes: .max, cleanUp: false)
+            let reason = self.takedown ? self.reason : nil
+            var reports: [DiskCache.PurgeReport] = []
+            for key in self.keys { reports.append(try cache.purge(key: key, takedown: reason)) }
+            for url in self.url {
+                let normalized = DiskCache.normalize(try Downloader.validate(url))
+                reports.append(try cache.purge(normalizedURL: normalized, takedown: reason))
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            for report in reports { print(String(decoding: try encoder.encode(report), as: UTF8.self)) }
         }
     }
 }

@@ -123,13 +123,16 @@ extension ServerConfiguration {
     /// Reads every key from `reader`, keeping the default for the ones not set.
     ///
     /// Keys (defaults in `config/transcode-server.json` and the README):
-    /// `host`, `port`, `cache.directory`, `cache.maxBytes`, `cache.minFreeBytes`, `download.maxBytes`,
+    /// `host`, `port`, `cache.directory`, `cache.maxBytes`, `cache.minFreeBytes`, `cache.urlTTLSeconds`,
+    /// `download.maxBytes`,
     /// `download.connectTimeoutSeconds`, `download.timeoutSeconds`, `download.maxRedirects`,
     /// `download.allowLoopback`, `download.allowedHosts`, `transcode.workers` (0: one per core),
     /// `transcode.queueLength`, `transcode.syncWaitSeconds`, `transcode.background`, `transcode.crf`,
     /// `transcode.preset`, `transcode.threads`, `transcode.maxOutputWidth`, `transcode.maxOutputHeight`,
     /// `limits.maxInputBytes`, `limits.maxWidth`, `limits.maxHeight`, `limits.maxFrames`,
-    /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `auth.tokens`, `log.level`, `log.format`,
+    /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `http.publicBaseURL`, `http.mediaMaxAgeSeconds`,
+    /// `http.sourceMaxAgeSeconds`, `http.sourceAnswer`, `signing.keys`, `signing.salts`, `signing.disabled`,
+    /// `cors.allowedOrigins`, `auth.tokens`, `log.level`, `log.format`,
     /// `shutdown.graceSeconds`.
     /// - Throws: `ConfigurationError` naming each key whose value does not parse or is out of range.
     init(reader: ConfigReader, problems: ProblemCollector = ProblemCollector()) throws {
@@ -150,6 +153,8 @@ extension ServerConfiguration {
         configuration.cacheMinFreeBytes = Int64(
             reader.int(forKey: "cache.minFreeBytes", default: Int(configuration.cacheMinFreeBytes)))
         check("cache.minFreeBytes", configuration.cacheMinFreeBytes >= 0, "0 or more")
+        configuration.urlTTLSeconds = reader.double(forKey: "cache.urlTTLSeconds", default: configuration.urlTTLSeconds)
+        check("cache.urlTTLSeconds", configuration.urlTTLSeconds >= 0, "0 or more")
 
         var download = configuration.download
         download.maxBytes = reader.int(forKey: "download.maxBytes", default: download.maxBytes)
@@ -233,6 +238,47 @@ extension ServerConfiguration {
                 "auth.tokens: a placeholder token (\(token.prefix(4))...) is refused; use at least 16 random characters"
             )
         }
+
+        configuration.publicBaseURL = reader.string(forKey: "http.publicBaseURL", default: "")
+        while configuration.publicBaseURL.hasSuffix("/") { configuration.publicBaseURL.removeLast() }
+        if !configuration.publicBaseURL.isEmpty {
+            let url = URL(string: configuration.publicBaseURL)
+            check(
+                "http.publicBaseURL",
+                ["http", "https"].contains(url?.scheme?.lowercased() ?? "") && url?.host != nil && url?.query == nil,
+                "an absolute http(s) URL such as https://media.example.com")
+        }
+        configuration.mediaMaxAgeSeconds = reader.int(
+            forKey: "http.mediaMaxAgeSeconds", default: configuration.mediaMaxAgeSeconds)
+        check("http.mediaMaxAgeSeconds", configuration.mediaMaxAgeSeconds >= 0, "0 or more")
+        configuration.sourceMaxAgeSeconds = reader.int(
+            forKey: "http.sourceMaxAgeSeconds", default: configuration.sourceMaxAgeSeconds)
+        check("http.sourceMaxAgeSeconds", configuration.sourceMaxAgeSeconds >= 0, "0 or more")
+        let answer = reader.string(forKey: "http.sourceAnswer", default: configuration.sourceAnswer.rawValue)
+        if let parsed = SourceController<AppRequestContext>.Answer(rawValue: answer) {
+            configuration.sourceAnswer = parsed
+        } else {
+            invalid.append("http.sourceAnswer: must be bytes or redirect, got \(answer)")
+        }
+
+        configuration.signingKeys = reader.stringArray(forKey: "signing.keys", isSecret: true, default: [])
+        configuration.signingSalts = reader.stringArray(forKey: "signing.salts", isSecret: true, default: [])
+        configuration.signingDisabled = reader.bool(forKey: "signing.disabled", default: false)
+        if configuration.signingKeys.count != configuration.signingSalts.count {
+            invalid.append(
+                "signing.keys, signing.salts: \(configuration.signingKeys.count) keys and "
+                    + "\(configuration.signingSalts.count) salts; they are paired by position")
+        } else if URLSigner(hexKeys: configuration.signingKeys, hexSalts: configuration.signingSalts) == nil {
+            invalid.append("signing.keys, signing.salts: must be hex digits")
+        }
+        for key in configuration.signingKeys where key.utf8.count < 32 || Self.isPlaceholder(key) {
+            invalid.append(
+                "signing.keys: a key of \(key.utf8.count / 2) bytes (\(key.prefix(4))...) is refused; "
+                    + "use at least 16 random bytes (openssl rand -hex 32)")
+        }
+
+        configuration.corsAllowedOrigins = reader.stringArray(forKey: "cors.allowedOrigins", default: [])
+            .filter { !$0.isEmpty }
 
         configuration.logFormat = reader.string(forKey: "log.format", default: configuration.logFormat)
         check("log.format", ["text", "json"].contains(configuration.logFormat), "text or json")

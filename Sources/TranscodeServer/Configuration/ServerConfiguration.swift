@@ -16,6 +16,9 @@ struct ServerConfiguration: Sendable {
     /// Below this much free space on the cache's file system, `/readyz` answers 503 so a balancer sends
     /// work elsewhere; writes that hit a full disk answer 507 anyway. `cache.minFreeBytes`.
     var cacheMinFreeBytes: Int64 = 256 * 1024 * 1024
+    /// A URL's result is served this long after it was fetched; past it, the next request revalidates with
+    /// the origin (`If-None-Match` / `If-Modified-Since`). `cache.urlTTLSeconds`, default 86400.
+    var urlTTLSeconds: Double = 86400
     var download = DownloadConfiguration()
     /// Threads that run transcodes. `transcode.workers`, default: the number of cores.
     var transcodeWorkers = ProcessInfo.processInfo.activeProcessorCount
@@ -35,8 +38,29 @@ struct ServerConfiguration: Sendable {
     /// An uploaded GIF must arrive in full within this many seconds of its first byte being read; a body
     /// that drips is answered 408. `http.bodyTimeoutSeconds`, default 30.
     var bodyTimeoutSeconds: Double = 30
-    /// Bearer tokens accepted on `POST /transcode`; empty: no authentication. `auth.tokens`.
+    /// Bearer tokens accepted on `POST /transcode` and the purge routes; empty: no authentication.
+    /// `auth.tokens`.
     var authTokens: [String] = []
+    /// Prefixed to the URLs answers carry (`https://media.example.com`); empty: relative URLs.
+    /// `http.publicBaseURL`.
+    var publicBaseURL = ""
+    /// `Cache-Control: max-age` of `/media` (content-addressed, immutable). `http.mediaMaxAgeSeconds`,
+    /// default one year.
+    var mediaMaxAgeSeconds = 31_536_000
+    /// `Cache-Control: max-age` of `GET /v1/...`, whose answer follows the origin's GIF.
+    /// `http.sourceMaxAgeSeconds`, default 3600.
+    var sourceMaxAgeSeconds = 3600
+    /// `bytes` (the file itself) or `redirect` (302 to `/media/...`) on `GET /v1/...`. `http.sourceAnswer`.
+    var sourceAnswer = SourceController<AppRequestContext>.Answer.bytes
+    /// HMAC keys and salts (hex, paired by position) of the signed `GET /v1/...` URLs; the first signs, any
+    /// one is accepted. `signing.keys`, `signing.salts`.
+    var signingKeys: [String] = []
+    var signingSalts: [String] = []
+    /// Accept `GET /v1/...` without a valid signature: for development only. `signing.disabled`.
+    var signingDisabled = false
+    /// Origins allowed to call `POST /transcode` from a browser (CORS); `*` for any. `cors.allowedOrigins`.
+    /// `/media` and `GET /v1/...` allow every origin: they are public.
+    var corsAllowedOrigins: [String] = []
     /// `log.level`, default info.
     var logLevel: Logger.Level = .info
     /// `text` (human-readable lines) or `json` (one JSON object per line). `log.format`.

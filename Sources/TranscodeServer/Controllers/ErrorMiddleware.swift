@@ -54,7 +54,10 @@ extension ServiceError {
 
     /// The JSON error response.
     func response() -> Response {
-        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8", Self.errorCodeField: self.code]
+        // Never cached: a 504 or a 429 cached for a year by a CDN is an outage (imgproxy #1677).
+        var headers: HTTPFields = [
+            .contentType: "application/json; charset=utf-8", Self.errorCodeField: self.code, .cacheControl: "no-store",
+        ]
         if let retryAfter = self.retryAfterSeconds {
             headers[.retryAfter] = String(retryAfter)
         }

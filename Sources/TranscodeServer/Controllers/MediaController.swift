@@ -5,11 +5,13 @@ import NIOPosix
 
 /// `GET` and `HEAD /media/{key}.mp4|.jpg|.json`: immutable, content-addressed files with strong ETags
 /// and byte ranges (Safari and AVPlayer fetch video with `Range` and need 206 answers). Only files the cache
-/// wrote are served (`DiskCache.openForServing`), read from the descriptor that was checked, so a link
+/// wrote are served (`DiskCache.verifiedObject`), read from the descriptor that was checked, so a link
 /// planted after the check changes nothing.
 struct MediaController<Context: RequestContext>: Sendable {
     let cache: DiskCache
     let bytesServed: @Sendable (Int) -> Void
+    /// `Cache-Control` of `/media`: content-addressed, so immutable (`http.mediaMaxAgeSeconds`).
+    var maxAgeSeconds = 31_536_000
     /// Bytes read from disk per write to the client.
     static var chunkLength: Int { 128 * 1024 }
 
@@ -38,21 +40,37 @@ struct MediaController<Context: RequestContext>: Sendable {
         else {
             throw ServiceError.notFound("no such media")
         }
-        let key = String(parts[0])
-        let fileExtension = String(parts[1])
-        guard self.cache.beginServing(key) else { throw ServiceError.notFound("no such media") }
+        return try await self.respond(
+            key: String(parts[0]), fileExtension: String(parts[1]), contentType: contentType, request: request,
+            includeBody: includeBody, cacheControl: "public, max-age=\(self.maxAgeSeconds), immutable")
+    }
+
+    /// Answers with one file of the object `key`: ETag and `304`, byte ranges, HEAD. Shared by `/media` and
+    /// `GET /v1/...`, which differ only in `Cache-Control`.
+    /// - Throws: `not-found` when the object is not stored; `taken-down` when it, or its GIF, was taken down.
+    func respond(
+        key: String, fileExtension: String, contentType: String, request: Request, includeBody: Bool,
+        cacheControl: String
+    ) async throws -> Response {
+        guard self.cache.beginServing(key) else {
+            if self.cache.isBuried(.object(key)) { throw ServiceError.takenDown("this media was taken down") }
+            throw ServiceError.notFound("no such media")
+        }
         var released = false
         defer { if !released { self.cache.endServing(key) } }
 
-        guard let file = self.cache.openForServing(key, fileExtension) else {
+        guard let object = self.cache.verifiedObject(key), let file = object.file(fileExtension) else {
             throw ServiceError.notFound("no such media")
+        }
+        if let gif = object.metadata.gifSha256, self.cache.isBuried(.gif(gif)) {
+            throw ServiceError.takenDown("this media was taken down")
         }
         let size = file.size
         let etag = "\"\(key).\(fileExtension)\""
         var headers: HTTPFields = [
             .contentType: contentType,
             .eTag: etag,
-            .cacheControl: "public, max-age=31536000, immutable",
+            .cacheControl: cacheControl,
             .acceptRanges: "bytes",
             HTTPField.Name("X-Content-Type-Options")!: "nosniff",
         ]

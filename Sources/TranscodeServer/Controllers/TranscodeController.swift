@@ -12,6 +12,8 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     let bodyTimeout: Duration
     /// Where uploads are received (the cache's `tmp/`).
     let temporaryDirectory: String
+    /// Absolute URLs under `http.publicBaseURL`, and the signed GET URLs of a source.
+    let links: PublicLinks
 
     func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
         router.group("transcode").add(middleware: authenticator).post(use: self.transcode)
@@ -31,6 +33,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     @Sendable func transcode(_ request: Request, context: Context) async throws -> Response {
         let contentType = request.headers[.contentType]?.lowercased() ?? ""
         let answer: TranscodeAnswer
+        var signed: [String: String]?
         if contentType.hasPrefix("image/gif") || contentType.hasPrefix("application/octet-stream") {
             let limit = min(self.service.defaultOptions.limits.maxInputBytes, self.maxBodyBytes)
             try Self.checkDeclaredLength(request, limit: limit)
@@ -65,8 +68,10 @@ struct TranscodeController<Context: RequestContext>: Sendable {
                 throw ServiceError.badRequest("expected JSON {\"url\": \"https://...\", \"background\": \"#ffffff\"}")
             }
             let url = try Downloader.validate(body.url)
-            let options = self.service.options(background: try Self.background(body.background))
+            let background = try Self.background(body.background)
+            let options = self.service.options(background: background)
             answer = try await self.service.transcode(url: url, options: options)
+            signed = self.links.signed(sourceURL: body.url, background: background)
         } else {
             throw ServiceError(
                 "unsupported-media-type", .unsupportedMediaType,
@@ -74,13 +79,13 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         }
         switch answer {
         case .done(let outcome, let cacheHit):
-            var response = try Self.json(TranscodeResult(outcome))
+            var response = try Self.json(TranscodeResult(outcome, baseURL: self.links.baseURL, signed: signed))
             response.headers[HTTPField.Name("X-Cache")!] = cacheHit ? "hit" : "miss"
             return response
         case .pending(let id):
             var response = try Self.json(
                 JobStatus(status: "pending", id: id, result: nil, error: nil), status: .accepted)
-            response.headers[.location] = "/jobs/\(id)"
+            response.headers[.location] = self.links.absolute("/jobs/\(id)")
             response.headers[.retryAfter] = "2"
             return response
         }
@@ -95,7 +100,9 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         case .pending:
             return try Self.json(JobStatus(status: "pending", id: id, result: nil, error: nil))
         case .done(let outcome):
-            return try Self.json(JobStatus(status: "done", id: id, result: TranscodeResult(outcome), error: nil))
+            return try Self.json(
+                JobStatus(
+                    status: "done", id: id, result: TranscodeResult(outcome, baseURL: self.links.baseURL), error: nil))
         case .failed(let error):
             return try Self.json(
                 JobStatus(status: "failed", id: id, result: nil, error: .init(code: error.code, message: error.message))
@@ -142,18 +149,25 @@ struct TranscodeController<Context: RequestContext>: Sendable {
 struct TranscodeResult: Encodable, Sendable {
     let key: String
     let metadata: TranscodeMetadata
+    /// Prefixed to every URL (`http.publicBaseURL`); empty for relative URLs.
+    let baseURL: String
+    /// The signed `GET /v1/...` URLs of the source (`mp4`, `poster`, `metadata`), when the request named a
+    /// URL and signing is configured.
+    let signed: [String: String]?
 
-    init(_ outcome: TranscodeOutcome) {
+    init(_ outcome: TranscodeOutcome, baseURL: String = "", signed: [String: String]? = nil) {
         self.key = outcome.key
         self.metadata = outcome.metadata
+        self.baseURL = baseURL
+        self.signed = signed
     }
 
     private enum Keys: String, CodingKey {
-        case key, mp4, poster, metadata, html
+        case key, mp4, poster, metadata, html, signed
     }
 
-    var mp4Path: String { "/media/\(self.key).mp4" }
-    var posterPath: String { "/media/\(self.key).jpg" }
+    var mp4Path: String { "\(self.baseURL)/media/\(self.key).mp4" }
+    var posterPath: String { "\(self.baseURL)/media/\(self.key).jpg" }
 
     /// Autoplaying, muted and inline (what iOS Safari requires to autoplay), sized like the GIF so the page
     /// layout does not move, and played as many times as the GIF: `loop` when it loops forever, nothing
@@ -165,7 +179,7 @@ struct TranscodeResult: Encodable, Sendable {
             playback = " loop"
         } else if let plays = self.metadata.playCount, plays > 1 {
             playback = " data-play-count=\"\(plays)\""
-            script = "<script src=\"\(PlayerScript.path)\" defer></script>"
+            script = "<script src=\"\(self.baseURL)\(PlayerScript.path)\" defer></script>"
         }
         return "<video autoplay muted playsinline\(playback) poster=\"\(self.posterPath)\" "
             + "width=\"\(self.metadata.sourceWidth)\" height=\"\(self.metadata.sourceHeight)\">"
@@ -178,8 +192,9 @@ struct TranscodeResult: Encodable, Sendable {
         try container.encode(self.key, forKey: .key)
         try container.encode(self.mp4Path, forKey: .mp4)
         try container.encode(self.posterPath, forKey: .poster)
-        try container.encode("/media/\(self.key).json", forKey: .metadata)
+        try container.encode("\(self.baseURL)/media/\(self.key).json", forKey: .metadata)
         try container.encode(self.html, forKey: .html)
+        try container.encodeIfPresent(self.signed, forKey: .signed)
     }
 }
 

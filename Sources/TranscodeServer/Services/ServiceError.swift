@@ -44,6 +44,12 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
     static let unauthorized = ServiceError("unauthorized", .unauthorized, "a valid bearer token is required")
     static func notFound(_ message: String) -> ServiceError { .init("not-found", .notFound, message) }
     static func `internal`(_ message: String) -> ServiceError { .init("internal", .internalServerError, message) }
+    /// A takedown's tombstone (RFC 7725): the same bytes or URL are not converted or served again.
+    static func takenDown(_ message: String) -> ServiceError {
+        .init("taken-down", .unavailableForLegalReasons, message)
+    }
+    static let invalidSignature = ServiceError(
+        "invalid-signature", .forbidden, "the URL's signature is missing or does not match")
     static func insufficientStorage(_ message: String) -> ServiceError {
         .init("insufficient-storage", Self.insufficientStorageStatus, message, retryAfterSeconds: 60)
     }

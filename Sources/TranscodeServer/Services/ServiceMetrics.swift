@@ -147,6 +147,29 @@ final class ServiceMetrics: Sendable {
         ).record(duration)
     }
 
+    /// How a stale URL's revalidation ended: the metric's `result` label.
+    enum Revalidation: String {
+        /// The origin answered 304.
+        case notModified = "not-modified"
+        /// The origin sent the bytes again (no validators, or it ignored them) and they were the same.
+        case sameBytes = "same-bytes"
+        /// New bytes: a new object, the link moved.
+        case changed
+        /// The origin failed; the stored result was served.
+        case failed
+    }
+
+    /// One revalidation of a stale URL with its origin.
+    func revalidated(_ result: Revalidation) {
+        self.registry.makeCounter(
+            descriptor: .init(
+                namespace: "transcode", metricName: "revalidations", unitName: "total",
+                helpText: "Stale URLs revalidated with their origin, by result."),
+            labels: [("result", result.rawValue)]
+        ).increment()
+        self.snapshot.withLock { $0.revalidations[result.rawValue, default: 0] += 1 }
+    }
+
     /// One error answered, by its code.
     func error(code: String) {
         self.registry.makeCounter(

@@ -29,6 +29,8 @@ struct ServiceCounters: Sendable {
     var transcodes = 0
     var cacheHits = 0
     var dedupeJoins = 0
+    /// Revalidations by result (`not-modified`, `same-bytes`, `changed`, `failed`).
+    var revalidations: [String: Int] = [:]
 }
 
 /// Turns requests into cached results: cache lookup, single-flight per request, download, content
@@ -43,6 +45,8 @@ final class TranscodeService: Sendable {
     let pool: TranscodePool
     let defaultOptions: TranscodeOptions
     let syncWaitSeconds: Double
+    /// How long a URL's result is served before the origin is asked again (`cache.urlTTLSeconds`).
+    let urlTTLSeconds: Double
     let logger: Logger
 
     private let requests = SingleFlight<String, TranscodeOutcome>()
@@ -52,8 +56,9 @@ final class TranscodeService: Sendable {
 
     init(
         cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
-        syncWaitSeconds: Double, metrics: ServiceMetrics, logger: Logger
+        syncWaitSeconds: Double, urlTTLSeconds: Double = 86400, metrics: ServiceMetrics, logger: Logger
     ) {
+        self.urlTTLSeconds = urlTTLSeconds
         self.metrics = metrics
         self.cache = cache
         self.downloader = downloader
@@ -72,42 +77,111 @@ final class TranscodeService: Sendable {
         return options
     }
 
-    /// Converts the GIF at `url`.
-    func transcode(url: URL, options: TranscodeOptions) async throws -> TranscodeAnswer {
-        let urlKey = DiskCache.urlKey(normalizedURL: DiskCache.normalize(url), options: options)
+    /// Converts the GIF at `url`, or answers from the cache while the URL is fresh (fetched or revalidated
+    /// less than `urlTTLSeconds` ago). A stale URL is revalidated with the origin under the single flight:
+    /// a 304 keeps the object, new bytes make a new object and move the link; when the origin fails
+    /// (5xx, timeout) the stored result is served and the next request tries again.
+    /// - Parameter untilDone: wait for the result however long it takes (`GET /v1/...`, which a `<video>`
+    ///   cannot poll), instead of answering `pending` after `syncWaitSeconds`.
+    func transcode(url: URL, options: TranscodeOptions, untilDone: Bool = false) async throws -> TranscodeAnswer {
+        let normalized = DiskCache.normalize(url)
+        let urlKey = DiskCache.urlKey(normalizedURL: normalized, options: options)
+        if self.cache.isBuried(.source(DiskCache.sourceHash(normalizedURL: normalized))) {
+            throw ServiceError.takenDown("this URL was taken down")
+        }
+        var found: TranscodeOutcome?
         if let key = self.cache.lookup(urlKey: urlKey), let metadata = self.cache.metadata(key) {
+            try self.checkNotTakenDown(key: key, metadata: metadata)
             // The policy of today decides, not the one the URL was fetched under.
             try await self.downloader.checkDestination(url)
-            self.metrics.cacheHit()
-            return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
+            let outcome = TranscodeOutcome(key: key, metadata: metadata)
+            if let age = self.cache.linkAge(urlKey: urlKey), age < self.urlTTLSeconds {
+                self.metrics.cacheHit()
+                return .done(outcome, cacheHit: true)
+            }
+            found = outcome
         }
-        return try await self.run(requestKey: urlKey) {
-            let file = try await self.downloader.download(url)
+        let stale = found
+        return try await self.run(requestKey: urlKey, untilDone: untilDone) {
+            let record = stale == nil ? nil : self.cache.sourceRecord(urlKey: urlKey)
+            let fetched: Fetched
+            do {
+                fetched = try await self.downloader.fetch(url, etag: record?.etag, lastModified: record?.lastModified)
+            } catch let error as ServiceError where stale != nil {
+                return try self.revalidationFailed(error, stale: stale!, urlKey: urlKey)
+            }
+            let file: DownloadedFile
+            switch fetched {
+            case .notModified:
+                guard let stale else { throw ServiceError.originError("the origin answered 304 to a plain GET") }
+                self.cache.renewLink(urlKey: urlKey)
+                self.metrics.revalidated(.notModified)
+                return stale
+            case .file(let downloaded):
+                file = downloaded
+            }
             defer { unlink(file.path) }
             self.metrics.downloaded(bytes: file.byteCount)
             // Reading and hashing up to 50 MB is blocking work: off the async executor, on the shared I/O
             // pool (not the transcode pool, where it would queue behind running transcodes).
-            let (gif, key) = try await NIOThreadPool.singleton.runIfActive {
+            let (gif, keys) = try await NIOThreadPool.singleton.runIfActive {
                 guard let data = FileManager.default.contents(atPath: file.path) else {
                     throw ServiceError.internal("the downloaded file vanished")
                 }
                 let gif = [UInt8](data)
-                return (gif, DiskCache.contentKey(gif: gif, options: options))
+                return (gif, DiskCache.contentKeys(gif: gif, options: options))
             }
-            let outcome = try await self.store(gif, key: key, options: options, requestKey: urlKey)
-            try self.cache.link(urlKey: urlKey, to: outcome.key)
+            if self.cache.isBuried(.gif(keys.gifSha256)) {
+                throw ServiceError.takenDown("this GIF was taken down")
+            }
+            let outcome = try await self.store(gif, key: keys.key, options: options, requestKey: urlKey)
+            if stale != nil { self.metrics.revalidated(outcome.key == stale?.key ? .sameBytes : .changed) }
+            try self.cache.link(
+                urlKey: urlKey, to: outcome.key,
+                source: DiskCache.SourceRecord(url: normalized, etag: file.etag, lastModified: file.lastModified))
             return outcome
+        }
+    }
+
+    /// A revalidation the origin did not answer: the stored result stays in service (stale-if-error) when
+    /// the origin is down or slow; a URL the origin no longer has, or may no longer be fetched, fails.
+    private func revalidationFailed(_ error: ServiceError, stale: TranscodeOutcome, urlKey: String) throws
+        -> TranscodeOutcome
+    {
+        switch error.code {
+        case "origin-error", "origin-timeout":
+            self.metrics.revalidated(.failed)
+            self.logger.warning(
+                "revalidation failed; serving the stored result",
+                metadata: ["request.key": "\(urlKey.prefix(16))", "error.code": "\(error.code)"])
+            return stale
+        case "origin-not-found":
+            self.cache.removeLink(urlKey: urlKey)
+            throw error
+        default:
+            throw error
+        }
+    }
+
+    /// Throws `taken-down` when the object, or the GIF it was made from, was taken down.
+    func checkNotTakenDown(key: String, metadata: TranscodeMetadata) throws {
+        if self.cache.isBuried(.object(key)) || metadata.gifSha256.map({ self.cache.isBuried(.gif($0)) }) == true {
+            throw ServiceError.takenDown("this GIF was taken down")
         }
     }
 
     /// Converts an uploaded GIF.
     func transcode(upload gif: [UInt8], options: TranscodeOptions) async throws -> TranscodeAnswer {
-        let key = try await NIOThreadPool.singleton.runIfActive { DiskCache.contentKey(gif: gif, options: options) }
+        let keys = try await NIOThreadPool.singleton.runIfActive { DiskCache.contentKeys(gif: gif, options: options) }
+        if self.cache.isBuried(.gif(keys.gifSha256)) {
+            throw ServiceError.takenDown("this GIF was taken down")
+        }
+        let key = keys.key
         if let metadata = self.cache.metadata(key) {
             self.metrics.cacheHit()
             return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
         }
-        return try await self.run(requestKey: key) {
+        return try await self.run(requestKey: key, untilDone: false) {
             try await self.store(gif, key: key, options: options, requestKey: key)
         }
     }
@@ -129,7 +203,7 @@ final class TranscodeService: Sendable {
 
     /// Joins or starts the single flight for `requestKey`, and waits for it up to the sync budget.
     private func run(
-        requestKey: String, operation: @escaping @Sendable () async throws -> TranscodeOutcome
+        requestKey: String, untilDone: Bool, operation: @escaping @Sendable () async throws -> TranscodeOutcome
     ) async throws -> TranscodeAnswer {
         self.metrics.cacheMiss()
         // Admission is claimed when a flight starts (joining costs nothing), before any download: a full
@@ -150,6 +224,9 @@ final class TranscodeService: Sendable {
             self.metrics.joined()
         }
 
+        if untilDone {
+            return .done(try await task.value, cacheHit: false)
+        }
         guard let result = await Self.wait(for: task, upTo: self.syncWaitSeconds) else {
             return .pending(jobID: requestKey)
         }

@@ -18,9 +18,17 @@ func corpusBytes(_ name: String) throws -> [UInt8] {
 /// every request by path, so tests can prove how many downloads happened.
 final class Origin: Sendable {
     private let hits = Mutex<[String: Int]>([:])
+    /// `/versioned/{name}`: which corpus file each name serves now, and the conditional headers received.
+    private let versions = Mutex<[String: String]>([:])
+    private let conditions = Mutex<[(ifNoneMatch: String?, ifModifiedSince: String?)]>([])
 
     func count(_ path: String) -> Int { self.hits.withLock { $0[path, default: 0] } }
     var total: Int { self.hits.withLock { $0.values.reduce(0, +) } }
+
+    /// Makes `/versioned/{name}` serve the corpus file `file` (with an ETag of its own).
+    func setVersion(_ name: String, _ file: String) { self.versions.withLock { $0[name] = file } }
+    /// `If-None-Match` and `If-Modified-Since` of every request to `/versioned/...`, in order.
+    var conditionalHeaders: [(ifNoneMatch: String?, ifModifiedSince: String?)] { self.conditions.withLock { $0 } }
 
     func router() -> Router<BasicRequestContext> {
         let router = Router()
@@ -60,6 +68,23 @@ final class Origin: Sendable {
                     for _ in 0..<64 { try await writer.write(chunk) }
                     try await writer.finish(nil)
                 })
+        }
+        // The corpus file set with `setVersion`, with validators; 304 when the client's validator matches.
+        router.get("versioned/{name}") { request, context in
+            let name = try context.parameters.require("name")
+            guard let file = self.versions.withLock({ $0[name] }) else { return Response(status: .notFound) }
+            let etag = "\"v-\(file)\""
+            let lastModified = "Sun, 22 Nov 2026 10:00:00 GMT"
+            self.conditions.withLock {
+                $0.append((request.headers[.ifNoneMatch], request.headers[.ifModifiedSince]))
+            }
+            if request.headers[.ifNoneMatch] == etag {
+                return Response(status: .notModified, headers: [.eTag: etag, .lastModified: lastModified])
+            }
+            var response = try Self.file(file)
+            response.headers[.eTag] = etag
+            response.headers[.lastModified] = lastModified
+            return response
         }
         router.get("status/{code}") { _, context in
             let code = try context.parameters.require("code", as: Int.self)

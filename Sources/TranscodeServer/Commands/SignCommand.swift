@@ -1,0 +1,58 @@
+import ArgumentParser
+import Foundation
+
+/// `transcode-server sign URL [--option bg:000000] [--extension jpg]`: prints the signed `GET /v1/...` path
+/// of a GIF's URL, with the keys of the configuration the server reads.
+struct SignCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sign",
+        abstract: "Print the signed GET path (/v1/...) of a GIF's URL.",
+        discussion: """
+            Signs with the first of signing.keys / signing.salts, read like the server reads them \
+            (config/transcode-server.json or --config, TRANSCODE_SIGNING_KEYS, --signing-keys). Prints the path \
+            alone; prefix your public base URL.
+            """)
+
+    @Argument(help: "The GIF's URL.")
+    var url: String
+
+    @Option(name: .customLong("option"), help: "An output option, name:value (bg:000000); repeatable.")
+    var options: [String] = []
+
+    @Option(name: .customLong("extension"), help: "mp4 (the video), jpg (the poster) or json (the metadata).")
+    var fileExtension = "mp4"
+
+    @Option(name: .long, help: "JSON configuration file (default: config/transcode-server.json if present).")
+    var config: String?
+
+    @Argument(parsing: .allUnrecognized, help: "Configuration keys as flags, e.g. --signing-keys HEX.")
+    var settings: [String] = []
+
+    func run() async throws {
+        let configuration: ServerConfiguration
+        do {
+            configuration = try await ServerConfiguration.load(
+                filePath: self.config, arguments: self.settings, environment: ProcessInfo.processInfo.environment)
+        } catch let error as ConfigurationError {
+            FileHandle.standardError.write(Data("transcode-server: \(error)\n".utf8))
+            throw ExitCode(78)  // EX_CONFIG
+        }
+        guard
+            let signer = URLSigner(hexKeys: configuration.signingKeys, hexSalts: configuration.signingSalts),
+            signer.canSign
+        else {
+            FileHandle.standardError.write(Data("transcode-server: no signing.keys configured\n".utf8))
+            throw ExitCode(78)
+        }
+        let source: SourcePath
+        do {
+            _ = try Downloader.validate(self.url)
+            // Written as a path and read back: the options are checked exactly as the server checks them.
+            let written = (self.options + [URLSigner.base64URL(Array(self.url.utf8)) + "." + self.fileExtension])
+            source = try SourcePath.parse("/" + written.joined(separator: "/"))
+        } catch let error as ServiceError {
+            throw ValidationError(error.message)
+        }
+        print(signer.signedPath(source.path))
+    }
+}

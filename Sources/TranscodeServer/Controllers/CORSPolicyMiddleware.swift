@@ -1,0 +1,48 @@
+import HTTPTypes
+import Hummingbird
+
+/// Which routes browsers on other origins may call, applied with Hummingbird's `CORSMiddleware`:
+///
+/// - `/media/...` and `GET /v1/...` are public (content-addressed or signed): `Access-Control-Allow-Origin: *`,
+///   with the headers a video player reads (`Content-Range`, `Accept-Ranges`, ...) exposed.
+/// - `POST /transcode` and `GET /jobs/{id}`: only origins in `cors.allowedOrigins` (`*` for any), echoed
+///   with `Vary: Origin`; preflights from other origins get no CORS headers, so the browser refuses.
+///
+/// Added outside the error middleware, so error answers carry the headers too (a page can read why).
+struct CORSPolicyMiddleware<Context: RequestContext>: RouterMiddleware {
+    let allowedOrigins: [String]
+    private let publicPolicy: CORSMiddleware<Context>
+    private let apiPolicy: CORSMiddleware<Context>
+
+    init(allowedOrigins: [String]) {
+        self.allowedOrigins = allowedOrigins
+        let exposed = ["Content-Length", "Content-Range", "Accept-Ranges", "ETag", "X-Error-Code", "Retry-After"]
+        self.publicPolicy = CORSMiddleware(
+            allowOrigin: .all, allowHeaders: [.range, .ifNoneMatch, .ifRange, .ifModifiedSince],
+            allowMethods: [.get, .head, .options], exposedHeaders: exposed, maxAge: .seconds(86400))
+        self.apiPolicy = CORSMiddleware(
+            allowOrigin: .originBased, allowHeaders: [.authorization, .contentType],
+            allowMethods: [.post, .get, .options], exposedHeaders: exposed + ["Location", "X-Cache"],
+            maxAge: .seconds(600))
+    }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        let path = request.uri.path
+        if path.hasPrefix("/media/") || (path.hasPrefix("/v1/") && request.method != .delete && !Self.isAdmin(path)) {
+            return try await self.publicPolicy.handle(request, context: context, next: next)
+        }
+        if path == "/transcode" || path.hasPrefix("/jobs/"), let origin = request.headers[.origin],
+            self.allowedOrigins.contains("*") || self.allowedOrigins.contains(origin)
+        {
+            return try await self.apiPolicy.handle(request, context: context, next: next)
+        }
+        return try await next(request, context)
+    }
+
+    /// The purge routes, which no page calls.
+    private static func isAdmin(_ path: String) -> Bool {
+        path.hasPrefix("/v1/objects/") || path == "/v1/sources"
+    }
+}

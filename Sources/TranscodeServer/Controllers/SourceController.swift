@@ -1,0 +1,99 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Transcoder
+
+/// `GET` and `HEAD /v1/{signature}/{options}/{base64url source URL}.{mp4|jpg|json}`: a GIF's video, poster
+/// or metadata addressed by the GIF's URL, signed like imgproxy's URLs (`URLSigner`, `SourcePath`).
+///
+/// The first request for a URL shares one download and one transcode with every other request for it
+/// (the service's single flight) and waits for the result, however long: a `<video src>` cannot poll. The
+/// answer is the file itself (`http.sourceAnswer: bytes`, the default) or a `302` to the immutable
+/// `/media/<key>.<ext>` (`redirect`), with `Cache-Control: public, max-age=http.sourceMaxAgeSeconds`:
+/// the URL's result may change when the origin's GIF does, unlike `/media`. Errors are never cached
+/// (`no-store`, set for every error answer).
+struct SourceController<Context: RequestContext>: Sendable {
+    enum Answer: String, Sendable {
+        case bytes
+        case redirect
+    }
+
+    let service: TranscodeService
+    let signer: URLSigner
+    let media: MediaController<Context>
+    let links: PublicLinks
+    let answer: Answer
+    let maxAgeSeconds: Int
+
+    /// Where the signed paths start.
+    static var prefix: String { "/v1/" }
+
+    func addRoutes(to router: Router<Context>) {
+        router.get("v1/**", use: self.get)
+        router.head("v1/**", use: self.head)
+    }
+
+    @Sendable func get(_ request: Request, context: Context) async throws -> Response {
+        try await self.serve(request, includeBody: true)
+    }
+
+    @Sendable func head(_ request: Request, context: Context) async throws -> Response {
+        try await self.serve(request, includeBody: false)
+    }
+
+    private func serve(_ request: Request, includeBody: Bool) async throws -> Response {
+        // The raw path, as signed: no percent-decoding (base64url and `:` need none).
+        let full = request.uri.path
+        guard full.hasPrefix(Self.prefix) else { throw ServiceError.notFound("no such route") }
+        let afterPrefix = full.dropFirst(Self.prefix.count)
+        guard let slash = afterPrefix.firstIndex(of: "/") else { throw ServiceError.invalidSignature }
+        let signature = afterPrefix[..<slash]
+        let path = String(afterPrefix[slash...])
+        // Checked before anything else is read from the path: an unsigned path costs one HMAC per key.
+        guard self.signer.isValid(signature: signature, path: path) else { throw ServiceError.invalidSignature }
+        let source = try SourcePath.parse(path)
+        let url = try Downloader.validate(source.sourceURL)
+        let options = self.service.options(background: source.background)
+        guard case .done(let outcome, _) = try await self.service.transcode(url: url, options: options, untilDone: true)
+        else {
+            throw ServiceError.internal("a transcode waited for in full answered pending")
+        }
+        let cacheControl = "public, max-age=\(self.maxAgeSeconds)"
+        switch self.answer {
+        case .redirect:
+            return Response(
+                status: .found,
+                headers: [
+                    .location: self.links.absolute("/media/\(outcome.key).\(source.fileExtension)"),
+                    .cacheControl: cacheControl, .contentLength: "0",
+                ])
+        case .bytes:
+            return try await self.media.respond(
+                key: outcome.key, fileExtension: source.fileExtension,
+                contentType: MediaController<Context>.contentTypes[source.fileExtension] ?? "application/octet-stream",
+                request: request, includeBody: includeBody, cacheControl: cacheControl)
+        }
+    }
+}
+
+/// The URLs answers carry: relative, or absolute under `http.publicBaseURL`; and the signed
+/// `GET /v1/...` URLs of a source when a signing key is configured.
+struct PublicLinks: Sendable {
+    /// `https://media.example.com` (no trailing slash), or empty for relative URLs.
+    let baseURL: String
+    let signer: URLSigner
+
+    func absolute(_ path: String) -> String { self.baseURL + path }
+
+    /// The signed URLs of `sourceURL`'s video, poster and metadata with `background`, when signing is
+    /// configured; nil otherwise.
+    func signed(sourceURL: String, background: RGBColor?) -> [String: String]? {
+        guard self.signer.canSign else { return nil }
+        var urls: [String: String] = [:]
+        for (name, fileExtension) in [("mp4", "mp4"), ("poster", "jpg"), ("metadata", "json")] {
+            let path = SourcePath(sourceURL: sourceURL, background: background, fileExtension: fileExtension).path
+            urls[name] = self.absolute(self.signer.signedPath(path))
+        }
+        return urls
+    }
+}

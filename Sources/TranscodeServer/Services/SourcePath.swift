@@ -1,0 +1,82 @@
+import Foundation
+import Transcoder
+
+/// The part of a `/v1/{signature}/...` URL after the signature: output options, the GIF's URL and the
+/// file wanted. `/bg:ffffff/aHR0cHM6Ly9leGFtcGxlLmNvbS9hLmdpZg.mp4`:
+///
+/// - options are `name:value` segments, before the source (base64url has no `:`); each at most once.
+///   `bg` (or `background`): the colour transparency is flattened over, `RRGGBB`.
+/// - the source URL is base64url without padding (padding is tolerated), and may be cut into
+///   `/`-separated chunks, which are joined before decoding;
+/// - the extension picks the file: `mp4`, `jpg` (the poster) or `json` (the metadata).
+struct SourcePath: Sendable, Equatable {
+    var sourceURL: String
+    var background: RGBColor?
+    var fileExtension: String
+
+    /// The options this route takes, by every name it accepts.
+    static var optionNames: [String: String] { ["bg": "bg", "background": "bg"] }
+    static var fileExtensions: [String] { ["mp4", "jpg", "json"] }
+
+    init(sourceURL: String, background: RGBColor? = nil, fileExtension: String = "mp4") {
+        self.sourceURL = sourceURL
+        self.background = background
+        self.fileExtension = fileExtension
+    }
+
+    /// The canonical path: options, then the source URL in one chunk. What gets signed.
+    var path: String {
+        var segments: [String] = []
+        if let background { segments.append("bg:" + background.description.dropFirst()) }
+        segments.append(URLSigner.base64URL(Array(self.sourceURL.utf8)) + "." + self.fileExtension)
+        return "/" + segments.joined(separator: "/")
+    }
+
+    /// Reads a path as `path` writes it (and the variations described above).
+    /// - Throws: `bad-request` naming what is wrong.
+    static func parse(_ path: String) throws -> SourcePath {
+        guard path.hasPrefix("/") else { throw ServiceError.badRequest("the path must start with /") }
+        let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+        guard let last = segments.last, let dot = last.lastIndex(of: ".") else {
+            throw ServiceError.badRequest("the path must end with .mp4, .jpg or .json")
+        }
+        let fileExtension = String(last[last.index(after: dot)...])
+        guard Self.fileExtensions.contains(fileExtension) else {
+            throw ServiceError.badRequest("unknown file .\(fileExtension); use .mp4, .jpg or .json")
+        }
+        var background: RGBColor?
+        var seen: Set<String> = []
+        var chunks: [Substring] = []
+        for (index, segment) in segments.enumerated() {
+            let text = index == segments.count - 1 ? last[..<dot] : segment
+            guard !text.isEmpty else { throw ServiceError.badRequest("the path has an empty segment") }
+            if let colon = text.firstIndex(of: ":") {
+                guard chunks.isEmpty else {
+                    throw ServiceError.badRequest("options come before the source URL, not after")
+                }
+                let name = String(text[..<colon])
+                let value = String(text[text.index(after: colon)...])
+                guard let option = Self.optionNames[name] else {
+                    throw ServiceError.badRequest(
+                        "unknown option \"\(name)\"; the options are \(Self.optionNames.keys.sorted().joined(separator: ", "))"
+                    )
+                }
+                guard seen.insert(option).inserted else {
+                    throw ServiceError.badRequest("option \(option) is given twice")
+                }
+                guard let color = RGBColor(hex: value) else {
+                    throw ServiceError.badRequest("\(name) must be RRGGBB, got \(value)")
+                }
+                background = color
+            } else {
+                chunks.append(text)
+            }
+        }
+        guard !chunks.isEmpty else { throw ServiceError.badRequest("the path has no source URL") }
+        guard let bytes = URLSigner.decodeBase64URL(chunks.joined()), let url = String(validating: bytes, as: UTF8.self)
+        else {
+            throw ServiceError.badRequest("the source URL is not base64url-encoded UTF-8")
+        }
+        return SourcePath(sourceURL: url, background: background, fileExtension: fileExtension)
+    }
+}

@@ -1,0 +1,113 @@
+import Crypto
+import Foundation
+
+/// Signs and checks the paths of `GET /v1/{signature}/{options}/{source}.{ext}`, the way imgproxy does:
+/// `signature = base64url(HMAC-SHA256(key, salt + path))`, no padding, where `path` is everything after
+/// the signature, starting with `/`. Several key/salt pairs may be configured: the first signs, any one
+/// is accepted (rotation: add the new pair first, remove the old one once clients have moved).
+struct URLSigner: Sendable {
+    struct KeyPair: Sendable {
+        let key: SymmetricKey
+        let salt: [UInt8]
+    }
+
+    let pairs: [KeyPair]
+    /// Accept any signature (`signing.disabled`): for development only.
+    let disabled: Bool
+
+    init(pairs: [KeyPair], disabled: Bool = false) {
+        self.pairs = pairs
+        self.disabled = disabled
+    }
+
+    /// Pairs from hex keys and salts (`signing.keys`, `signing.salts`, paired by position).
+    /// - Returns: nil when a value is not hex or the lists differ in length.
+    init?(hexKeys: [String], hexSalts: [String], disabled: Bool = false) {
+        guard hexKeys.count == hexSalts.count else { return nil }
+        var pairs: [KeyPair] = []
+        for (key, salt) in zip(hexKeys, hexSalts) {
+            guard let key = Self.bytes(hex: key), !key.isEmpty, let salt = Self.bytes(hex: salt) else { return nil }
+            pairs.append(KeyPair(key: SymmetricKey(data: key), salt: salt))
+        }
+        self.init(pairs: pairs, disabled: disabled)
+    }
+
+    /// Whether signed URLs can be made (a key is configured).
+    var canSign: Bool { !self.pairs.isEmpty }
+
+    /// The signature of `path` with the first pair. - Precondition: `canSign`.
+    func signature(of path: String) -> String {
+        Self.signature(of: path, with: self.pairs[0])
+    }
+
+    /// `/v1/<signature><path>`, or `/v1/_<path>` when there is no key (signing disabled).
+    func signedPath(_ path: String) -> String {
+        "/v1/" + (self.canSign ? self.signature(of: path) : "_") + path
+    }
+
+    /// Whether `signature` signs `path` under any configured pair; always true when signing is disabled.
+    /// Every pair is tried, each comparison constant-time (`HMAC.isValidAuthenticationCode`).
+    func isValid(signature: some StringProtocol, path: String) -> Bool {
+        if self.disabled { return true }
+        guard let mac = Self.decodeBase64URL(signature), mac.count == SHA256.byteCount else { return false }
+        var valid = false
+        for pair in self.pairs {
+            // No early exit: the time taken does not tell which pair matched.
+            valid =
+                HMAC<SHA256>.isValidAuthenticationCode(
+                    mac, authenticating: pair.salt + Array(path.utf8), using: pair.key)
+                || valid
+        }
+        return valid
+    }
+
+    private static func signature(of path: String, with pair: KeyPair) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: pair.salt + Array(path.utf8), using: pair.key)
+        return Self.base64URL(Array(mac))
+    }
+
+    // MARK: Encodings
+
+    /// Base64url (RFC 4648 §5) without padding.
+    static func base64URL(_ bytes: some Collection<UInt8>) -> String {
+        Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// Decodes base64url with or without padding; nil for anything else (standard base64's `+` and `/`
+    /// included: one spelling per URL).
+    static func decodeBase64URL(_ text: some StringProtocol) -> [UInt8]? {
+        guard
+            text.utf8.allSatisfy({
+                (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D
+                    || $0 == 0x5F || $0 == 0x3D
+            })
+        else { return nil }
+        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        standard = standard.replacingOccurrences(of: "=", with: "")
+        standard += String(repeating: "=", count: (4 - standard.utf8.count % 4) % 4)
+        return Data(base64Encoded: standard).map { [UInt8]($0) }
+    }
+
+    /// Bytes from hex digits (either case); nil for an odd length or a non-hex character.
+    static func bytes(hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        func value(_ digit: UInt8) -> UInt8? {
+            switch digit {
+            case 0x30...0x39: digit - 0x30
+            case 0x41...0x46: digit - 0x41 + 10
+            case 0x61...0x66: digit - 0x61 + 10
+            default: nil
+            }
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return bytes
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import Testing
+
+@testable import TranscodeServer
+
+@Suite struct SigningTests {
+    /// imgproxy's published example (docs "Signing a URL"): the scheme is the one people already know.
+    @Test func imgproxyPublishedVector() throws {
+        let signer = try #require(URLSigner(hexKeys: ["736563726574"], hexSalts: ["68656C6C6F"]))
+        let path = "/rs:fill:300:400:0/g:sm/aHR0cDovL2V4YW1w/bGUuY29tL2ltYWdl/cy9jdXJpb3NpdHku/anBn.png"
+        #expect(signer.signature(of: path) == "oKfUtW34Dvo2BGQehJFR4Nr0_rIjOtdtzJ3QFsUcXH8")
+        #expect(signer.isValid(signature: "oKfUtW34Dvo2BGQehJFR4Nr0_rIjOtdtzJ3QFsUcXH8", path: path))
+    }
+
+    /// Every configured pair is accepted; the first signs; a removed pair no longer works.
+    @Test func keyRotation() throws {
+        let old = (key: String(repeating: "ab", count: 32), salt: "01020304")
+        let new = (key: String(repeating: "cd", count: 32), salt: "0a0b0c0d")
+        let path = SourcePath(sourceURL: "https://example.com/a.gif").path
+        let before = try #require(URLSigner(hexKeys: [old.key], hexSalts: [old.salt]))
+        let during = try #require(URLSigner(hexKeys: [new.key, old.key], hexSalts: [new.salt, old.salt]))
+        let after = try #require(URLSigner(hexKeys: [new.key], hexSalts: [new.salt]))
+        let oldSignature = before.signature(of: path)
+        #expect(during.isValid(signature: oldSignature, path: path))
+        #expect(during.signature(of: path) == after.signature(of: path))
+        #expect(!after.isValid(signature: oldSignature, path: path))
+        #expect(after.isValid(signature: during.signature(of: path), path: path))
+    }
+
+    /// Signatures of Python's `hmac` (an independent implementation), for paths of every shape.
+    @Test func agreesWithPythonHMAC() async throws {
+        let key = "8f1d0e3c5b7a99214466aa55cc00ee11", salt = "73616c74"
+        let signer = try #require(URLSigner(hexKeys: [key], hexSalts: [salt]))
+        let paths = [
+            SourcePath(sourceURL: "https://example.com/a.gif").path,
+            SourcePath(sourceURL: "http://cdn.example.org/x/y z.gif?w=1&h=2", background: .init(hex: "#102030")).path,
+            SourcePath(sourceURL: "https://例え.jp/ü.gif", fileExtension: "jpg").path,
+        ]
+        let script = """
+            import base64, hashlib, hmac, sys
+            key, salt = bytes.fromhex(sys.argv[1]), bytes.fromhex(sys.argv[2])
+            for path in sys.argv[3:]:
+                mac = hmac.new(key, salt + path.encode(), hashlib.sha256).digest()
+                print(base64.urlsafe_b64encode(mac).rstrip(b"=").decode())
+            """
+        let run = try await runProcess("/usr/bin/python3", ["-c", script, key, salt] + paths, timeout: .seconds(30))
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stdout.split(separator: "\n").map(String.init) == paths.map { signer.signature(of: $0) })
+    }
+
+    /// The README's shell recipe (openssl), run as written there, gives the server's signature.
+    @Test func readmeShellRecipeAgrees() async throws {
+        let readme = try PackagingTests.read("README.md")
+        let start = try #require(readme.range(of: "```sh sign-url\n"), "the README has no ```sh sign-url block")
+        let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
+        let recipe = String(readme[start.upperBound..<end.lowerBound])
+        let key = String(repeating: "5e", count: 32), salt = "6d79736174"
+        let source = "https://example.com/cats/dancing.gif"
+        let run = try await runProcess(
+            "/bin/bash", ["-c", "KEY=\(key) SALT=\(salt) GIF_URL='\(source)'\n" + recipe], timeout: .seconds(30))
+        #expect(run.status == 0, "\(run.stderr)")
+        let signer = try #require(URLSigner(hexKeys: [key], hexSalts: [salt]))
+        let expected = signer.signedPath(SourcePath(sourceURL: source).path)
+        #expect(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == expected)
+    }
+
+    /// `transcode-server sign` prints the path the server accepts, with keys read like the server reads them.
+    @Test func signCommand() async throws {
+        let binary = ConfigurationTests.repositoryRoot.appendingPathComponent(".build/debug/transcode-server").path
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
+        let key = String(repeating: "7f", count: 20), salt = "00ff"
+        let source = "https://example.com/a.gif"
+        let run = try await runProcess(
+            binary,
+            [
+                "sign", source, "--option", "bg:000000", "--extension", "jpg", "--signing-keys", key,
+                "--signing-salts", salt,
+            ], timeout: .seconds(30))
+        #expect(run.status == 0, "\(run.stderr)")
+        let signer = try #require(URLSigner(hexKeys: [key], hexSalts: [salt]))
+        let expected = signer.signedPath(
+            SourcePath(sourceURL: source, background: .init(hex: "#000000"), fileExtension: "jpg").path)
+        #expect(run.stdout == expected + "\n")
+        #expect(expected.hasPrefix("/v1/"))
+        // A bad option is refused as the server would refuse it; no key is a configuration error.
+        let bad = try await runProcess(
+            binary, ["sign", source, "--option", "crf:20", "--signing-keys", key, "--signing-salts", salt],
+            timeout: .seconds(30))
+        #expect(bad.status != 0 && bad.stderr.contains("unknown option"), "\(bad.stderr)")
+        let unsigned = try await runProcess(binary, ["sign", source], timeout: .seconds(30))
+        #expect(unsigned.status == 78, "\(unsigned.stderr)")
+    }
+
+    @Test func pathsRoundTrip() throws {
+        let source = SourcePath(sourceURL: "https://example.com/a b.gif?x=1", background: .init(hex: "#00ff7f"))
+        #expect(source.path.hasPrefix("/bg:00ff7f/"))
+        #expect(try SourcePath.parse(source.path) == source)
+        // Chunked, padded, with the long option name: the same request.
+        let encoded = URLSigner.base64URL(Array("https://example.com/a.gif".utf8))
+        let chunked = "/background:00FF7F/" + encoded.prefix(10) + "/" + encoded.dropFirst(10) + "==.jpg"
+        let parsed = try SourcePath.parse(chunked)
+        #expect(parsed.sourceURL == "https://example.com/a.gif")
+        #expect(parsed.background == .init(hex: "#00ff7f"))
+        #expect(parsed.fileExtension == "jpg")
+    }
+
+    @Test(arguments: [
+        "/aHR0cHM6Ly9hLmNvbS94LmdpZg.webm",  // unknown file
+        "/aHR0cHM6Ly9hLmNvbS94LmdpZg",  // no extension
+        "/crf:20/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // unknown option
+        "/bg:fff/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // bad colour
+        "/bg:ffffff/bg:000000/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // twice
+        "/aHR0cHM6Ly9h/bg:ffffff/LmNvbS94LmdpZg.mp4",  // option after the source
+        "/bg:ffffff/.mp4",  // no source
+        "//aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // empty segment
+        "/aHR0cHM6Ly9hLmNvbS9+LmdpZg.mp4",  // not base64url
+    ])
+    func malformedPathsAreRefused(path: String) {
+        #expect(throws: ServiceError.self) { try SourcePath.parse(path) }
+    }
+}

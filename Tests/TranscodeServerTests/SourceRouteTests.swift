@@ -1,0 +1,416 @@
+import AsyncHTTPClient
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import Synchronization
+import Testing
+import Transcoder
+
+@testable import TranscodeServer
+
+/// `GET /v1/{signature}/{options}/{source}.{ext}`: signed URLs, freshness, purge and takedown, CORS and
+/// absolute URLs, against the real application and a local origin.
+@Suite struct SourceRouteTests {
+    static let key = String(repeating: "a1", count: 32)
+    static let salt = "5a5b5c"
+    static let token = "purge-token-0123456789"
+    static let signer = URLSigner(hexKeys: [key], hexSalts: [salt])!
+
+    /// The signed path of `url`'s file.
+    static func signed(_ url: String, background: String? = nil, _ fileExtension: String = "mp4") -> String {
+        Self.signer.signedPath(
+            SourcePath(
+                sourceURL: url, background: background.flatMap(RGBColor.init(hex:)), fileExtension: fileExtension
+            )
+            .path)
+    }
+
+    func withSigningHarness(
+        configure: @escaping (inout ServerConfiguration) -> Void = { _ in },
+        _ body: @Sendable (Harness) async throws -> Void
+    ) async throws {
+        try await withHarness(
+            configure: {
+                $0.signingKeys = [Self.key]
+                $0.signingSalts = [Self.salt]
+                $0.authTokens = [Self.token]
+                configure(&$0)
+            }, body)
+    }
+
+    var auth: [(String, String)] { [("Authorization", "Bearer \(Self.token)")] }
+
+    /// The route serves what `/media` serves, with the route's caching headers, ranges, 304 and HEAD.
+    @Test func servesTheVideoPosterAndMetadata() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let video = try await harness.request(.GET, Self.signed(url))
+            #expect(video.status == 200, "\(video.text)")
+            #expect(video.headers.first(name: "Content-Type") == "video/mp4")
+            #expect(video.headers.first(name: "Cache-Control") == "public, max-age=3600")
+            #expect(video.headers.first(name: "Vary") == nil)
+            let etag = try #require(video.headers.first(name: "ETag"))
+            let key = String(etag.dropFirst().prefix(64))
+            let media = try await harness.request(.GET, "/media/\(key).mp4")
+            #expect(media.body == video.body)
+            #expect(media.headers.first(name: "Cache-Control") == "public, max-age=31536000, immutable")
+
+            let poster = try await harness.request(.GET, Self.signed(url, "jpg"))
+            #expect(poster.status == 200 && poster.headers.first(name: "Content-Type") == "image/jpeg")
+            #expect(Array(poster.body.prefix(2)) == [0xFF, 0xD8])
+            let metadata = try await harness.request(.GET, Self.signed(url, "json"))
+            #expect(try metadata.json()["mp4Bytes"] as? Int == video.body.count)
+
+            let head = try await harness.request(.HEAD, Self.signed(url))
+            #expect(head.status == 200 && head.body.isEmpty)
+            #expect(head.headers.first(name: "Content-Length") == String(video.body.count))
+            let range = try await harness.request(.GET, Self.signed(url), headers: [("Range", "bytes=0-99")])
+            #expect(range.status == 206 && range.body == Array(video.body.prefix(100)))
+            let notModified = try await harness.request(.GET, Self.signed(url), headers: [("If-None-Match", etag)])
+            #expect(notModified.status == 304)
+            #expect(notModified.headers.first(name: "Cache-Control") == "public, max-age=3600")
+
+            #expect(harness.origin.count("/corpus/cartoon_hotdog.gif") == 1)
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+        }
+    }
+
+    /// Any change to any part of the path breaks the signature: 403 before the origin is asked.
+    @Test func tamperedPathsAreRefused() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let good = Self.signed(url, background: "#000000")
+            let parts = good.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+            // "", "v1", signature, "bg:000000", "<source>.mp4"
+            #expect(parts.count == 5)
+            var tampered: [String] = []
+            var signature = Array(parts[2])
+            signature[5] = signature[5] == "A" ? "B" : "A"
+            tampered.append(["", "v1", String(signature), parts[3], parts[4]].joined(separator: "/"))
+            tampered.append(["", "v1", parts[2], "bg:000001", parts[4]].joined(separator: "/"))
+            tampered.append(["", "v1", parts[2], parts[4]].joined(separator: "/"))  // option removed
+            let otherSource = SourcePath(sourceURL: harness.originURL("/copy/cartoon_hotdog.gif")).path
+            tampered.append("/v1/\(parts[2])/\(parts[3])\(otherSource)")
+            tampered.append(good.replacingOccurrences(of: ".mp4", with: ".jpg"))
+            tampered.append("/v1/" + parts[3] + "/" + parts[4])  // no signature
+            tampered.append("/v1/_/" + parts[3] + "/" + parts[4])  // unsigned
+            tampered.append("/v1/" + parts[2])  // nothing signed
+            for path in tampered {
+                let reply = try await harness.request(.GET, path)
+                #expect(reply.status == 403, "\(path): \(reply.status) \(reply.text)")
+                #expect(reply.errorCode == "invalid-signature", "\(path)")
+                #expect(reply.headers.first(name: "Cache-Control") == "no-store", "\(path)")
+            }
+            #expect(harness.origin.total == 0)
+            #expect(try await harness.request(.GET, good).status == 200)
+        }
+    }
+
+    /// Unsigned URLs work only when signing is switched off.
+    @Test func unsignedURLsOnlyWhenSigningIsOff() async throws {
+        try await withHarness { harness in
+            let path = "/v1/_" + SourcePath(sourceURL: harness.originURL("/corpus/cartoon_hotdog.gif")).path
+            let reply = try await harness.request(.GET, path)
+            #expect(reply.status == 403)
+        }
+        try await withHarness(configure: { $0.signingDisabled = true }) { harness in
+            let path = "/v1/_" + SourcePath(sourceURL: harness.originURL("/corpus/cartoon_hotdog.gif")).path
+            let reply = try await harness.request(.GET, path)
+            #expect(reply.status == 200)
+        }
+    }
+
+    /// 50 concurrent GETs for one new URL: one download, one transcode, 50 identical videos.
+    @Test func fiftyConcurrentGETsOneDownloadOneTranscode() async throws {
+        try await withSigningHarness { harness in
+            let path = Self.signed(harness.originURL("/delayed/500/cartoon_hotdog.gif"))
+            let replies = try await withThrowingTaskGroup(of: Reply.self) { group in
+                for _ in 0..<50 { group.addTask { try await harness.request(.GET, path) } }
+                var replies: [Reply] = []
+                for try await reply in group { replies.append(reply) }
+                return replies
+            }
+            #expect(replies.allSatisfy { $0.status == 200 })
+            #expect(Set(replies.map(\.body)).count == 1)
+            #expect(replies[0].body.count > 1000)
+            #expect(harness.origin.count("/delayed/500/cartoon_hotdog.gif") == 1)
+            #expect(harness.services.transcodes.counters.downloads == 1)
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+        }
+    }
+
+    /// `http.sourceAnswer: redirect`: a 302 to the immutable `/media` file, cacheable like the route.
+    @Test func redirectAnswer() async throws {
+        try await withSigningHarness(configure: { $0.sourceAnswer = .redirect }) { harness in
+            let reply = try await harness.request(.GET, Self.signed(harness.originURL("/corpus/cartoon_hotdog.gif")))
+            #expect(reply.status == 302)
+            let location = try #require(reply.headers.first(name: "Location"))
+            #expect(location.hasPrefix("/media/") && location.hasSuffix(".mp4"))
+            #expect(reply.headers.first(name: "Cache-Control") == "public, max-age=3600")
+            #expect(try await harness.request(.GET, location).status == 200)
+        }
+    }
+
+    /// Past `cache.urlTTLSeconds` the origin is asked again with the stored validators: a 304 keeps the
+    /// object, new bytes make a new object and move the link, a 404 ends it.
+    @Test func revalidation() async throws {
+        try await withSigningHarness(configure: { $0.urlTTLSeconds = 0 }) { harness in
+            harness.origin.setVersion("clip.gif", "cartoon_hotdog.gif")
+            let url = harness.originURL("/versioned/clip.gif")
+            let first = try await harness.request(.GET, Self.signed(url))
+            #expect(first.status == 200)
+            let firstTag = first.headers.first(name: "ETag")
+
+            let second = try await harness.request(.GET, Self.signed(url))
+            #expect(second.status == 200 && second.headers.first(name: "ETag") == firstTag)
+            var sent = harness.origin.conditionalHeaders
+            #expect(sent.count == 2)
+            #expect(sent.first?.ifNoneMatch == nil)
+            #expect(sent.last?.ifNoneMatch == "\"v-cartoon_hotdog.gif\"")
+            #expect(sent.last?.ifModifiedSince == "Sun, 22 Nov 2026 10:00:00 GMT")
+            #expect(harness.services.transcodes.counters.revalidations["not-modified"] == 1)
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+
+            harness.origin.setVersion("clip.gif", "cartoon_flag_delaware.gif")
+            let changed = try await harness.request(.GET, Self.signed(url))
+            #expect(changed.status == 200 && changed.headers.first(name: "ETag") != firstTag)
+            #expect(harness.services.transcodes.counters.revalidations["changed"] == 1)
+            #expect(harness.services.transcodes.counters.transcodes == 2)
+            // POST /transcode follows the link too.
+            let posted = try await harness.transcode(url: url, headers: self.auth)
+            #expect(
+                try posted.json()["key"] as? String
+                    == String(changed.headers.first(name: "ETag")!.dropFirst().prefix(64)))
+            sent = harness.origin.conditionalHeaders
+            #expect(sent.last?.ifNoneMatch == "\"v-cartoon_flag_delaware.gif\"")
+
+            harness.origin.setVersion("clip.gif", "no-such-file.gif")
+            let gone = try await harness.request(.GET, Self.signed(url))
+            #expect(gone.status == 404 && gone.errorCode == "origin-not-found")
+        }
+    }
+
+    /// Within the TTL nothing is asked of the origin.
+    @Test func freshURLsAreNotRevalidated() async throws {
+        try await withSigningHarness { harness in
+            harness.origin.setVersion("clip.gif", "cartoon_hotdog.gif")
+            let url = harness.originURL("/versioned/clip.gif")
+            for _ in 0..<3 {
+                let reply = try await harness.request(.GET, Self.signed(url))
+                #expect(reply.status == 200)
+            }
+            #expect(harness.origin.count("/versioned/clip.gif") == 1)
+        }
+    }
+
+    /// A purge deletes the files (the next request converts again); a takedown leaves tombstones that
+    /// answer 451 for the URL, the object, the same bytes uploaded or at another URL.
+    @Test func purgeAndTakedown() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let first = try await harness.request(.GET, Self.signed(url))
+            let key = String(try #require(first.headers.first(name: "ETag")).dropFirst().prefix(64))
+            let cache = harness.services.cache
+            #expect(FileManager.default.fileExists(atPath: cache.objectPath(key, "mp4")))
+
+            #expect(try await harness.request(.DELETE, "/v1/objects/\(key)").status == 401)
+            let purged = try await harness.request(.DELETE, "/v1/objects/\(key)", headers: self.auth)
+            #expect(purged.status == 200, "\(purged.text)")
+            #expect(try purged.json()["objects"] as? [String] == [key])
+            for fileExtension in ["mp4", "jpg", "json"] {
+                #expect(!FileManager.default.fileExists(atPath: cache.objectPath(key, fileExtension)))
+            }
+            #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 404)
+            #expect(try await harness.request(.GET, Self.signed(url)).status == 200)
+            #expect(harness.services.transcodes.counters.transcodes == 2)
+
+            let encoded = url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let takedown = try await harness.request(
+                .DELETE, "/v1/sources?url=\(encoded)&takedown=true&reason=dmca-123", headers: self.auth)
+            #expect(takedown.status == 200, "\(takedown.text)")
+            #expect(try takedown.json()["objects"] as? [String] == [key])
+            #expect(try takedown.json()["links"] as? Int == 1)
+            #expect(!FileManager.default.fileExists(atPath: cache.objectPath(key, "mp4")))
+
+            let downloads = harness.services.transcodes.counters.downloads
+            for reply in [
+                try await harness.request(.GET, Self.signed(url)),
+                try await harness.request(.GET, Self.signed(url, background: "#000000")),
+                try await harness.request(.GET, "/media/\(key).mp4"),
+                try await harness.transcode(url: url, headers: self.auth),
+            ] {
+                #expect(reply.status == 451 && reply.errorCode == "taken-down", "\(reply.status) \(reply.text)")
+                #expect(reply.headers.first(name: "Cache-Control") == "no-store")
+            }
+            #expect(harness.services.transcodes.counters.downloads == downloads)
+            // The same bytes, uploaded or at another URL, are refused too (after the download: only then
+            // are they known), and nothing is converted.
+            #expect(try await harness.upload(try corpusBytes("cartoon_hotdog.gif"), headers: self.auth).status == 451)
+            #expect(
+                try await harness.request(.GET, Self.signed(harness.originURL("/copy/cartoon_hotdog.gif"))).status
+                    == 451)
+            #expect(harness.services.transcodes.counters.transcodes == 2)
+            // Other GIFs are not affected.
+            #expect(
+                try await harness.request(.GET, Self.signed(harness.originURL("/corpus/cartoon_flag_delaware.gif")))
+                    .status == 200)
+        }
+    }
+
+    /// A response already streaming when its object is purged finishes with every byte. Deterministic: the
+    /// response is made (its file checked and opened), the object purged, and only then is the body written.
+    @Test func aResponseMadeBeforeThePurgeFinishes() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/screenrec_flanimatedimage_demo.gif")
+            let whole = try await harness.request(.GET, Self.signed(url))
+            #expect(whole.status == 200)
+            #expect(whole.body.count > 2 * MediaController<AppRequestContext>.chunkLength, "too small to stream")
+            let key = String(try #require(whole.headers.first(name: "ETag")).dropFirst().prefix(64))
+
+            let media = MediaController<AppRequestContext>(cache: harness.services.cache, bytesServed: { _ in })
+            let request = Request(
+                head: .init(method: .get, scheme: "http", authority: "127.0.0.1", path: "/media/\(key).mp4"),
+                body: .init(buffer: ByteBuffer()))
+            let response = try await media.respond(
+                key: key, fileExtension: "mp4", contentType: "video/mp4", request: request, includeBody: true,
+                cacheControl: "no-cache")
+            let purged = try await harness.request(.DELETE, "/v1/objects/\(key)", headers: self.auth)
+            #expect(purged.status == 200)
+            #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objectPath(key, "mp4")))
+            let collector = Collector()
+            try await response.body.write(CollectingWriter(collector: collector))
+            #expect(collector.bytes == whole.body)
+            #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 404)
+        }
+    }
+
+    /// `transcode-server cache purge --url ... --takedown`, run beside the live server, takes effect at once.
+    @Test func purgeCommandBesideTheServer() async throws {
+        let binary = ConfigurationTests.repositoryRoot.appendingPathComponent(".build/debug/transcode-server").path
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let first = try await harness.request(.GET, Self.signed(url))
+            let key = String(try #require(first.headers.first(name: "ETag")).dropFirst().prefix(64))
+            let run = try await runProcess(
+                binary,
+                [
+                    "cache", "purge", "--url", url, "--takedown", "--reason", "test",
+                    "--cache-directory", harness.services.cache.root,
+                ], timeout: .seconds(30))
+            #expect(run.status == 0, "\(run.stderr)")
+            let report = try #require(
+                try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any], "\(run.stdout)")
+            #expect(report["objects"] as? [String] == [key])
+            #expect((report["tombstones"] as? [String])?.contains("object-\(key)") == true)
+            #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objectPath(key, "mp4")))
+            #expect(try await harness.request(.GET, Self.signed(url)).status == 451)
+            #expect(try await harness.request(.GET, "/media/\(key).jpg").status == 451)
+        }
+    }
+
+    /// CORS: the public routes allow every origin, `POST /transcode` only the configured ones.
+    @Test func cors() async throws {
+        try await withSigningHarness(configure: { $0.corsAllowedOrigins = ["https://cms.example.com"] }) { harness in
+            let preflight = try await harness.request(
+                .OPTIONS, "/transcode",
+                headers: [
+                    ("Origin", "https://cms.example.com"), ("Access-Control-Request-Method", "POST"),
+                    ("Access-Control-Request-Headers", "authorization, content-type"),
+                ])
+            #expect(preflight.status == 204)
+            #expect(preflight.headers.first(name: "Access-Control-Allow-Origin") == "https://cms.example.com")
+            #expect(preflight.headers.first(name: "Access-Control-Allow-Methods")?.contains("POST") == true)
+            #expect(
+                preflight.headers.first(name: "Access-Control-Allow-Headers")?.lowercased().contains("authorization")
+                    == true)
+            #expect(preflight.headers.first(name: "Vary") == "Origin")
+            let other = try await harness.request(
+                .OPTIONS, "/transcode",
+                headers: [("Origin", "https://evil.example"), ("Access-Control-Request-Method", "POST")])
+            #expect(other.headers.first(name: "Access-Control-Allow-Origin") == nil)
+
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let posted = try await harness.transcode(
+                url: url, headers: [("Origin", "https://cms.example.com"), ("Authorization", "Bearer \(Self.token)")])
+            #expect(posted.headers.first(name: "Access-Control-Allow-Origin") == "https://cms.example.com")
+            let key = try #require(try posted.json()["key"] as? String)
+            for path in ["/media/\(key).mp4", Self.signed(url), "/v1/bad/" + SourcePath(sourceURL: url).path] {
+                let reply = try await harness.request(.GET, path, headers: [("Origin", "https://anyone.example")])
+                #expect(reply.headers.first(name: "Access-Control-Allow-Origin") == "*", "\(path)")
+                #expect(reply.headers.first(name: "Vary") == nil, "\(path)")
+            }
+            let mediaPreflight = try await harness.request(
+                .OPTIONS, "/media/\(key).mp4",
+                headers: [("Origin", "https://anyone.example"), ("Access-Control-Request-Headers", "range")])
+            #expect(mediaPreflight.headers.first(name: "Access-Control-Allow-Origin") == "*")
+            #expect(
+                mediaPreflight.headers.first(name: "Access-Control-Allow-Headers")?.lowercased().contains("range")
+                    == true)
+        }
+    }
+
+    /// `http.publicBaseURL`: every URL an answer carries is absolute, and the answer gives the signed URLs,
+    /// which work.
+    @Test func absoluteAndSignedURLsInAnswers() async throws {
+        let base = "https://media.example.com"
+        try await withSigningHarness(configure: { $0.publicBaseURL = base }) { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let reply = try await harness.transcode(url: url, headers: self.auth)
+            let json = try reply.json()
+            let key = try #require(json["key"] as? String)
+            #expect(json["mp4"] as? String == "\(base)/media/\(key).mp4")
+            #expect(json["poster"] as? String == "\(base)/media/\(key).jpg")
+            #expect(json["metadata"] as? String == "\(base)/media/\(key).json")
+            let html = try #require(json["html"] as? String)
+            #expect(
+                html.contains("poster=\"\(base)/media/\(key).jpg\"")
+                    && html.contains("src=\"\(base)/media/\(key).mp4\""))
+            let signed = try #require(json["signed"] as? [String: String])
+            #expect(signed["mp4"] == base + Self.signed(url))
+            #expect(signed["poster"] == base + Self.signed(url, "jpg"))
+            for (name, address) in signed {
+                let path = String(address.dropFirst(base.count))
+                let fetched = try await harness.request(.GET, path)
+                #expect(fetched.status == 200, "\(name)")
+            }
+        }
+    }
+
+    /// A `<video src>` pointed straight at the route, on a page of another origin: Chromium plays it to the
+    /// end (the first request converts the GIF while the browser waits).
+    @Test func playsInChromium() async throws {
+        try await withSigningHarness { harness in
+            harness.origin.setVersion("once.gif", "cartoon_hotdog.gif")
+            let path = Self.signed(harness.originURL("/corpus/cartoon_hotdog.gif"))
+            let app = "http://127.0.0.1:\(harness.appPort)"
+            let html = "<video autoplay muted playsinline src=\"\(app)\(path)\"></video>"
+            let run = try await runBrowserScript(
+                PlayerScriptTests.oracle, ["snippet", "--app", app, "--html", html, "--timeout", "60"],
+                timeout: .seconds(120))
+            let observed = try #require(
+                try? JSONDecoder().decode(PlayerScriptTests.Observed.self, from: Data(run.line.utf8)), "\(run.output)")
+            #expect(run.status == 0, "\(run.output)")
+            #expect(observed.plays == 1 && observed.ended, "\(run.output)")
+            let metadata = try await harness.request(
+                .GET, Self.signed(harness.originURL("/corpus/cartoon_hotdog.gif"), "json"))
+            let durationMs = try #require(try metadata.json()["durationMs"] as? Int)
+            #expect(abs(observed.duration - Double(durationMs) / 1000) < 0.002, "\(observed) vs \(durationMs) ms")
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+        }
+    }
+}
+
+/// Collects a response body written outside a server.
+final class Collector: Sendable {
+    private let collected = Mutex<[UInt8]>([])
+    var bytes: [UInt8] { self.collected.withLock { $0 } }
+    func append(_ buffer: ByteBuffer) { self.collected.withLock { $0 += buffer.readableBytesView } }
+}
+
+struct CollectingWriter: ResponseBodyWriter {
+    let collector: Collector
+    mutating func write(_ buffer: ByteBuffer) async throws { self.collector.append(buffer) }
+    consuming func finish(_ trailingHeaders: HTTPFields?) async throws {}
+}
