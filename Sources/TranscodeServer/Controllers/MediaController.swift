@@ -48,9 +48,10 @@ struct MediaController<Context: RequestContext>: Sendable {
     /// Answers with one file of the object `key`: ETag and `304`, byte ranges, HEAD. Shared by `/media` and
     /// `GET /v1/...`, which differ only in `Cache-Control`.
     /// - Throws: `not-found` when the object is not stored; `taken-down` when it, or its GIF, was taken down.
+    /// - Parameter checked: the object, when the caller has just checked it (`DiskCache.verifiedObject`).
     func respond(
         key: String, fileExtension: String, contentType: String, request: Request, includeBody: Bool,
-        cacheControl: String
+        cacheControl: String, checked: DiskCache.CheckedObject? = nil
     ) async throws -> Response {
         guard self.cache.beginServing(key) else {
             if self.cache.isBuried(.object(key)) { throw ServiceError.takenDown("this media was taken down") }
@@ -59,7 +60,7 @@ struct MediaController<Context: RequestContext>: Sendable {
         var released = false
         defer { if !released { self.cache.endServing(key) } }
 
-        guard let object = self.cache.verifiedObject(key), let file = object.file(fileExtension) else {
+        guard let object = checked ?? self.cache.verifiedObject(key), let file = object.file(fileExtension) else {
             throw ServiceError.notFound("no such media")
         }
         if let gif = object.metadata.gifSha256, self.cache.isBuried(.gif(gif)) {

@@ -71,7 +71,7 @@ struct SourceController<Context: RequestContext>: Sendable {
             return try await self.media.respond(
                 key: outcome.key, fileExtension: source.fileExtension,
                 contentType: MediaController<Context>.contentTypes[source.fileExtension] ?? "application/octet-stream",
-                request: request, includeBody: includeBody, cacheControl: cacheControl)
+                request: request, includeBody: includeBody, cacheControl: cacheControl, checked: outcome.object)
         }
     }
 }

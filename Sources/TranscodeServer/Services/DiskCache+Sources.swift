@@ -18,7 +18,7 @@ extension DiskCache {
 
     /// The hash that names a URL whatever the options (the purge index and URL tombstones).
     static func sourceHash(normalizedURL: String) -> String {
-        SHA256.hash(data: Array("source\u{0}\(normalizedURL)".utf8)).map { String(format: "%02x", $0) }.joined()
+        Self.hex(SHA256.hash(data: Array("source\u{0}\(normalizedURL)".utf8)))
     }
 
     private func sourceRecordPath(_ urlKey: String) -> String { self.urlLinkPath(urlKey) + ".source" }

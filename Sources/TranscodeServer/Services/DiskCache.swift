@@ -29,6 +29,7 @@ final class DiskCache: Sendable {
     let root: String
     let maxBytes: Int64
     private let state: Mutex<State>
+    private let decoded = Mutex<[String: (identity: [Int], metadata: TranscodeMetadata)]>([:])
     private let onEviction: @Sendable (Int) -> Void
     private let onQuarantine: @Sendable (String) -> Void
 
@@ -92,14 +93,26 @@ final class DiskCache: Sendable {
         hash.update(data: gif)
         let gifOnly = hash  // a copy: the state after the GIF's bytes
         hash.update(data: Array(("\u{0}" + options.outputFingerprint).utf8))
-        let hex = { (digest: SHA256.Digest) in digest.map { String(format: "%02x", $0) }.joined() }
-        return (hex(hash.finalize()), hex(gifOnly.finalize()))
+        return (Self.hex(hash.finalize()), Self.hex(gifOnly.finalize()))
     }
 
     /// The key of a URL converted with `options`.
     static func urlKey(normalizedURL: String, options: TranscodeOptions) -> String {
         let digest = SHA256.hash(data: Array(("url\u{0}\(normalizedURL)\u{0}\(options.outputFingerprint)").utf8))
-        return digest.map { String(format: "%02x", $0) }.joined()
+        return Self.hex(digest)
+    }
+
+    /// Lower-case hex of `bytes`. (Every cache hit hashes a URL twice: `String(format:)` per byte cost more
+    /// than the rest of the lookup.)
+    static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(64)
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// Lower-cased scheme and host, no default port, no fragment: two spellings of one resource share a key.
@@ -131,14 +144,22 @@ final class DiskCache: Sendable {
 
     /// The object a URL key links to, if the link exists and its object is complete.
     func lookup(urlKey: String) -> String? {
-        guard Self.isValidKey(urlKey),
-            let target = try? FileManager.default.destinationOfSymbolicLink(atPath: self.urlLinkPath(urlKey))
-        else { return nil }
-        let name = URL(fileURLWithPath: target).lastPathComponent
+        guard Self.isValidKey(urlKey), let target = Self.readLink(self.urlLinkPath(urlKey)) else { return nil }
+        let name = target.split(separator: "/").last.map(String.init) ?? ""
         guard name.hasSuffix(".json") else { return nil }
         let key = String(name.dropLast(5))
         guard Self.isValidKey(key), self.contains(key) else { return nil }
         return key
+    }
+
+    /// The target of the symbolic link at `path` (`readlink`), nil when it is not a link.
+    static func readLink(_ path: String) -> String? {
+        var buffer = [UInt8](repeating: 0, count: 512)
+        let count = buffer.withUnsafeMutableBufferPointer { pointer in
+            pointer.withMemoryRebound(to: CChar.self) { readlink(path, $0.baseAddress!, $0.count) }
+        }
+        guard count > 0, count < buffer.count else { return nil }
+        return String(decoding: buffer[0..<count], as: UTF8.self)
     }
 
     /// Whether the object `key` is complete on disk.
@@ -158,10 +179,13 @@ final class DiskCache: Sendable {
     final class OpenFile: Sendable {
         let descriptor: CInt
         let size: Int
+        /// Inode, size and modification time: a file rewritten in place or replaced has another identity.
+        let identity: [Int]
 
-        fileprivate init(descriptor: CInt, size: Int) {
+        fileprivate init(descriptor: CInt, size: Int, identity: [Int] = []) {
             self.descriptor = descriptor
             self.size = size
+            self.identity = identity
         }
 
         deinit {
@@ -204,7 +228,10 @@ final class DiskCache: Sendable {
                 files[fileExtension] = .foreign
                 continue
             }
-            files[fileExtension] = .file(OpenFile(descriptor: descriptor, size: Int(info.st_size)))
+            let identity = [
+                Int(info.st_ino), Int(info.st_size), Int(info.st_mtim.tv_sec), Int(info.st_mtim.tv_nsec),
+            ]
+            files[fileExtension] = .file(OpenFile(descriptor: descriptor, size: Int(info.st_size), identity: identity))
         }
         return files
     }
@@ -244,9 +271,7 @@ final class DiskCache: Sendable {
         case .foreign: return .damaged("the metadata is a link, not a regular file, or has other names")
         case .file(let file): json = file
         }
-        guard let bytes = Self.readAll(json),
-            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))
-        else { return .damaged("the metadata does not read") }
+        guard let metadata = self.decodedMetadata(key, json) else { return .damaged("the metadata does not read") }
         var checked: [OpenFile] = []
         for (fileExtension, size) in [("mp4", metadata.mp4Bytes), ("jpg", metadata.posterBytes)] {
             switch files[fileExtension] {
@@ -320,7 +345,7 @@ final class DiskCache: Sendable {
             hash.update(data: block[0..<count])
             offset += count
         }
-        return hash.finalize().map { String(format: "%02x", $0) }.joined()
+        return Self.hex(hash.finalize())
     }
 
     /// Opens a file of the object `key` for serving, after checking the whole object; the descriptor is the
@@ -329,6 +354,25 @@ final class DiskCache: Sendable {
     func openForServing(_ key: String, _ fileExtension: String) -> OpenFile? {
         self.verifiedObject(key)?.file(fileExtension)
     }
+
+    /// The metadata in `json`, decoded once per file identity: decoding was the largest cost of a cache hit
+    /// after the network (objects are immutable; a file replaced or rewritten has a new identity).
+    private func decodedMetadata(_ key: String, _ json: OpenFile) -> TranscodeMetadata? {
+        if let cached = self.decoded.withLock({ $0[key] }), cached.identity == json.identity {
+            return cached.metadata
+        }
+        guard let bytes = Self.readAll(json),
+            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))
+        else { return nil }
+        self.decoded.withLock { decoded in
+            if decoded.count >= Self.decodedCapacity { decoded.removeAll(keepingCapacity: true) }
+            decoded[key] = (json.identity, metadata)
+        }
+        return metadata
+    }
+
+    /// Decoded metadata kept in memory: a few hundred bytes each.
+    static var decodedCapacity: Int { 16_384 }
 
     static func readAll(_ file: OpenFile) -> [UInt8]? {
         // Metadata is a few hundred bytes; anything much larger was not written by the cache.

@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import Synchronization
 
 /// A GIF fetched to a temporary file.
 struct DownloadedFile: Sendable {
@@ -38,6 +39,8 @@ struct Downloader: Sendable {
     /// Where partial downloads are written (inside the cache directory, so the rename is cheap).
     let temporaryDirectory: String
     let logger: Logger
+    /// Recent decisions of `checkCachedDestination`, by host.
+    private let decisions = HostDecisions()
 
     init(
         configuration: DownloadConfiguration, temporaryDirectory: String, eventLoopGroup: any EventLoopGroup,
@@ -127,6 +130,25 @@ struct Downloader: Sendable {
             throw ServiceError.destinationNotAllowed("\(host) resolves to \(denied), which is not a public address")
         }
         return address
+    }
+
+    /// `checkDestination` for a cache hit, which fetches nothing: a host's decision is remembered for
+    /// `HostDecisions.lifetime`, so a hit does not cost a name lookup on the thread pool. The policy is fixed
+    /// for the life of the process; a restart with a stricter one decides afresh. Downloads and
+    /// revalidations always check afresh (and connect to the address they checked).
+    func checkCachedDestination(_ url: URL) async throws {
+        let host = Self.bareHost(url)
+        if let decision = self.decisions.decision(for: host) {
+            if let error = decision { throw error }
+            return
+        }
+        do {
+            try await self.checkDestination(url)
+            self.decisions.record(host, nil)
+        } catch let error as ServiceError where error.code == "destination-not-allowed" {
+            self.decisions.record(host, error)
+            throw error
+        }
     }
 
     private func fetchOnce(_ url: URL, conditions: [(String, String)], deadline: NIODeadline) async throws -> Hop {
@@ -232,5 +254,34 @@ struct Downloader: Sendable {
             }
         }
         return ServiceError.originError("fetching the GIF failed: \(error)")
+    }
+}
+
+/// Hosts recently checked against the destination policy, and the answer: bounded, short-lived.
+final class HostDecisions: Sendable {
+    static var lifetime: TimeInterval { 60 }
+    static var capacity: Int { 10_000 }
+    private let entries = Mutex<[String: (error: ServiceError?, at: Date)]>([:])
+
+    /// nil when unknown or expired; `.some(nil)` when allowed; `.some(error)` when refused.
+    func decision(for host: String) -> ServiceError?? {
+        let now = Date()
+        return self.entries.withLock { entries in
+            guard let entry = entries[host.lowercased()], now.timeIntervalSince(entry.at) < Self.lifetime else {
+                return nil
+            }
+            return .some(entry.error)
+        }
+    }
+
+    func record(_ host: String, _ error: ServiceError?) {
+        let now = Date()
+        self.entries.withLock { entries in
+            if entries.count >= Self.capacity {
+                entries = entries.filter { now.timeIntervalSince($0.value.at) < Self.lifetime }
+                if entries.count >= Self.capacity { entries.removeAll() }
+            }
+            entries[host.lowercased()] = (error, now)
+        }
     }
 }

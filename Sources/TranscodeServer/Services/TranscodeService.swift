@@ -8,6 +8,8 @@ import Transcoder
 struct TranscodeOutcome: Sendable {
     let key: String
     let metadata: TranscodeMetadata
+    /// On a cache hit, the object's files as checked and held open: served without checking them again.
+    var object: DiskCache.CheckedObject? = nil
 }
 
 /// What `POST /transcode` gets back: the result, or a job to poll when the wait budget ran out.
@@ -90,16 +92,15 @@ final class TranscodeService: Sendable {
             throw ServiceError.takenDown("this URL was taken down")
         }
         var found: TranscodeOutcome?
-        if let key = self.cache.lookup(urlKey: urlKey), let metadata = self.cache.metadata(key) {
-            try self.checkNotTakenDown(key: key, metadata: metadata)
+        if let key = self.cache.lookup(urlKey: urlKey), let object = self.cache.verifiedObject(key) {
+            try self.checkNotTakenDown(key: key, metadata: object.metadata)
             // The policy of today decides, not the one the URL was fetched under.
-            try await self.downloader.checkDestination(url)
-            let outcome = TranscodeOutcome(key: key, metadata: metadata)
+            try await self.downloader.checkCachedDestination(url)
             if let age = self.cache.linkAge(urlKey: urlKey), age < self.urlTTLSeconds {
                 self.metrics.cacheHit()
-                return .done(outcome, cacheHit: true)
+                return .done(TranscodeOutcome(key: key, metadata: object.metadata, object: object), cacheHit: true)
             }
-            found = outcome
+            found = TranscodeOutcome(key: key, metadata: object.metadata)
         }
         let stale = found
         return try await self.run(requestKey: urlKey, untilDone: untilDone) {

@@ -70,24 +70,42 @@ struct URLSigner: Sendable {
 
     /// Base64url (RFC 4648 §5) without padding.
     static func base64URL(_ bytes: some Collection<UInt8>) -> String {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        // Byte by byte: NSString's replacingOccurrences was a tenth of a cache hit's time.
+        let encoded = Data(bytes).base64EncodedData()
+        var text: [UInt8] = []
+        text.reserveCapacity(encoded.count)
+        for byte in encoded {
+            switch byte {
+            case UInt8(ascii: "+"): text.append(UInt8(ascii: "-"))
+            case UInt8(ascii: "/"): text.append(UInt8(ascii: "_"))
+            case UInt8(ascii: "="): break
+            default: text.append(byte)
+            }
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// Decodes base64url with or without padding; nil for anything else (standard base64's `+` and `/`
     /// included: one spelling per URL).
     static func decodeBase64URL(_ text: some StringProtocol) -> [UInt8]? {
-        guard
-            text.utf8.allSatisfy({
-                (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D
-                    || $0 == 0x5F || $0 == 0x3D
-            })
-        else { return nil }
-        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        standard = standard.replacingOccurrences(of: "=", with: "")
-        standard += String(repeating: "=", count: (4 - standard.utf8.count % 4) % 4)
-        return Data(base64Encoded: standard).map { [UInt8]($0) }
+        var standard: [UInt8] = []
+        standard.reserveCapacity(text.utf8.count + 3)
+        var padding = 0
+        for byte in text.utf8 {
+            // Padding only at the end.
+            if padding > 0, byte != UInt8(ascii: "=") { return nil }
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"):
+                standard.append(byte)
+            case UInt8(ascii: "-"): standard.append(UInt8(ascii: "+"))
+            case UInt8(ascii: "_"): standard.append(UInt8(ascii: "/"))
+            case UInt8(ascii: "="): padding += 1
+            default: return nil
+            }
+        }
+        standard += Array(repeating: UInt8(ascii: "="), count: (4 - standard.count % 4) % 4)
+        return Data(base64Encoded: Data(standard)).map { [UInt8]($0) }
     }
 
     /// Bytes from hex digits (either case); nil for an odd length or a non-hex character.
