@@ -74,6 +74,8 @@ import Transcoder
             let openMetrics = try await harness.request(
                 .GET, "/metrics", headers: [("Accept", "application/openmetrics-text; version=1.0.0")])
             #expect(openMetrics.headers.first(name: "Content-Type")?.hasPrefix("application/openmetrics-text") == true)
+            // The format depends on Accept: a cache in front must key on it.
+            #expect(openMetrics.headers.first(name: "Vary") == "Accept")
             try await withTemporaryDirectory { directory in
                 try Data(metrics.body).write(to: URL(fileURLWithPath: directory + "/text"))
                 try Data(openMetrics.body).write(to: URL(fileURLWithPath: directory + "/openmetrics"))

@@ -38,12 +38,19 @@ struct OperationsController<Context: RequestContext>: Sendable {
             if request.headers[.accept]?.contains("application/openmetrics-text") == true {
                 return Response(
                     status: .ok,
-                    headers: [.contentType: "application/openmetrics-text; version=1.0.0; charset=utf-8"],
+                    headers: [
+                        .contentType: "application/openmetrics-text; version=1.0.0; charset=utf-8", .vary: "Accept",
+                        .cacheControl: "no-store",
+                    ],
                     body: .init(
                         byteBuffer: ByteBuffer(string: metrics.renderOpenMetrics(queueDepth: load, cacheBytes: bytes))))
             }
             return Response(
-                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                status: .ok,
+                headers: [
+                    .contentType: "text/plain; version=0.0.4; charset=utf-8", .vary: "Accept",
+                    .cacheControl: "no-store",
+                ],
                 body: .init(byteBuffer: ByteBuffer(string: metrics.render(queueDepth: load, cacheBytes: bytes))))
         }
     }
