@@ -45,6 +45,11 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     /// SHA-256 of the GIF itself, whatever the options: what a takedown of these bytes is recorded under.
     /// `nil` in metadata written before it was recorded.
     public var gifSha256: String? = nil
+    /// The x264 CRF of the stored video (`nil` in metadata written before it was recorded).
+    public var crf: Int? = nil
+    /// The size guard's attempts, when the first encode was not smaller than the GIF (x
+    /// `maxSizeRatio`); `nil` when it was.
+    public var sizeGuard: SizeGuard? = nil
 
     // Written by hand so that `loopCount` and `playCount` are always present, `null` when absent: a client
     // reading `playCount` must not have to tell "forever" from "field missing".
@@ -70,5 +75,31 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         try container.encode(self.mp4Sha256, forKey: .mp4Sha256)
         try container.encode(self.posterSha256, forKey: .posterSha256)
         try container.encode(self.gifSha256, forKey: .gifSha256)
+        try container.encode(self.crf, forKey: .crf)
+        try container.encode(self.sizeGuard, forKey: .sizeGuard)
     }
+}
+
+/// What the size guard tried: each encode's setting, size and quality, and which one was kept.
+public struct SizeGuard: Codable, Hashable, Sendable {
+    public struct Attempt: Codable, Hashable, Sendable {
+        public var crf: Int
+        public var bytes: Int
+        /// Mean SSIM (luma) against the encoded pictures, weighted by display time.
+        public var ssim: Double
+    }
+
+    /// How the guard ended.
+    public enum Outcome: String, Codable, Hashable, Sendable {
+        /// An attempt came out smaller than the GIF (x `maxSizeRatio`) at or above the quality floor.
+        case smaller
+        /// The attempts that would have been small enough fell under the quality floor: keep the GIF.
+        case qualityFloor = "quality-floor"
+        /// Every allowed attempt stayed larger: keep the GIF.
+        case attemptsExhausted = "attempts-exhausted"
+    }
+
+    public var attempts: [Attempt]
+    public var chosenCRF: Int
+    public var outcome: Outcome
 }

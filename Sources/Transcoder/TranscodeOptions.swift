@@ -80,10 +80,18 @@ public struct TranscodeOptions: Hashable, Sendable {
     public var maxOutputHeight: Int = 1080
     /// Input limits.
     public var limits = TranscodeLimits()
+    /// The size guard: a video not smaller than this fraction of the GIF is encoded again at a higher CRF,
+    /// at most `maxExtraAttempts` more times, while its SSIM stays at or above `minSSIM`; otherwise the
+    /// recommendation is to keep the GIF. Defaults 1.0, 2 and `defaultMinSSIM`.
+    public var maxSizeRatio: Double = 1.0
+    public var maxExtraAttempts: Int = 2
+    public var minSSIM: Double = TranscodeOptions.defaultMinSSIM
 
     // Chosen by measuring the corpus with scripts/bench (see README, "Choosing CRF and preset").
     public static let defaultCRF = 25
     public static let defaultPreset = "medium"
+    /// Chosen by looking at the size guard's attempts on the corpus (README, "Never bigger than the GIF").
+    public static let defaultMinSSIM = 0.98
 
     /// CRF values accepted. 0 would be lossless, which x264 only encodes in the High 4:4:4 profile that
     /// browsers do not play.
@@ -112,13 +120,23 @@ public struct TranscodeOptions: Hashable, Sendable {
         guard self.maxOutputWidth >= 2, self.maxOutputHeight >= 2 else {
             throw TranscodeError(.invalidOptions, "the output box must be at least 2x2")
         }
+        guard self.maxSizeRatio > 0, self.maxSizeRatio.isFinite else {
+            throw TranscodeError(.invalidOptions, "maxSizeRatio must be positive, got \(self.maxSizeRatio)")
+        }
+        guard (0...10).contains(self.maxExtraAttempts) else {
+            throw TranscodeError(.invalidOptions, "maxExtraAttempts must be 0-10, got \(self.maxExtraAttempts)")
+        }
+        guard (0...1).contains(self.minSSIM) else {
+            throw TranscodeError(.invalidOptions, "minSSIM must be 0-1, got \(self.minSSIM)")
+        }
     }
 
     /// The options that change the output bytes, as a stable string: part of a cache key, so that the
     /// same GIF converted with other options is stored apart. Limits do not change the output; the thread
     /// count does (x264 is deterministic only for a fixed count), so it is part of the fingerprint.
     public var outputFingerprint: String {
-        "v1;bg=\(self.background);crf=\(self.crf);preset=\(self.preset);threads=\(self.threads);"
-            + "box=\(self.maxOutputWidth)x\(self.maxOutputHeight)"
+        "v2;bg=\(self.background);crf=\(self.crf);preset=\(self.preset);threads=\(self.threads);"
+            + "box=\(self.maxOutputWidth)x\(self.maxOutputHeight);"
+            + "guard=\(self.maxSizeRatio)/\(self.maxExtraAttempts)/\(self.minSSIM)"
     }
 }

@@ -34,9 +34,12 @@ public struct Transcoder: Sendable {
             for path in temporaries { unlink(path) }
         }
         do {
-            var metadata = try gif.withUnsafeBytes { bytes in
-                try self.encode(bytes, mp4Path: mp4Temporary)
+            let guarded = try gif.withUnsafeBytes { bytes in
+                try self.encodeGuarded(bytes, mp4Path: mp4Temporary, temporaries: &temporaries)
             }
+            var metadata = guarded.metadata
+            // The attempt kept; the others are removed with the temporaries.
+            let mp4Temporary = guarded.mp4Path
             try OutputFile.sync(mp4Temporary)
             let posterTemporary = try OutputFile.writeTemporary(metadata.poster, beside: posterPath)
             temporaries.append(posterTemporary)
@@ -45,7 +48,8 @@ public struct Transcoder: Sendable {
             metadata.result.mp4Sha256 = try ContentHash.sha256(ofFile: mp4Temporary)
             metadata.result.posterSha256 = try ContentHash.sha256(metadata.poster)
             metadata.result.gifSha256 = try ContentHash.sha256(gif)
-            metadata.result.recommendation = metadata.result.mp4Bytes < gif.count ? .video : .keepGIF
+            metadata.result.recommendation =
+                Double(metadata.result.mp4Bytes) < Double(gif.count) * self.options.maxSizeRatio ? .video : .keepGIF
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
             let json = try Array(encoder.encode(metadata.result))
@@ -54,7 +58,8 @@ public struct Transcoder: Sendable {
             try OutputFile.commit(mp4Temporary, to: mp4Path)
             try OutputFile.commit(posterTemporary, to: posterPath)
             try OutputFile.commit(metadataTemporary, to: metadataPath)
-            temporaries.removeAll()
+            // Committed files are gone from their temporary names; what is left (other attempts) goes.
+            temporaries.removeAll { $0 == mp4Temporary || $0 == posterTemporary || $0 == metadataTemporary }
             return metadata.result
         } catch let error as TranscodeError {
             throw error
@@ -91,15 +96,180 @@ public struct Transcoder: Sendable {
         return (even(Double(width) * factor, limit: maxWidth), even(Double(height) * factor, limit: maxHeight), true)
     }
 
-    private func encode(_ bytes: UnsafeRawBufferPointer, mp4Path: String) throws -> (
-        result: TranscodeMetadata, poster: [UInt8]
-    ) {
+    /// The output size and the frames' layout, read once per conversion.
+    private struct Plan {
+        let prescan: GIFPrescan
+        let output: (width: Int, height: Int, scaled: Bool)
+    }
+
+    private func plan(_ bytes: UnsafeRawBufferPointer) throws -> Plan {
         try self.options.validate()
         FFmpegLogging.configured
         let prescan = try GIFPrescan(bytes: bytes, limits: self.options.limits)
         let output = Self.outputSize(
             width: prescan.width, height: prescan.height,
             maxWidth: self.options.maxOutputWidth, maxHeight: self.options.maxOutputHeight)
+        return Plan(prescan: prescan, output: output)
+    }
+
+    /// Encodes at `options.crf`; when the MP4 is not smaller than `maxSizeRatio` x the GIF, encodes again
+    /// at higher CRFs chosen from the last attempt's size (at most `maxExtraAttempts` more), measuring
+    /// each attempt's SSIM against the pictures it encoded, and keeps the first attempt that is both small
+    /// enough and at or above `minSSIM`; when none is, the first attempt (the best picture) with the
+    /// attempts recorded, and the caller recommends keeping the GIF.
+    ///
+    /// Every attempt decodes the GIF again: no attempt's frames are kept in memory.
+    /// - Returns: the metadata and the path of the MP4 to keep (one of `temporaries`).
+    private func encodeGuarded(
+        _ bytes: UnsafeRawBufferPointer, mp4Path: String, temporaries: inout [String]
+    ) throws -> (metadata: (result: TranscodeMetadata, poster: [UInt8]), mp4Path: String) {
+        let plan = try self.plan(bytes)
+        var first = try self.encode(bytes, plan: plan, crf: self.options.crf, mp4Path: mp4Path)
+        first.result.crf = self.options.crf
+        let target = Double(bytes.count) * self.options.maxSizeRatio
+        let firstBytes = try OutputFile.size(mp4Path)
+        guard self.options.maxExtraAttempts > 0, Double(firstBytes) >= target else { return (first, mp4Path) }
+
+        var attempts = [
+            SizeGuard.Attempt(
+                crf: self.options.crf, bytes: firstBytes, ssim: try self.ssim(bytes, plan: plan, mp4Path: mp4Path))
+        ]
+        var paths = [mp4Path]
+        var outcome = SizeGuard.Outcome.attemptsExhausted
+        for _ in 0..<self.options.maxExtraAttempts {
+            let last = attempts[attempts.count - 1]
+            // Quality only falls as CRF rises: once under the floor, no later attempt can qualify.
+            guard last.ssim >= self.options.minSSIM else {
+                outcome = .qualityFloor
+                break
+            }
+            let crf = Self.nextCRF(after: attempts, target: target)
+            guard crf > last.crf else { break }
+            let path = OutputFile.temporaryPath(for: mp4Path)
+            temporaries.append(path)
+            paths.append(path)
+            _ = try self.encode(bytes, plan: plan, crf: crf, mp4Path: path)
+            let attempt = SizeGuard.Attempt(
+                crf: crf, bytes: try OutputFile.size(path), ssim: try self.ssim(bytes, plan: plan, mp4Path: path))
+            attempts.append(attempt)
+            if attempt.ssim < self.options.minSSIM {
+                outcome = .qualityFloor
+                break
+            }
+            if Double(attempt.bytes) < target {
+                outcome = .smaller
+                break
+            }
+        }
+        let chosen =
+            attempts.firstIndex { $0.ssim >= self.options.minSSIM && Double($0.bytes) < target } ?? 0
+        if chosen > 0 { outcome = .smaller }
+        first.result.crf = attempts[chosen].crf
+        first.result.sizeGuard = SizeGuard(attempts: attempts, chosenCRF: attempts[chosen].crf, outcome: outcome)
+        return (first, paths[chosen])
+    }
+
+    /// The CRF expected to bring the last attempt under `target`, aimed 5% below it. Size falls
+    /// exponentially with CRF: x264's rule of thumb is half the size every 6 steps, but on the GIFs the guard
+    /// meets (large photographic frames, long screen recordings) it took about 12 (25 -> 29 gave -21%,
+    /// 29 -> 31 -13%, 25 -> 27 -10%), so the first step assumes 12 and later ones use the slope the
+    /// attempts so far measured. At least one step, at most CRF 51.
+    static func nextCRF(after attempts: [SizeGuard.Attempt], target: Double) -> Int {
+        guard let last = attempts.last else { return TranscodeOptions.defaultCRF }
+        var stepsPerHalving = 12.0
+        if attempts.count >= 2 {
+            let previous = attempts[attempts.count - 2]
+            let halvings = log2(Double(previous.bytes) / Double(max(1, last.bytes)))
+            if halvings > 0.01 {
+                stepsPerHalving = min(24, max(4, Double(last.crf - previous.crf) / halvings))
+            }
+        }
+        let ratio = Double(last.bytes) / max(1, target * 0.95)
+        let steps = max(1, Int((stepsPerHalving * log2(max(ratio, 1))).rounded(.up)))
+        return min(TranscodeOptions.crfRange.upperBound, last.crf + steps)
+    }
+
+    /// Mean SSIM (luma) of the MP4 at `mp4Path` against the pictures it was encoded from, each weighted by
+    /// how long it shows: the GIF is composited again (frames are not kept from the encode) and the MP4
+    /// decoded beside it, one picture of each in memory.
+    private func ssim(_ bytes: UnsafeRawBufferPointer, plan: Plan, mp4Path: String) throws -> Double {
+        let reader = try MP4Reader(path: mp4Path)
+        var scores: [(start: Int64, ssim: Double)] = []
+        let pass = try self.composite(bytes, plan: plan, first: { _, _, _ in }) { frame, start in
+            guard let decoded = try reader.next() else {
+                throw TranscodeError(.encodeFailed, "the MP4 has fewer pictures than were encoded")
+            }
+            let score = frame.withUnsafeMutablePointer { source in
+                LumaSSIM.compute(
+                    source.pointee.data.0!, strideA: Int(source.pointee.linesize.0), decoded.pointee.data.0!,
+                    strideB: Int(decoded.pointee.linesize.0), width: plan.output.width, height: plan.output.height)
+            }
+            scores.append((start, score))
+        }
+        var weighted = 0.0
+        for (index, score) in scores.enumerated() {
+            let end = index + 1 < scores.count ? scores[index + 1].start : pass.time
+            weighted += score.ssim * Double(end - score.start)
+        }
+        return pass.time > 0 ? weighted / Double(pass.time) : 1
+    }
+
+    private func encode(_ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String) throws -> (
+        result: TranscodeMetadata, poster: [UInt8]
+    ) {
+        let prescan = plan.prescan
+        let output = plan.output
+        let totalMilliseconds = prescan.frames.reduce(0) { $0 + $1.displayMilliseconds }
+        let frameRate = AVRational(
+            num: Int32(clamping: max(1, prescan.frames.count) * 1000), den: Int32(clamping: max(1, totalMilliseconds)))
+        var options = self.options
+        options.crf = crf
+        let encoder = try H264Encoder(
+            width: output.width, height: output.height, options: options,
+            averageFrameRate: av_reduce_rational(frameRate), globalHeader: true)
+        let muxer = try MP4Muxer(path: mp4Path, encoder: encoder)
+        var poster: [UInt8] = []
+        let pass = try self.composite(
+            bytes, plan: plan,
+            first: { picture, width, height in
+                poster = try PosterEncoder.encode(
+                    picture, width: width, height: height, outputWidth: output.width, outputHeight: output.height)
+            },
+            picture: { frame, start in try encoder.encode(frame, pts: start, emit: muxer.write) })
+        try encoder.finish(emit: muxer.write)
+        try muxer.finish(endTime: pass.time)
+
+        let metadata = TranscodeMetadata(
+            sourceWidth: prescan.width, sourceHeight: prescan.height,
+            outputWidth: output.width, outputHeight: output.height,
+            gifFrameCount: pass.decodedFrames, encodedFrameCount: pass.encodedFrames, durationMs: Int(pass.time),
+            loopCount: prescan.loopCount, playCount: prescan.playCount, loopsForever: prescan.playCount == nil,
+            hasTransparency: pass.sawTransparency, truncated: pass.truncated,
+            background: self.options.background, gifBytes: bytes.count, mp4Bytes: 0, posterBytes: 0,
+            recommendation: .video)
+        return (metadata, poster)
+    }
+
+    /// What one pass over the GIF saw.
+    private struct Pass {
+        var decodedFrames = 0
+        var encodedFrames = 0
+        var truncated = false
+        /// Where the last picture ends, in milliseconds.
+        var time: Int64 = 0
+        var sawTransparency = false
+    }
+
+    /// One pass over the GIF: composites every frame as a browser does, merges identical consecutive
+    /// pictures into one longer one, converts each distinct picture to the output's yuv420p and hands it to
+    /// `picture` with its start time (milliseconds). `first` gets the first flattened picture (the poster).
+    private func composite(
+        _ bytes: UnsafeRawBufferPointer, plan: Plan,
+        first: (UnsafeBufferPointer<UInt32>, _ width: Int, _ height: Int) throws -> Void,
+        picture: (VideoFrame, Int64) throws -> Void
+    ) throws -> Pass {
+        let prescan = plan.prescan
+        let output = plan.output
         // The flattened picture: canvas size (padded to the output size by edge copies when not scaling).
         let pictureWidth = output.scaled ? prescan.width : output.width
         let pictureHeight = output.scaled ? prescan.height : output.height
@@ -117,40 +287,29 @@ public struct Transcoder: Sendable {
             throw TranscodeError(.corrupt, "giflib cannot read the GIF", underlying: error)
         }
         let compositor = GIFCompositor(prescan: prescan, bytes: bytes)
-        let totalMilliseconds = prescan.frames.reduce(0) { $0 + $1.displayMilliseconds }
-        let frameRate = AVRational(
-            num: Int32(clamping: max(1, prescan.frames.count) * 1000), den: Int32(clamping: max(1, totalMilliseconds)))
-        let encoder = try H264Encoder(
-            width: output.width, height: output.height, options: self.options,
-            averageFrameRate: av_reduce_rational(frameRate), globalHeader: true)
-        let muxer = try MP4Muxer(path: mp4Path, encoder: encoder)
         let scaler = try ImageScaler(
             sourceWidth: pictureWidth, sourceHeight: pictureHeight,
             destinationWidth: output.width, destinationHeight: output.height,
             destinationFormat: AV_PIX_FMT_YUV420P, matrix: SWS_CS_ITU709, fullRange: false)
         let frame = try VideoFrame(width: output.width, height: output.height, format: AV_PIX_FMT_YUV420P)
 
-        var poster: [UInt8] = []
-        var decodedFrames = 0
-        var encodedFrames = 0
-        var truncated = prescan.truncated
-        var time: Int64 = 0
+        var pass = Pass(truncated: prescan.truncated)
         var pendingStart: Int64 = 0
-        func encodePending() throws {
+        func emitPending() throws {
             try pending.withUnsafeBufferPointer { try scaler.convert($0, into: frame) }
-            try encoder.encode(frame, pts: pendingStart, emit: muxer.write)
-            encodedFrames += 1
+            try picture(frame, pendingStart)
+            pass.encodedFrames += 1
         }
 
         for info in prescan.frames {
             do {
                 guard try compositor.draw(info, from: decoder) else {
-                    truncated = true
+                    pass.truncated = true
                     break
                 }
             } catch {
                 // Damaged image data: like a browser, keep the frames that decoded completely.
-                truncated = true
+                pass.truncated = true
                 break
             }
             current.withUnsafeMutableBufferPointer {
@@ -159,40 +318,26 @@ public struct Transcoder: Sendable {
                     $0, width: prescan.width, height: prescan.height, stride: pictureWidth, rows: pictureHeight)
             }
             let duration = Int64(info.displayMilliseconds)
-            if decodedFrames == 0 {
-                poster = try current.withUnsafeBufferPointer {
-                    try PosterEncoder.encode(
-                        $0, width: pictureWidth, height: pictureHeight,
-                        outputWidth: output.width, outputHeight: output.height)
-                }
+            if pass.decodedFrames == 0 {
+                try current.withUnsafeBufferPointer { try first($0, pictureWidth, pictureHeight) }
                 swap(&pending, &current)
                 pendingStart = 0
             } else if Self.identical(current, pending) {
                 // Same picture again: the pending frame simply shows longer.
             } else {
-                try encodePending()
+                try emitPending()
                 swap(&pending, &current)
-                pendingStart = time
+                pendingStart = pass.time
             }
-            time += duration
-            decodedFrames += 1
+            pass.time += duration
+            pass.decodedFrames += 1
         }
-        guard decodedFrames > 0 else {
+        guard pass.decodedFrames > 0 else {
             throw TranscodeError(.corrupt, "the GIF has no frame that decodes completely")
         }
-        try encodePending()
-        try encoder.finish(emit: muxer.write)
-        try muxer.finish(endTime: time)
-
-        let metadata = TranscodeMetadata(
-            sourceWidth: prescan.width, sourceHeight: prescan.height,
-            outputWidth: output.width, outputHeight: output.height,
-            gifFrameCount: decodedFrames, encodedFrameCount: encodedFrames, durationMs: Int(time),
-            loopCount: prescan.loopCount, playCount: prescan.playCount, loopsForever: prescan.playCount == nil,
-            hasTransparency: compositor.sawTransparency, truncated: truncated,
-            background: self.options.background, gifBytes: bytes.count, mp4Bytes: 0, posterBytes: 0,
-            recommendation: .video)
-        return (metadata, poster)
+        try emitPending()
+        pass.sawTransparency = compositor.sawTransparency
+        return pass
     }
 
     /// Fills the padding column and row (odd sizes padded to even) with copies of the last real column

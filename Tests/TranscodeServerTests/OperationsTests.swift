@@ -52,7 +52,7 @@ import Transcoder
                 "transcode_conversion_duration_seconds_bucket",
                 #"transcode_request_duration_seconds_bucket{route="/transcode""#,
                 "process_resident_memory_bytes ", "process_open_fds ", "process_cpu_seconds_total ",
-                "transcode_saved_bytes_total ",
+                "transcode_saved_bytes_total ", "transcode_reencodes_total 0",
             ] {
                 #expect(text.contains(name), "missing \(name) in\n\(text)")
             }

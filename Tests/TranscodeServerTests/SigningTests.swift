@@ -77,7 +77,8 @@ import Transcoder
         try await withHarness { harness in
             try await withTemporaryDirectory { directory in
                 let code = directory + "/sign.js"
-                try String(readme[start.upperBound..<end.lowerBound]).write(toFile: code, atomically: true, encoding: .utf8)
+                try String(readme[start.upperBound..<end.lowerBound]).write(
+                    toFile: code, atomically: true, encoding: .utf8)
                 for (source, fileExtension, background) in [
                     ("https://example.com/cats/dancing.gif", "mp4", nil),
                     ("https://例え.jp/ü.gif?w=1&h=2", "jpg", "000000"),

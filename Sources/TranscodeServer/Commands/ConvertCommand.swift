@@ -31,6 +31,15 @@ struct ConvertCommand: ParsableCommand {
     @Option(name: .long, help: "x264 threads per file.")
     var threads: Int = 1
 
+    @Option(name: .long, help: "Size guard: re-encode a video not smaller than this fraction of the GIF.")
+    var maxSizeRatio: Double = TranscodeOptions().maxSizeRatio
+
+    @Option(name: .long, help: "Size guard: extra encodes at most (0 switches the guard off).")
+    var maxExtraAttempts: Int = TranscodeOptions().maxExtraAttempts
+
+    @Option(name: .long, help: "Size guard: the SSIM (luma, 0-1) no re-encode may fall under.")
+    var minSSIM: Double = TranscodeOptions.defaultMinSSIM
+
     /// The options the flags describe; `validate()` and `run()` share it.
     private var options: TranscodeOptions {
         var options = TranscodeOptions()
@@ -38,6 +47,9 @@ struct ConvertCommand: ParsableCommand {
         options.crf = self.crf
         options.preset = self.preset
         options.threads = self.threads
+        options.maxSizeRatio = self.maxSizeRatio
+        options.maxExtraAttempts = self.maxExtraAttempts
+        options.minSSIM = self.minSSIM
         return options
     }
 

@@ -128,7 +128,8 @@ extension ServerConfiguration {
     /// `download.connectTimeoutSeconds`, `download.timeoutSeconds`, `download.maxRedirects`,
     /// `download.allowLoopback`, `download.allowedHosts`, `transcode.workers` (0: one per core),
     /// `transcode.queueLength`, `transcode.syncWaitSeconds`, `transcode.background`, `transcode.crf`,
-    /// `transcode.preset`, `transcode.threads`, `transcode.maxOutputWidth`, `transcode.maxOutputHeight`,
+    /// `transcode.preset`, `transcode.threads`, `transcode.maxOutputWidth`, `transcode.maxOutputHeight`, `transcode.maxSizeRatio`,
+    /// `transcode.maxExtraAttempts`, `transcode.minSSIM`,
     /// `limits.maxInputBytes`, `limits.maxWidth`, `limits.maxHeight`, `limits.maxFrames`,
     /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `http.publicBaseURL`, `http.mediaMaxAgeSeconds`,
     /// `http.sourceMaxAgeSeconds`, `http.sourceAnswer`, `signing.keys`, `signing.salts`, `signing.disabled`,
@@ -200,6 +201,12 @@ extension ServerConfiguration {
         check("transcode.maxOutputWidth", options.maxOutputWidth >= 2, "at least 2")
         options.maxOutputHeight = reader.int(forKey: "transcode.maxOutputHeight", default: options.maxOutputHeight)
         check("transcode.maxOutputHeight", options.maxOutputHeight >= 2, "at least 2")
+        options.maxSizeRatio = reader.double(forKey: "transcode.maxSizeRatio", default: options.maxSizeRatio)
+        check("transcode.maxSizeRatio", options.maxSizeRatio > 0 && options.maxSizeRatio.isFinite, "positive")
+        options.maxExtraAttempts = reader.int(forKey: "transcode.maxExtraAttempts", default: options.maxExtraAttempts)
+        check("transcode.maxExtraAttempts", (0...10).contains(options.maxExtraAttempts), "0-10")
+        options.minSSIM = reader.double(forKey: "transcode.minSSIM", default: options.minSSIM)
+        check("transcode.minSSIM", (0...1).contains(options.minSSIM), "0-1")
         options.limits.maxInputBytes = reader.int(forKey: "limits.maxInputBytes", default: options.limits.maxInputBytes)
         check("limits.maxInputBytes", options.limits.maxInputBytes > 0, "positive")
         options.limits.maxWidth = reader.int(forKey: "limits.maxWidth", default: options.limits.maxWidth)

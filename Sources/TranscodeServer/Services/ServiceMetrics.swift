@@ -21,6 +21,7 @@ final class ServiceMetrics: Sendable {
     private let servedBytes: Counter
     private let savedBytes: Counter
     private let conversions: Counter
+    private let reencodes: Counter
     private let conversionDuration: DurationHistogram
     private let queueDepth: Gauge
     private let cacheBytes: Gauge
@@ -59,6 +60,8 @@ final class ServiceMetrics: Sendable {
         self.servedBytes = counter("served_bytes", "total", "Bytes of media sent to clients.")
         self.savedBytes = counter("saved_bytes", "total", "Bytes saved: GIF size minus MP4 size, per conversion.")
         self.conversions = counter("conversions", "total", "GIFs converted.")
+        self.reencodes = counter(
+            "reencodes", "total", "Extra encodes by the size guard (a video not smaller than its GIF).")
         self.conversionDuration = registry.makeDurationHistogram(
             descriptor: .init(
                 namespace: "transcode", metricName: "conversion_duration", unitName: "seconds",
@@ -124,8 +127,9 @@ final class ServiceMetrics: Sendable {
         self.servedBytes.increment(by: Int64(bytes))
     }
 
-    func transcoded(duration: Duration, savedBytes: Int) {
+    func transcoded(duration: Duration, savedBytes: Int, reencodes: Int = 0) {
         self.conversions.increment()
+        self.reencodes.increment(by: Int64(reencodes))
         self.conversionDuration.record(duration)
         self.savedBytes.increment(by: Int64(savedBytes))
         self.snapshot.withLock { $0.transcodes += 1 }

@@ -273,7 +273,9 @@ final class TranscodeService: Sendable {
                 try self.cache.store(gif: gif, key: key, transcoder: Transcoder(options: options))
             }
             let elapsed = ContinuousClock.now - started
-            self.metrics.transcoded(duration: elapsed, savedBytes: max(0, metadata.gifBytes - metadata.mp4Bytes))
+            self.metrics.transcoded(
+                duration: elapsed, savedBytes: max(0, metadata.gifBytes - metadata.mp4Bytes),
+                reencodes: max(0, (metadata.sizeGuard?.attempts.count ?? 1) - 1))
             self.logger.info(
                 "transcoded",
                 metadata: [

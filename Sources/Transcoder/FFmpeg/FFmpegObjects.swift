@@ -18,6 +18,14 @@ final class VideoFrame {
         try FFmpegError.check(av_frame_get_buffer(frame, 0), "av_frame_get_buffer")
     }
 
+    /// An empty frame, for a decoder to fill (`avcodec_receive_frame`).
+    init() throws {
+        guard let frame = av_frame_alloc() else {
+            throw FFmpegError(code: CFFmpeg_AVERROR(ENOMEM), function: "av_frame_alloc")
+        }
+        self.frame = frame
+    }
+
     deinit {
         var frame: UnsafeMutablePointer<AVFrame>? = self.frame
         av_frame_free(&frame)
@@ -59,7 +67,7 @@ final class Packet {
     }
 }
 
-/// Owns an encoder's `AVCodecContext` (`avcodec_alloc_context3` / `avcodec_free_context`).
+/// Owns an encoder's or a decoder's `AVCodecContext` (`avcodec_alloc_context3` / `avcodec_free_context`).
 final class CodecContext {
     private let context: UnsafeMutablePointer<AVCodecContext>
 
@@ -72,6 +80,22 @@ final class CodecContext {
             throw FFmpegError(code: CFFmpeg_AVERROR(ENOMEM), function: "avcodec_alloc_context3")
         }
         self.context = context
+    }
+
+    /// A decoder for a demuxed stream, set up from its parameters and opened.
+    /// - Throws: `FFmpegError` when FFmpeg has no decoder for the stream.
+    init(decoderFor parameters: UnsafePointer<AVCodecParameters>) throws {
+        guard let codec = avcodec_find_decoder(parameters.pointee.codec_id) else {
+            throw FFmpegError(code: -0x434E_4510, function: "avcodec_find_decoder")
+        }
+        guard let context = avcodec_alloc_context3(codec) else {
+            throw FFmpegError(code: CFFmpeg_AVERROR(ENOMEM), function: "avcodec_alloc_context3")
+        }
+        self.context = context
+        try FFmpegError.check(avcodec_parameters_to_context(context, parameters), "avcodec_parameters_to_context")
+        // One thread: the check runs beside other jobs, and frame threading would only add latency.
+        context.pointee.thread_count = 1
+        try self.open(options: [])
     }
 
     deinit {
@@ -114,6 +138,29 @@ final class CodecContext {
         if result == CFFmpeg_AVERROR_EAGAIN() { return .again }
         if result == CFFmpeg_AVERROR_EOF() { return .endOfStream }
         try FFmpegError.check(result, "avcodec_send_frame")
+        return .done
+    }
+
+    /// `avcodec_send_packet`; `packet` nil starts draining.
+    func send(packet: Packet?) throws -> Progress {
+        let result =
+            if let packet {
+                packet.withUnsafeMutablePointer { avcodec_send_packet(self.context, $0) }
+            } else {
+                avcodec_send_packet(self.context, nil)
+            }
+        if result == CFFmpeg_AVERROR_EAGAIN() { return .again }
+        if result == CFFmpeg_AVERROR_EOF() { return .endOfStream }
+        try FFmpegError.check(result, "avcodec_send_packet")
+        return .done
+    }
+
+    /// `avcodec_receive_frame` into `frame`.
+    func receive(into frame: VideoFrame) throws -> Progress {
+        let result = frame.withUnsafeMutablePointer { avcodec_receive_frame(self.context, $0) }
+        if result == CFFmpeg_AVERROR_EAGAIN() { return .again }
+        if result == CFFmpeg_AVERROR_EOF() { return .endOfStream }
+        try FFmpegError.check(result, "avcodec_receive_frame")
         return .done
     }
 

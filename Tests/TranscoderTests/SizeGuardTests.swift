@@ -1,0 +1,108 @@
+import Foundation
+import Testing
+
+@testable import Transcoder
+
+/// The size guard: a video not smaller than the GIF is encoded again at a higher CRF, within a quality floor
+/// measured as SSIM against the pictures encoded.
+@Suite struct SizeGuardTests {
+    /// Our SSIM against FFmpeg's `ssim` filter (an implementation of its own) on the same two luma planes.
+    @Test(arguments: [(64, 48, 3), (37, 29, 40), (200, 120, 12)])
+    func lumaSSIMAgreesWithFFmpeg(width: Int, height: Int, noise: Int) throws {
+        var generator = SystemRandomNumberGenerator()
+        let a: [UInt8] = (0..<(width * height)).map { index in
+            let x = index % width
+            let y = index / width
+            return UInt8(truncatingIfNeeded: (x * 3 + y * 2) ^ (x * y / 7))
+        }
+        let b: [UInt8] = a.map { UInt8(clamping: Int($0) + Int.random(in: -noise...noise, using: &generator)) }
+        let ours = a.withUnsafeBufferPointer { pa in
+            b.withUnsafeBufferPointer { pb in
+                LumaSSIM.compute(
+                    pa.baseAddress!, strideA: width, pb.baseAddress!, strideB: width, width: width, height: height)
+            }
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ssim-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try Data(a).write(to: directory.appendingPathComponent("a.gray"))
+        try Data(b).write(to: directory.appendingPathComponent("b.gray"))
+        let input = ["-f", "rawvideo", "-pix_fmt", "gray", "-s", "\(width)x\(height)", "-i"]
+        let output = String(
+            decoding: try run(
+                "ffmpeg",
+                ["-v", "error"] + input + [directory.appendingPathComponent("a.gray").path] + input + [
+                    directory.appendingPathComponent("b.gray").path, "-lavfi", "ssim=stats_file=-", "-f", "null", "-",
+                ]), as: UTF8.self)
+        let field = try #require(output.split(separator: " ").first { $0.hasPrefix("Y:") }, "ffmpeg said: \(output)")
+        let theirs = try #require(Double(field.dropFirst(2)))
+        #expect(abs(ours - theirs) < 0.002, "ours \(ours), ffmpeg \(theirs)")
+        #expect(ours < 1 || noise == 0)
+    }
+
+    static func corpus(_ name: String) throws -> [UInt8] {
+        [UInt8](try Data(contentsOf: URL(fileURLWithPath: CorpusTests.corpusDirectory + "/" + name)))
+    }
+
+    /// A target the first encode misses: a higher CRF, chosen from the first attempt's size, meets it; every
+    /// attempt is recorded; only the kept video is left on disk.
+    @Test func reencodesUntilSmaller() throws {
+        let gif = try Self.corpus("cartoon_hotdog.gif")
+        var options = TranscodeOptions()
+        let plain = try withTemporaryDirectory {
+            try Transcoder(options: options).convert(gif, directory: $0, name: "a")
+        }
+        #expect(plain.sizeGuard == nil)
+        #expect(plain.crf == TranscodeOptions.defaultCRF)
+        // Aim at 85% of what the first encode gave.
+        options.maxSizeRatio = Double(plain.mp4Bytes) * 0.85 / Double(gif.count)
+        options.minSSIM = 0.9
+        try withTemporaryDirectory { directory in
+            let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
+            let guarded = try #require(metadata.sizeGuard)
+            #expect(guarded.outcome == .smaller)
+            #expect(guarded.attempts.count >= 2)
+            #expect(guarded.attempts[0].crf == TranscodeOptions.defaultCRF)
+            #expect(guarded.attempts[0].bytes == plain.mp4Bytes)
+            #expect(metadata.crf == guarded.chosenCRF && guarded.chosenCRF > TranscodeOptions.defaultCRF)
+            #expect(Double(metadata.mp4Bytes) < Double(gif.count) * options.maxSizeRatio)
+            #expect(metadata.mp4Bytes == guarded.attempts.last?.bytes)
+            #expect(metadata.recommendation == .video)
+            // Quality falls as CRF rises, and stays above the floor.
+            let scores = guarded.attempts.map(\.ssim)
+            #expect(scores == scores.sorted(by: >))
+            #expect(scores.allSatisfy { $0 >= 0.9 && $0 <= 1 })
+            let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+            #expect(names == ["a.jpg", "a.json", "a.mp4"])
+        }
+    }
+
+    /// When every attempt small enough falls under the floor, the first (best) video is kept, the attempts
+    /// are recorded, and the answer is to keep the GIF.
+    @Test func givesUpAtTheQualityFloor() throws {
+        let gif = try Self.corpus("cartoon_hotdog.gif")
+        var options = TranscodeOptions()
+        options.maxSizeRatio = 0.001
+        options.minSSIM = 0.98
+        options.maxExtraAttempts = 3
+        try withTemporaryDirectory { directory in
+            let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
+            let guarded = try #require(metadata.sizeGuard)
+            #expect(guarded.outcome == .qualityFloor || guarded.outcome == .attemptsExhausted, "\(guarded)")
+            #expect(guarded.chosenCRF == TranscodeOptions.defaultCRF)
+            #expect(metadata.mp4Bytes == guarded.attempts[0].bytes)
+            #expect(metadata.recommendation == .keepGIF)
+            #expect(guarded.attempts.count <= 4)
+            let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+            #expect(names == ["a.jpg", "a.json", "a.mp4"])
+        }
+    }
+
+    /// The guard is part of the options' fingerprint: results made with other guard settings are stored apart.
+    @Test func guardSettingsChangeTheFingerprint() {
+        var options = TranscodeOptions()
+        let base = options.outputFingerprint
+        options.minSSIM = 0.9
+        #expect(options.outputFingerprint != base)
+    }
+}
