@@ -25,6 +25,9 @@ lint:
 test: test-deps lint
 	swift build --build-tests
 	swift test
+	# Fuzz smoke: each libFuzzer target for 60 s under AddressSanitizer; a crash on the seeds fails the run.
+	scripts/fuzz-coverage gif-prescan 60
+	scripts/fuzz-coverage gif-path 60
 
 bench: deps
 	scripts/bench

@@ -57,6 +57,14 @@ let package = Package(
             resources: [.copy("Resources/openapi.yaml")],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // libFuzzer targets (scripts/fuzz-coverage); built plainly, they replay the inputs named on the command
+        // line.
+        .executableTarget(
+            name: "FuzzGIFPrescan", dependencies: ["Transcoder"], path: "Tests/Fuzz/GIFPrescan",
+            swiftSettings: [.swiftLanguageMode(.v6)]),
+        .executableTarget(
+            name: "FuzzGIFPath", dependencies: ["Transcoder"], path: "Tests/Fuzz/GIFPath",
+            swiftSettings: [.swiftLanguageMode(.v6)]),
         .testTarget(
             name: "TranscoderTests",
             dependencies: ["Transcoder", "CFFmpeg"],

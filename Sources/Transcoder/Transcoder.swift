@@ -97,12 +97,12 @@ public struct Transcoder: Sendable {
     }
 
     /// The output size and the frames' layout, read once per conversion.
-    private struct Plan {
+    struct Plan {
         let prescan: GIFPrescan
         let output: (width: Int, height: Int, scaled: Bool)
     }
 
-    private func plan(_ bytes: UnsafeRawBufferPointer) throws -> Plan {
+    func plan(_ bytes: UnsafeRawBufferPointer) throws -> Plan {
         try self.options.validate()
         FFmpegLogging.configured
         let prescan = try GIFPrescan(bytes: bytes, limits: self.options.limits)
@@ -251,7 +251,7 @@ public struct Transcoder: Sendable {
     }
 
     /// What one pass over the GIF saw.
-    private struct Pass {
+    struct Pass {
         var decodedFrames = 0
         var encodedFrames = 0
         var truncated = false
@@ -263,7 +263,7 @@ public struct Transcoder: Sendable {
     /// One pass over the GIF: composites every frame as a browser does, merges identical consecutive
     /// pictures into one longer one, converts each distinct picture to the output's yuv420p and hands it to
     /// `picture` with its start time (milliseconds). `first` gets the first flattened picture (the poster).
-    private func composite(
+    func composite(
         _ bytes: UnsafeRawBufferPointer, plan: Plan,
         first: (UnsafeBufferPointer<UInt32>, _ width: Int, _ height: Int) throws -> Void,
         picture: (VideoFrame, Int64) throws -> Void

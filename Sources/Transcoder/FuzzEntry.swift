@@ -1,0 +1,45 @@
+/// Entry points of the libFuzzer targets (`Tests/Fuzz`, `scripts/fuzz-coverage`): each runs one input path
+/// of the transcoder on arbitrary bytes as far as the bytes allow and drops the result. Thrown errors are
+/// the expected outcome for most inputs; a crash, a hang, a leak or a sanitizer report is a bug.
+package enum FuzzEntry {
+    /// Limits small enough that one input costs milliseconds and megabytes, not the production ones.
+    static var options: TranscodeOptions {
+        var options = TranscodeOptions()
+        options.limits.maxWidth = 1024
+        options.limits.maxHeight = 1024
+        options.limits.maxFrames = 256
+        options.limits.maxTotalPixels = 16_000_000
+        return options
+    }
+
+    /// The GIF pre-scan alone: block structure, limits and the frame table.
+    package static func prescan(_ bytes: UnsafeRawBufferPointer) {
+        _ = try? GIFPrescan(bytes: bytes, limits: Self.options.limits)
+    }
+
+    /// The whole GIF path up to the encoder: pre-scan, giflib decoding, compositing (disposal,
+    /// transparency, frames off the canvas), flattening, edge padding and conversion to yuv420p. Each
+    /// picture goes to a cheap sink instead of x264 (x264 and libavcodec are fuzzed upstream, on OSS-Fuzz),
+    /// reading every luma byte so that a picture with unset memory would show.
+    package static func decodeAndComposite(_ bytes: UnsafeRawBufferPointer) {
+        let transcoder = Transcoder(options: Self.options)
+        guard let plan = try? transcoder.plan(bytes) else { return }
+        var checksum: UInt8 = 0
+        _ = try? transcoder.composite(
+            bytes, plan: plan, first: { picture, _, _ in checksum ^= UInt8(truncatingIfNeeded: picture.first ?? 0) }
+        ) {
+            frame, _ in
+            frame.withUnsafeMutablePointer { frame in
+                let luma = frame.pointee.data.0!
+                for row in 0..<Int(frame.pointee.height) {
+                    let line = luma + row * Int(frame.pointee.linesize.0)
+                    for column in 0..<Int(frame.pointee.width) { checksum ^= line[column] }
+                }
+            }
+        }
+        Self.sink = checksum
+    }
+
+    /// Where the sink's checksum goes, so the reads are not optimised away.
+    nonisolated(unsafe) static var sink: UInt8 = 0
+}
