@@ -1,3 +1,5 @@
+import Foundation
+
 /// Entry points of the libFuzzer targets (`Tests/Fuzz`, `scripts/fuzz-coverage`): each runs one input path
 /// of the transcoder on arbitrary bytes as far as the bytes allow and drops the result. Thrown errors are
 /// the expected outcome for most inputs; a crash, a hang, a leak or a sanitizer report is a bug.
@@ -38,6 +40,20 @@ package enum FuzzEntry {
             }
         }
         Self.sink = checksum
+    }
+
+    /// A fuzz target built plainly: runs `body` once on each file named in `paths` (a reproducer for a
+    /// crashing input). - Returns: the exit status, 2 when a file does not read.
+    package static func replay(_ paths: some Sequence<String>, _ body: (UnsafeRawBufferPointer) -> Void) -> Int32 {
+        for path in paths {
+            guard let bytes = FileManager.default.contents(atPath: path) else {
+                FileHandle.standardError.write(Data("cannot read \(path)\n".utf8))
+                return 2
+            }
+            bytes.withUnsafeBytes { body($0) }
+            print("\(path): ok")
+        }
+        return 0
     }
 
     /// Where the sink's checksum goes, so the reads are not optimised away.

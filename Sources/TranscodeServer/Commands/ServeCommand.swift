@@ -26,14 +26,8 @@ struct ServeCommand: AsyncParsableCommand {
     var settings: [String] = []
 
     func run() async throws {
-        let configuration: ServerConfiguration
-        do {
-            configuration = try await ServerConfiguration.load(
-                filePath: self.config, arguments: self.settings, environment: ProcessInfo.processInfo.environment)
-        } catch let error as ConfigurationError {
-            FileHandle.standardError.write(Data("transcode-server: \(error)\n".utf8))
-            throw ExitCode(78)  // EX_CONFIG
-        }
+        let configuration = try await ServerConfiguration.loadForCommand(
+            filePath: self.config, arguments: self.settings)
         var logger =
             configuration.logFormat == "json"
             ? Logger(label: "transcode-server") { JSONLogHandler(label: $0) } : Logger(label: "transcode-server")

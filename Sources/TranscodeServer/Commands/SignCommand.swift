@@ -29,14 +29,8 @@ struct SignCommand: AsyncParsableCommand {
     var settings: [String] = []
 
     func run() async throws {
-        let configuration: ServerConfiguration
-        do {
-            configuration = try await ServerConfiguration.load(
-                filePath: self.config, arguments: self.settings, environment: ProcessInfo.processInfo.environment)
-        } catch let error as ConfigurationError {
-            FileHandle.standardError.write(Data("transcode-server: \(error)\n".utf8))
-            throw ExitCode(78)  // EX_CONFIG
-        }
+        let configuration = try await ServerConfiguration.loadForCommand(
+            filePath: self.config, arguments: self.settings)
         guard
             let signer = URLSigner(hexKeys: configuration.signingKeys, hexSalts: configuration.signingSalts),
             signer.canSign

@@ -1,3 +1,4 @@
+import ArgumentParser
 import Configuration
 import Foundation
 import Logging
@@ -65,6 +66,18 @@ extension ServerConfiguration {
             known: problems.keysRead, fileKeys: fileKeys, path: path, arguments: arguments, environment: environment)
         guard unknown.isEmpty else { throw ConfigurationError(problems: unknown) }
         return configuration
+    }
+
+    /// `load` from the process environment for a command: an invalid configuration is printed on standard
+    /// error and ends the process with exit code 78 (EX_CONFIG).
+    static func loadForCommand(filePath: String?, arguments: [String]) async throws -> ServerConfiguration {
+        do {
+            return try await Self.load(
+                filePath: filePath, arguments: arguments, environment: ProcessInfo.processInfo.environment)
+        } catch let error as ConfigurationError {
+            FileHandle.standardError.write(Data("transcode-server: \(error)\n".utf8))
+            throw ExitCode(78)  // EX_CONFIG
+        }
     }
 
     /// Settings that name no configuration key: a file key, a `TRANSCODE_` variable or a flag that nothing

@@ -11,8 +11,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
 }
 
 #if FUZZING
-    // SwiftPM links an executable's entry point as `<Target>_main` (`--defsym main=...`), so libFuzzer's own main
-    // is never pulled in: this entry point hands control to libFuzzer's driver instead.
+    // SwiftPM links an executable's entry point as `<Target>_main` (`--defsym main=...`), so libFuzzer's own
+    // main is never pulled in: this entry point hands control to libFuzzer's driver instead.
     @_silgen_name("LLVMFuzzerRunDriver")
     func runFuzzerDriver(
         _ argc: UnsafeMutablePointer<CInt>,
@@ -30,14 +30,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     @main
     struct Replay {
         static func main() {
-            for path in CommandLine.arguments.dropFirst() {
-                guard let bytes = FileManager.default.contents(atPath: path) else {
-                    FileHandle.standardError.write(Data("cannot read \(path)\n".utf8))
-                    exit(2)
-                }
-                bytes.withUnsafeBytes { FuzzEntry.decodeAndComposite($0) }
-                print("\(path): ok")
-            }
+            exit(FuzzEntry.replay(CommandLine.arguments.dropFirst(), FuzzEntry.decodeAndComposite))
         }
     }
 #endif
