@@ -96,20 +96,26 @@ public struct Transcoder: Sendable {
         return (even(Double(width) * factor, limit: maxWidth), even(Double(height) * factor, limit: maxHeight), true)
     }
 
-    /// The output size and the frames' layout, read once per conversion.
+    /// The animation's headers and the output size, read once per conversion.
     struct Plan {
-        let prescan: GIFPrescan
+        let header: any AnimationHeader
         let output: (width: Int, height: Int, scaled: Bool)
     }
 
     func plan(_ bytes: UnsafeRawBufferPointer) throws -> Plan {
         try self.options.validate()
         FFmpegLogging.configured
-        let prescan = try GIFPrescan(bytes: bytes, limits: self.options.limits)
+        let header = try self.header(bytes)
         let output = Self.outputSize(
-            width: prescan.width, height: prescan.height,
+            width: header.width, height: header.height,
             maxWidth: self.options.maxOutputWidth, maxHeight: self.options.maxOutputHeight)
-        return Plan(prescan: prescan, output: output)
+        return Plan(header: header, output: output)
+    }
+
+    /// The animation's headers, limits checked before any pixel is decoded. Where the input format is
+    /// told apart; GIF is the only one today.
+    private func header(_ bytes: UnsafeRawBufferPointer) throws -> any AnimationHeader {
+        try GIFPrescan(bytes: bytes, limits: self.options.limits)
     }
 
     /// Encodes at `options.crf`; when the MP4 is not smaller than `maxSizeRatio` x the GIF, encodes again
@@ -217,11 +223,12 @@ public struct Transcoder: Sendable {
     private func encode(_ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String) throws -> (
         result: TranscodeMetadata, poster: [UInt8]
     ) {
-        let prescan = plan.prescan
+        let header = plan.header
         let output = plan.output
-        let totalMilliseconds = prescan.frames.reduce(0) { $0 + $1.displayMilliseconds }
+        let totalMilliseconds = header.frameMilliseconds.reduce(0, +)
         let frameRate = AVRational(
-            num: Int32(clamping: max(1, prescan.frames.count) * 1000), den: Int32(clamping: max(1, totalMilliseconds)))
+            num: Int32(clamping: max(1, header.frameMilliseconds.count) * 1000),
+            den: Int32(clamping: max(1, totalMilliseconds)))
         var options = self.options
         options.crf = crf
         let encoder = try H264Encoder(
@@ -240,10 +247,10 @@ public struct Transcoder: Sendable {
         try muxer.finish(endTime: pass.time)
 
         let metadata = TranscodeMetadata(
-            sourceWidth: prescan.width, sourceHeight: prescan.height,
+            sourceWidth: header.width, sourceHeight: header.height,
             outputWidth: output.width, outputHeight: output.height,
             gifFrameCount: pass.decodedFrames, encodedFrameCount: pass.encodedFrames, durationMs: Int(pass.time),
-            loopCount: prescan.loopCount, playCount: prescan.playCount, loopsForever: prescan.playCount == nil,
+            loopCount: header.loopCount, playCount: header.playCount, loopsForever: header.playCount == nil,
             hasTransparency: pass.sawTransparency, truncated: pass.truncated,
             background: self.options.background, gifBytes: bytes.count, mp4Bytes: 0, posterBytes: 0,
             recommendation: .video)
@@ -268,32 +275,25 @@ public struct Transcoder: Sendable {
         first: (UnsafeBufferPointer<UInt32>, _ width: Int, _ height: Int) throws -> Void,
         picture: (VideoFrame, Int64) throws -> Void
     ) throws -> Pass {
-        let prescan = plan.prescan
+        let header = plan.header
         let output = plan.output
         // The flattened picture: canvas size (padded to the output size by edge copies when not scaling).
-        let pictureWidth = output.scaled ? prescan.width : output.width
-        let pictureHeight = output.scaled ? prescan.height : output.height
+        let pictureWidth = output.scaled ? header.width : output.width
+        let pictureHeight = output.scaled ? header.height : output.height
         let background = self.options.background.rgbaPixel
         // Two pictures: the one waiting to be encoded (its duration grows while identical pictures follow)
         // and the newest.
         var pending = [UInt32](repeating: background, count: pictureWidth * pictureHeight)
         var current = pending
 
-        let maxFrameWidth = prescan.frames.map(\.width).max() ?? 1
-        let decoder: GIFDecoder
-        do {
-            decoder = try GIFDecoder(bytes: bytes, maxFrameWidth: maxFrameWidth)
-        } catch {
-            throw TranscodeError(.corrupt, "giflib cannot read the GIF", underlying: error)
-        }
-        let compositor = GIFCompositor(prescan: prescan, bytes: bytes)
+        let source = try header.makeFrameSource(bytes)
         let scaler = try ImageScaler(
             sourceWidth: pictureWidth, sourceHeight: pictureHeight,
             destinationWidth: output.width, destinationHeight: output.height,
             destinationFormat: AV_PIX_FMT_YUV420P, matrix: SWS_CS_ITU709, fullRange: false)
         let frame = try VideoFrame(width: output.width, height: output.height, format: AV_PIX_FMT_YUV420P)
 
-        var pass = Pass(truncated: prescan.truncated)
+        var pass = Pass(truncated: header.truncated)
         var pendingStart: Int64 = 0
         func emitPending() throws {
             try pending.withUnsafeBufferPointer { try scaler.convert($0, into: frame) }
@@ -301,9 +301,9 @@ public struct Transcoder: Sendable {
             pass.encodedFrames += 1
         }
 
-        for info in prescan.frames {
+        for milliseconds in header.frameMilliseconds {
             do {
-                guard try compositor.draw(info, from: decoder) else {
+                guard try source.advance() else {
                     pass.truncated = true
                     break
                 }
@@ -313,11 +313,11 @@ public struct Transcoder: Sendable {
                 break
             }
             current.withUnsafeMutableBufferPointer {
-                compositor.flatten(over: background, into: $0, stride: pictureWidth)
+                source.flatten(over: background, into: $0, stride: pictureWidth)
                 Self.extendEdges(
-                    $0, width: prescan.width, height: prescan.height, stride: pictureWidth, rows: pictureHeight)
+                    $0, width: header.width, height: header.height, stride: pictureWidth, rows: pictureHeight)
             }
-            let duration = Int64(info.displayMilliseconds)
+            let duration = Int64(milliseconds)
             if pass.decodedFrames == 0 {
                 try current.withUnsafeBufferPointer { try first($0, pictureWidth, pictureHeight) }
                 swap(&pending, &current)
@@ -336,7 +336,7 @@ public struct Transcoder: Sendable {
             throw TranscodeError(.corrupt, "the GIF has no frame that decodes completely")
         }
         try emitPending()
-        pass.sawTransparency = compositor.sawTransparency
+        pass.sawTransparency = source.sawTransparency
         return pass
     }
 
