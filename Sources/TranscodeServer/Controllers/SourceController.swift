@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Synchronization
 import Transcoder
 
 /// `GET` and `HEAD /v1/{signature}/{options}/{base64url source URL}.{mp4|jpg|json}`: a GIF's video, poster
@@ -24,6 +25,21 @@ struct SourceController<Context: RequestContext>: Sendable {
     let links: PublicLinks
     let answer: Answer
     let maxAgeSeconds: Int
+    /// Paths already verified and parsed, by the whole path (signature included): keys do not change while
+    /// the process runs, so a hit skips the HMAC, the base64 and URL parsing and the hashing.
+    private let resolved = ResolvedPaths()
+
+    init(
+        service: TranscodeService, signer: URLSigner, media: MediaController<Context>, links: PublicLinks,
+        answer: Answer, maxAgeSeconds: Int
+    ) {
+        self.service = service
+        self.signer = signer
+        self.media = media
+        self.links = links
+        self.answer = answer
+        self.maxAgeSeconds = maxAgeSeconds
+    }
 
     /// Where the signed paths start.
     static var prefix: String { "/v1/" }
@@ -44,17 +60,11 @@ struct SourceController<Context: RequestContext>: Sendable {
     private func serve(_ request: Request, includeBody: Bool) async throws -> Response {
         // The raw path, as signed: no percent-decoding (base64url and `:` need none).
         let full = request.uri.path
-        guard full.hasPrefix(Self.prefix) else { throw ServiceError.notFound("no such route") }
-        let afterPrefix = full.dropFirst(Self.prefix.count)
-        guard let slash = afterPrefix.firstIndex(of: "/") else { throw ServiceError.invalidSignature }
-        let signature = afterPrefix[..<slash]
-        let path = String(afterPrefix[slash...])
-        // Checked before anything else is read from the path: an unsigned path costs one HMAC per key.
-        guard self.signer.isValid(signature: signature, path: path) else { throw ServiceError.invalidSignature }
-        let source = try SourcePath.parse(path)
-        let url = try Downloader.validate(source.sourceURL)
-        let options = self.service.options(background: source.background)
-        guard case .done(let outcome, _) = try await self.service.transcode(url: url, options: options, untilDone: true)
+        let target = try self.resolved.get(full) ?? self.resolve(full)
+        let source = target.source
+        guard
+            case .done(let outcome, _) = try await self.service.transcode(
+                url: target.url, options: target.options, untilDone: true, keys: target.keys)
         else {
             throw ServiceError.internal("a transcode waited for in full answered pending")
         }
@@ -72,6 +82,48 @@ struct SourceController<Context: RequestContext>: Sendable {
                 key: outcome.key, fileExtension: source.fileExtension,
                 contentType: MediaController<Context>.contentTypes[source.fileExtension] ?? "application/octet-stream",
                 request: request, includeBody: includeBody, cacheControl: cacheControl, checked: outcome.object)
+        }
+    }
+}
+
+extension SourceController {
+    /// Verifies the signature of `full` (`/v1/<signature>/<path>`), parses it and remembers the result.
+    fileprivate func resolve(_ full: String) throws -> ResolvedPaths.Target {
+        guard full.hasPrefix(Self.prefix) else { throw ServiceError.notFound("no such route") }
+        let afterPrefix = full.dropFirst(Self.prefix.count)
+        guard let slash = afterPrefix.firstIndex(of: "/") else { throw ServiceError.invalidSignature }
+        let signature = afterPrefix[..<slash]
+        let path = String(afterPrefix[slash...])
+        // Checked before anything else is read from the path: an unsigned path costs one HMAC per key.
+        guard self.signer.isValid(signature: signature, path: path) else { throw ServiceError.invalidSignature }
+        let source = try SourcePath.parse(path)
+        let url = try Downloader.validate(source.sourceURL)
+        let options = self.service.options(background: source.background)
+        let target = ResolvedPaths.Target(
+            source: source, url: url, options: options, keys: SourceKeys(url: url, options: options))
+        self.resolved.set(full, target)
+        return target
+    }
+}
+
+/// Signed paths already verified and parsed: bounded (emptied when full), only valid ones are kept.
+final class ResolvedPaths: Sendable {
+    struct Target: Sendable {
+        let source: SourcePath
+        let url: URL
+        let options: TranscodeOptions
+        let keys: SourceKeys
+    }
+
+    static var capacity: Int { 10_000 }
+    private let targets = Mutex<[String: Target]>([:])
+
+    func get(_ path: String) -> Target? { self.targets.withLock { $0[path] } }
+
+    func set(_ path: String, _ target: Target) {
+        self.targets.withLock { targets in
+            if targets.count >= Self.capacity { targets.removeAll(keepingCapacity: true) }
+            targets[path] = target
         }
     }
 }

@@ -12,6 +12,20 @@ struct TranscodeOutcome: Sendable {
     var object: DiskCache.CheckedObject? = nil
 }
 
+/// The cache's names for a URL converted with some options: its normalized form, the link's key and the
+/// hash every option variant shares (purge index, tombstones).
+struct SourceKeys: Sendable {
+    let normalized: String
+    let urlKey: String
+    let sourceHash: String
+
+    init(url: URL, options: TranscodeOptions) {
+        self.normalized = DiskCache.normalize(url)
+        self.urlKey = DiskCache.urlKey(normalizedURL: self.normalized, options: options)
+        self.sourceHash = DiskCache.sourceHash(normalizedURL: self.normalized)
+    }
+}
+
 /// What `POST /transcode` gets back: the result, or a job to poll when the wait budget ran out.
 enum TranscodeAnswer: Sendable {
     case done(TranscodeOutcome, cacheHit: Bool)
@@ -85,10 +99,14 @@ final class TranscodeService: Sendable {
     /// (5xx, timeout) the stored result is served and the next request tries again.
     /// - Parameter untilDone: wait for the result however long it takes (`GET /v1/...`, which a `<video>`
     ///   cannot poll), instead of answering `pending` after `syncWaitSeconds`.
-    func transcode(url: URL, options: TranscodeOptions, untilDone: Bool = false) async throws -> TranscodeAnswer {
-        let normalized = DiskCache.normalize(url)
-        let urlKey = DiskCache.urlKey(normalizedURL: normalized, options: options)
-        if self.cache.isBuried(.source(DiskCache.sourceHash(normalizedURL: normalized))) {
+    /// - Parameter keys: the URL's keys, when the caller has them already (`SourceKeys(url:options:)`).
+    func transcode(
+        url: URL, options: TranscodeOptions, untilDone: Bool = false, keys: SourceKeys? = nil
+    ) async throws -> TranscodeAnswer {
+        let keys = keys ?? SourceKeys(url: url, options: options)
+        let normalized = keys.normalized
+        let urlKey = keys.urlKey
+        if self.cache.isBuried(.source(keys.sourceHash)) {
             throw ServiceError.takenDown("this URL was taken down")
         }
         var found: TranscodeOutcome?
