@@ -127,7 +127,7 @@ import Transcoder
 
             // The command, beside the cache: reports and fails, then repairs.
             let reader = try DiskCache(root: directory, maxBytes: .max, cleanUp: false)
-            #expect(reader.keys.sorted() == keys.sorted())
+            #expect(reader.indexedKeys.sorted() == keys.sorted())
             let check = try CacheCommand.Verify.parse(["--cache-directory", directory])
             #expect(throws: ExitCode.failure) { try check.run() }
             let repair = try CacheCommand.Verify.parse(["--cache-directory", directory, "--repair"])

@@ -258,6 +258,51 @@ import Transcoder
         }
     }
 
+    /// A takedown by object key holds even when the metadata does not name the GIF's hash (written before it
+    /// was recorded): the same bytes converted again are refused by their key.
+    @Test func objectTakedownWithoutTheGIFHash() async throws {
+        try await withSigningHarness { harness in
+            let gif = try corpusBytes("cartoon_hotdog.gif")
+            let first = try await harness.upload(gif, headers: self.auth)
+            let key = try #require(try first.json()["key"] as? String)
+            // Rewrite the metadata as an older version wrote it: no gifSha256.
+            let path = harness.services.cache.objectPath(key, "json")
+            var metadata = try #require(
+                try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+            metadata["gifSha256"] = nil
+            let rewritten = path + ".new"
+            try JSONSerialization.data(withJSONObject: metadata).write(to: URL(fileURLWithPath: rewritten))
+            #expect(rename(rewritten, path) == 0)
+            let takedown = try await harness.request(.DELETE, "/v1/objects/\(key)?takedown=true", headers: self.auth)
+            #expect(try takedown.json()["tombstones"] as? [String] == ["object-\(key)"])
+            #expect(try await harness.upload(gif, headers: self.auth).status == 451)
+            #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 451)
+            #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objectPath(key, "mp4")))
+        }
+    }
+
+    /// A takedown by URL reaches every object the URL led to, also the ones a revalidation moved it off.
+    @Test func urlTakedownAfterTheContentChanged() async throws {
+        try await withSigningHarness(configure: { $0.urlTTLSeconds = 0 }) { harness in
+            harness.origin.setVersion("clip.gif", "cartoon_hotdog.gif")
+            let url = harness.originURL("/versioned/clip.gif")
+            let first = try await harness.request(.GET, Self.signed(url))
+            let old = String(try #require(first.headers.first(name: "ETag")).dropFirst().prefix(64))
+            harness.origin.setVersion("clip.gif", "cartoon_flag_delaware.gif")
+            let second = try await harness.request(.GET, Self.signed(url))
+            let new = String(try #require(second.headers.first(name: "ETag")).dropFirst().prefix(64))
+            #expect(old != new)
+            let encoded = url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let takedown = try await harness.request(
+                .DELETE, "/v1/sources?url=\(encoded)&takedown=true", headers: self.auth)
+            #expect(Set(try takedown.json()["objects"] as? [String] ?? []) == [old, new])
+            for key in [old, new] {
+                #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 451)
+            }
+            #expect(try await harness.request(.GET, Self.signed(url)).status == 451)
+        }
+    }
+
     /// A response already streaming when its object is purged finishes with every byte. Deterministic: the
     /// response is made (its file checked and opened), the object purged, and only then is the body written.
     @Test func aResponseMadeBeforeThePurgeFinishes() async throws {

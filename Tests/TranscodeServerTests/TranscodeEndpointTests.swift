@@ -107,7 +107,7 @@ import Testing
         ("/status/404", 404, "origin-not-found"),
         ("/status/410", 404, "origin-not-found"),
         ("/status/500", 502, "origin-error"),
-        ("/status/403", 502, "origin-error"),
+        ("/status/403", 502, "origin-refused"),
     ])
     func originAndInputErrors(path: String, status: Int, code: String) async throws {
         try await withHarness { harness in

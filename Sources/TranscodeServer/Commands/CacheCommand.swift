@@ -37,7 +37,7 @@ struct CacheCommand: ParsableCommand {
             var sound = 0
             var unhashed = 0
             var damaged = 0
-            for key in cache.keys {
+            for key in cache.indexedKeys {
                 switch cache.verify(key) {
                 case .sound:
                     sound += 1

@@ -53,10 +53,10 @@ struct MediaController<Context: RequestContext>: Sendable {
         key: String, fileExtension: String, contentType: String, request: Request, includeBody: Bool,
         cacheControl: String, checked: DiskCache.CheckedObject? = nil
     ) async throws -> Response {
-        guard self.cache.beginServing(key) else {
-            if self.cache.isBuried(.object(key)) { throw ServiceError.takenDown("this media was taken down") }
-            throw ServiceError.notFound("no such media")
-        }
+        // Checked on every request, not only when the files are gone: the same bytes converted again after a
+        // takedown (before its GIF's hash was known) must not be served either.
+        if self.cache.isBuried(.object(key)) { throw ServiceError.takenDown("this media was taken down") }
+        guard self.cache.beginServing(key) else { throw ServiceError.notFound("no such media") }
         var released = false
         defer { if !released { self.cache.endServing(key) } }
 

@@ -29,8 +29,11 @@ extension DiskCache {
 
     // MARK: Freshness
 
-    /// Writes the record of `urlKey` (temporary name, renamed over) and indexes the link under its URL.
-    func writeSource(_ source: SourceRecord, urlKey: String) throws {
+    /// Writes the record of `urlKey` (temporary name, renamed over) and indexes, under the URL, the link and
+    /// the object `key` it is about to point to: every object a URL ever led to is found by a purge of the
+    /// URL, also after a revalidation moved the link on. - Throws: when the index cannot be written (a link
+    /// a purge could not find must not exist).
+    func writeSource(_ source: SourceRecord, urlKey: String, key: String) throws {
         let data = try JSONEncoder().encode(source)
         let path = self.sourceRecordPath(urlKey)
         let temporary = "\(self.urlsDirectory)/.\(urlKey).source.tmp-\(UInt64.random(in: 0...UInt64.max))"
@@ -40,8 +43,13 @@ extension DiskCache {
         }
         let index = self.sourceIndexDirectory(Self.sourceHash(normalizedURL: source.url))
         try? FileManager.default.createDirectory(atPath: index, withIntermediateDirectories: true)
-        let descriptor = open("\(index)/\(urlKey)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
-        if descriptor >= 0 { close(descriptor) }
+        for name in [urlKey, "object-\(key)"] {
+            let descriptor = open("\(index)/\(name)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+            guard descriptor >= 0 else {
+                throw TranscodeError(.io, "cannot index \(index)/\(name): \(String(cString: strerror(errno)))")
+            }
+            close(descriptor)
+        }
     }
 
     /// The record of `urlKey`, if one was written.
@@ -111,22 +119,31 @@ extension DiskCache {
     func purge(normalizedURL: String, takedown reason: String? = nil) throws -> PurgeReport {
         var report = PurgeReport()
         let index = self.sourceIndexDirectory(Self.sourceHash(normalizedURL: normalizedURL))
-        for urlKey in (try? FileManager.default.contentsOfDirectory(atPath: index)) ?? [] where Self.isValidKey(urlKey)
-        {
-            if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: self.urlLinkPath(urlKey)) {
-                let key = String(URL(fileURLWithPath: target).lastPathComponent.prefix { $0 != "." })
-                let removed = try self.purge(key: key)
-                report.objects += removed.objects
-                report.gifHashes += removed.gifHashes
+        var objectKeys: Set<String> = []
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: index)) ?? [] {
+            if name.hasPrefix("object-"), Self.isValidKey(name.dropFirst(7)) {
+                objectKeys.insert(String(name.dropFirst(7)))
+            } else if Self.isValidKey(name) {
+                // A link's current object (links indexed before objects were).
+                if let target = Self.readLink(self.urlLinkPath(name)) {
+                    let key = String((target.split(separator: "/").last ?? "").prefix { $0 != "." })
+                    if Self.isValidKey(key) { objectKeys.insert(key) }
+                }
+                self.removeLink(urlKey: name)
+                report.links += 1
             }
-            self.removeLink(urlKey: urlKey)
-            report.links += 1
+        }
+        for key in objectKeys.sorted() {
+            let removed = try self.purge(key: key)
+            report.objects += removed.objects
+            report.gifHashes += removed.gifHashes
         }
         try? FileManager.default.removeItem(atPath: index)
         if let reason {
+            // Every object the URL led to, stored now or not (an evicted one could be converted again).
             let tombstones: [Tombstone] =
-                [.source(Self.sourceHash(normalizedURL: normalizedURL))] + report.objects.map { .object($0) }
-                + report.gifHashes.map { .gif($0) }
+                [.source(Self.sourceHash(normalizedURL: normalizedURL))]
+                + objectKeys.sorted().map { .object($0) } + report.gifHashes.map { .gif($0) }
             try self.bury(tombstones, reason: reason, into: &report)
         }
         return report

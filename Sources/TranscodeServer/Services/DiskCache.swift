@@ -229,7 +229,8 @@ final class DiskCache: Sendable {
                 continue
             }
             let identity = [
-                Int(info.st_ino), Int(info.st_size), Int(info.st_mtim.tv_sec), Int(info.st_mtim.tv_nsec),
+                Int(info.st_dev), Int(info.st_ino), Int(info.st_size), Int(info.st_mtim.tv_sec),
+                Int(info.st_mtim.tv_nsec), Int(info.st_ctim.tv_sec), Int(info.st_ctim.tv_nsec),
             ]
             files[fileExtension] = .file(OpenFile(descriptor: descriptor, size: Int(info.st_size), identity: identity))
         }
@@ -331,7 +332,7 @@ final class DiskCache: Sendable {
     }
 
     /// The keys of the objects indexed.
-    var keys: [String] { self.state.withLock { Array($0.objects.keys) }.sorted() }
+    var indexedKeys: [String] { self.state.withLock { Array($0.objects.keys) }.sorted() }
 
     private static func sha256(_ file: OpenFile) -> String? {
         var hash = SHA256()
@@ -392,6 +393,7 @@ final class DiskCache: Sendable {
         self.state.withLock { state in
             if let object = state.objects.removeValue(forKey: key) { state.totalBytes -= object.bytes }
         }
+        _ = self.decoded.withLock { $0.removeValue(forKey: key) }
         self.onQuarantine(key)
     }
 
@@ -408,6 +410,7 @@ final class DiskCache: Sendable {
         self.state.withLock { state in
             if let object = state.objects.removeValue(forKey: key) { state.totalBytes -= object.bytes }
         }
+        _ = self.decoded.withLock { $0.removeValue(forKey: key) }
         return removed
     }
 
@@ -440,7 +443,7 @@ final class DiskCache: Sendable {
     ///   the URL's source hash for a purge by URL; nil for tests that only need the link.
     func link(urlKey: String, to key: String, source: SourceRecord? = nil) throws {
         guard Self.isValidKey(urlKey), Self.isValidKey(key) else { return }
-        if let source { try self.writeSource(source, urlKey: urlKey) }
+        if let source { try self.writeSource(source, urlKey: urlKey, key: key) }
         let target = "../objects/\(key.prefix(2))/\(key).json"
         let temporary = "\(self.urlsDirectory)/.\(urlKey).tmp-\(UInt64.random(in: 0...UInt64.max))"
         guard symlink(target, temporary) == 0 else {

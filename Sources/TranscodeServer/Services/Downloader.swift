@@ -200,6 +200,8 @@ struct Downloader: Sendable {
             return .redirect(location)
         case 404, 410:
             throw ServiceError.originNotFound("the origin answered \(response.status.code)")
+        case 401, 403, 451:
+            throw ServiceError.originRefused("the origin answered \(response.status.code)")
         default:
             throw ServiceError.originError("the origin answered \(response.status.code)")
         }

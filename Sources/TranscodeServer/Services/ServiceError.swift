@@ -36,6 +36,8 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
     }
     static func originNotFound(_ message: String) -> ServiceError { .init("origin-not-found", .notFound, message) }
     static func originError(_ message: String) -> ServiceError { .init("origin-error", .badGateway, message) }
+    /// The origin refused the GIF (401, 403, 451): unlike a failure, an answer about the resource.
+    static func originRefused(_ message: String) -> ServiceError { .init("origin-refused", .badGateway, message) }
     static func originTimeout(_ message: String) -> ServiceError {
         .init("origin-timeout", .gatewayTimeout, message)
     }

@@ -106,7 +106,8 @@ final class TranscodeService: Sendable {
         let keys = keys ?? SourceKeys(url: url, options: options)
         let normalized = keys.normalized
         let urlKey = keys.urlKey
-        if self.cache.isBuried(.source(keys.sourceHash)) {
+        let sourceHash = keys.sourceHash
+        if self.cache.isBuried(.source(sourceHash)) {
             throw ServiceError.takenDown("this URL was taken down")
         }
         var found: TranscodeOutcome?
@@ -143,18 +144,24 @@ final class TranscodeService: Sendable {
             self.metrics.downloaded(bytes: file.byteCount)
             // Reading and hashing up to 50 MB is blocking work: off the async executor, on the shared I/O
             // pool (not the transcode pool, where it would queue behind running transcodes).
-            let (gif, keys) = try await NIOThreadPool.singleton.runIfActive {
+            let (gif, content) = try await NIOThreadPool.singleton.runIfActive {
                 guard let data = FileManager.default.contents(atPath: file.path) else {
                     throw ServiceError.internal("the downloaded file vanished")
                 }
                 let gif = [UInt8](data)
                 return (gif, DiskCache.contentKeys(gif: gif, options: options))
             }
-            if self.cache.isBuried(.gif(keys.gifSha256)) {
+            if self.cache.isBuried(.gif(content.gifSha256), .object(content.key)) {
                 throw ServiceError.takenDown("this GIF was taken down")
             }
-            let outcome = try await self.store(gif, key: keys.key, options: options, requestKey: urlKey)
+            let outcome = try await self.store(gif, key: content.key, options: options, requestKey: urlKey)
             if stale != nil { self.metrics.revalidated(outcome.key == stale?.key ? .sameBytes : .changed) }
+            // A takedown of the URL that arrived while this flight downloaded and converted: what it made goes
+            // too, and is refused from now on.
+            if self.cache.isBuried(.source(sourceHash)) {
+                _ = try? self.cache.purge(key: outcome.key, takedown: "taken down while being converted")
+                throw ServiceError.takenDown("this URL was taken down")
+            }
             try self.cache.link(
                 urlKey: urlKey, to: outcome.key,
                 source: DiskCache.SourceRecord(url: normalized, etag: file.etag, lastModified: file.lastModified))
@@ -174,7 +181,7 @@ final class TranscodeService: Sendable {
                 "revalidation failed; serving the stored result",
                 metadata: ["request.key": "\(urlKey.prefix(16))", "error.code": "\(error.code)"])
             return stale
-        case "origin-not-found":
+        case "origin-not-found", "origin-refused":
             self.cache.removeLink(urlKey: urlKey)
             throw error
         default:
@@ -192,7 +199,7 @@ final class TranscodeService: Sendable {
     /// Converts an uploaded GIF.
     func transcode(upload gif: [UInt8], options: TranscodeOptions) async throws -> TranscodeAnswer {
         let keys = try await NIOThreadPool.singleton.runIfActive { DiskCache.contentKeys(gif: gif, options: options) }
-        if self.cache.isBuried(.gif(keys.gifSha256)) {
+        if self.cache.isBuried(.gif(keys.gifSha256), .object(keys.key)) {
             throw ServiceError.takenDown("this GIF was taken down")
         }
         let key = keys.key
