@@ -68,10 +68,11 @@ import Testing
     }
 
     @Test func loopCountZeroLoopsOn() async throws {
-        try await self.play(loopCount: 0, timeout: 4) { html, observed in
+        try await self.play(loopCount: 0, timeout: 6) { html, observed in
             #expect(html.contains(" loop "))
-            // 4 s of 600 ms plays, still going.
-            #expect(observed.plays >= 4, "\(observed)")
+            // Past its first end (600 ms) and still going. Not a count per second: under load (two fuzzers and
+            // the suite beside it) Chromium took most of the watch to load the page.
+            #expect(observed.plays >= 2, "\(observed)")
             #expect(!observed.ended, "\(observed)")
         }
     }
