@@ -44,7 +44,8 @@ func buildApplication(
         eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
     let transcodes = TranscodeService(
         cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcodeOptions,
-        syncWaitSeconds: configuration.syncWaitSeconds, urlTTLSeconds: configuration.urlTTLSeconds, metrics: metrics,
+        syncWaitSeconds: configuration.syncWaitSeconds, urlTTLSeconds: configuration.urlTTLSeconds,
+        staleIfErrorSeconds: configuration.staleIfErrorSeconds, metrics: metrics,
         logger: logger)
     let services = AppServices(cache: cache, pool: pool, transcodes: transcodes, configuration: configuration)
     let router = buildRouter(services: services)

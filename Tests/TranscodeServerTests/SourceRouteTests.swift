@@ -191,6 +191,42 @@ import Transcoder
         }
     }
 
+    /// An origin that fails leaves the stored result in service, asked again at most once a minute, until the
+    /// grace (`cache.staleIfErrorSeconds`) past the TTL runs out; then its error is the answer.
+    @Test func staleIfErrorWithBackoffAndGrace() async throws {
+        try await withSigningHarness(configure: {
+            $0.urlTTLSeconds = 3600; $0.staleIfErrorSeconds = 7200
+        }) {
+            harness in
+            harness.origin.setVersion("clip.gif", "cartoon_hotdog.gif")
+            let url = harness.originURL("/versioned/clip.gif")
+            let first = try await harness.request(.GET, Self.signed(url))
+            #expect(first.status == 200)
+            let cache = harness.services.cache
+            let urlKey = SourceKeys(
+                url: URL(string: url)!, options: harness.services.transcodes.options(background: nil)
+            )
+            .urlKey
+            // An hour and a bit later the origin fails: the stored video is served, the origin asked once.
+            cache.renewLink(urlKey: urlKey, age: 3700)
+            harness.origin.setVersion("clip.gif", "status:503")
+            for _ in 0..<3 {
+                let reply = try await harness.request(.GET, Self.signed(url))
+                #expect(reply.status == 200 && reply.body == first.body)
+            }
+            #expect(harness.origin.count("/versioned/clip.gif") == 2)
+            #expect(harness.services.transcodes.counters.revalidations["failed"] == 1)
+            // Past the grace (last validated more than TTL + grace ago): the origin's error.
+            var record = try #require(cache.sourceRecord(urlKey: urlKey))
+            record.validatedAt = Date().timeIntervalSince1970 - 3600 - 7200 - 10
+            let key = String(try #require(first.headers.first(name: "ETag")).dropFirst().prefix(64))
+            try cache.writeSource(record, urlKey: urlKey, key: key)
+            cache.renewLink(urlKey: urlKey, age: 3700)
+            let late = try await harness.request(.GET, Self.signed(url))
+            #expect(late.status == 502 && late.errorCode == "origin-error", "\(late.status) \(late.text)")
+        }
+    }
+
     /// Within the TTL nothing is asked of the origin.
     @Test func freshURLsAreNotRevalidated() async throws {
         try await withSigningHarness { harness in

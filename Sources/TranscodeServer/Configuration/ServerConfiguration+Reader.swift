@@ -137,7 +137,7 @@ extension ServerConfiguration {
     ///
     /// Keys (defaults in `config/transcode-server.json` and the README):
     /// `host`, `port`, `cache.directory`, `cache.maxBytes`, `cache.minFreeBytes`, `cache.urlTTLSeconds`,
-    /// `download.maxBytes`,
+    /// `cache.staleIfErrorSeconds`, `download.maxBytes`,
     /// `download.connectTimeoutSeconds`, `download.timeoutSeconds`, `download.maxRedirects`,
     /// `download.allowLoopback`, `download.allowedHosts`, `transcode.workers` (0: one per core),
     /// `transcode.queueLength`, `transcode.syncWaitSeconds`, `transcode.background`, `transcode.crf`,
@@ -169,6 +169,9 @@ extension ServerConfiguration {
         check("cache.minFreeBytes", configuration.cacheMinFreeBytes >= 0, "0 or more")
         configuration.urlTTLSeconds = reader.double(forKey: "cache.urlTTLSeconds", default: configuration.urlTTLSeconds)
         check("cache.urlTTLSeconds", configuration.urlTTLSeconds >= 0, "0 or more")
+        configuration.staleIfErrorSeconds = reader.double(
+            forKey: "cache.staleIfErrorSeconds", default: configuration.staleIfErrorSeconds)
+        check("cache.staleIfErrorSeconds", configuration.staleIfErrorSeconds >= 0, "0 or more")
 
         var download = configuration.download
         download.maxBytes = reader.int(forKey: "download.maxBytes", default: download.maxBytes)

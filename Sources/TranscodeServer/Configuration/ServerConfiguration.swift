@@ -19,6 +19,9 @@ struct ServerConfiguration: Sendable {
     /// A URL's result is served this long after it was fetched; past it, the next request revalidates with
     /// the origin (`If-None-Match` / `If-Modified-Since`). `cache.urlTTLSeconds`, default 86400.
     var urlTTLSeconds: Double = 86400
+    /// While a URL's origin fails (5xx, timeout), its stored result is served for up to this long past the
+    /// TTL, the origin asked again at most once a minute. `cache.staleIfErrorSeconds`, default 604800 (7 days).
+    var staleIfErrorSeconds: Double = 604_800
     var download = DownloadConfiguration()
     /// Threads that run transcodes. `transcode.workers`, default: the number of cores.
     var transcodeWorkers = ProcessInfo.processInfo.activeProcessorCount

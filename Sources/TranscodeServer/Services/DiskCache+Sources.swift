@@ -11,6 +11,8 @@ extension DiskCache {
         var url: String
         var etag: String?
         var lastModified: String?
+        /// When the origin last confirmed these bytes (a download or a 304), seconds since 1970.
+        var validatedAt: Double? = nil
     }
 
     var sourcesDirectory: String { self.root + "/sources" }
@@ -68,10 +70,16 @@ extension DiskCache {
     }
 
     /// Marks `urlKey` as just revalidated: the link's modification time becomes now.
-    func renewLink(urlKey: String) {
+    /// - Parameter age: make the link this many seconds old instead (a backoff after a failed revalidation:
+    ///   fresh again for a short while, then stale).
+    func renewLink(urlKey: String, age: TimeInterval = 0) {
         guard Self.isValidKey(urlKey) else { return }
         // Times of the link itself, not of the object it points to.
-        utimensat(AT_FDCWD, self.urlLinkPath(urlKey), nil, AT_SYMLINK_NOFOLLOW)
+        let when = Date().timeIntervalSince1970 - age
+        let seconds = Int(when.rounded(.down))
+        let stamp = timespec(tv_sec: seconds, tv_nsec: Int((when - Double(seconds)) * 1e9))
+        var times = [stamp, stamp]
+        utimensat(AT_FDCWD, self.urlLinkPath(urlKey), &times, AT_SYMLINK_NOFOLLOW)
     }
 
     /// Removes the link of `urlKey` and its record.

@@ -63,6 +63,11 @@ final class TranscodeService: Sendable {
     let syncWaitSeconds: Double
     /// How long a URL's result is served before the origin is asked again (`cache.urlTTLSeconds`).
     let urlTTLSeconds: Double
+    /// How long past its TTL a URL's result may still be served while its origin fails
+    /// (`cache.staleIfErrorSeconds`).
+    let staleIfErrorSeconds: Double
+    /// After a failed revalidation, the stored result is served without asking the origin for this long.
+    static var revalidationBackoffSeconds: Double { 60 }
     let logger: Logger
 
     private let requests = SingleFlight<String, TranscodeOutcome>()
@@ -72,9 +77,11 @@ final class TranscodeService: Sendable {
 
     init(
         cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
-        syncWaitSeconds: Double, urlTTLSeconds: Double = 86400, metrics: ServiceMetrics, logger: Logger
+        syncWaitSeconds: Double, urlTTLSeconds: Double = 86400, staleIfErrorSeconds: Double = 604_800,
+        metrics: ServiceMetrics, logger: Logger
     ) {
         self.urlTTLSeconds = urlTTLSeconds
+        self.staleIfErrorSeconds = staleIfErrorSeconds
         self.metrics = metrics
         self.cache = cache
         self.downloader = downloader
@@ -128,12 +135,16 @@ final class TranscodeService: Sendable {
             do {
                 fetched = try await self.downloader.fetch(url, etag: record?.etag, lastModified: record?.lastModified)
             } catch let error as ServiceError where stale != nil {
-                return try self.revalidationFailed(error, stale: stale!, urlKey: urlKey)
+                return try self.revalidationFailed(error, stale: stale!, urlKey: urlKey, record: record)
             }
             let file: DownloadedFile
             switch fetched {
             case .notModified:
                 guard let stale else { throw ServiceError.originError("the origin answered 304 to a plain GET") }
+                if var record {
+                    record.validatedAt = Date().timeIntervalSince1970
+                    try? self.cache.writeSource(record, urlKey: urlKey, key: stale.key)
+                }
                 self.cache.renewLink(urlKey: urlKey)
                 self.metrics.revalidated(.notModified)
                 return stale
@@ -164,22 +175,32 @@ final class TranscodeService: Sendable {
             }
             try self.cache.link(
                 urlKey: urlKey, to: outcome.key,
-                source: DiskCache.SourceRecord(url: normalized, etag: file.etag, lastModified: file.lastModified))
+                source: DiskCache.SourceRecord(
+                    url: normalized, etag: file.etag, lastModified: file.lastModified,
+                    validatedAt: Date().timeIntervalSince1970))
             return outcome
         }
     }
 
     /// A revalidation the origin did not answer: the stored result stays in service (stale-if-error) when
     /// the origin is down or slow; a URL the origin no longer has, or may no longer be fetched, fails.
-    private func revalidationFailed(_ error: ServiceError, stale: TranscodeOutcome, urlKey: String) throws
-        -> TranscodeOutcome
-    {
+    private func revalidationFailed(
+        _ error: ServiceError, stale: TranscodeOutcome, urlKey: String, record: DiskCache.SourceRecord?
+    ) throws -> TranscodeOutcome {
         switch error.code {
         case "origin-error", "origin-timeout":
             self.metrics.revalidated(.failed)
+            // Stale for too long: the origin has been failing past the grace; answer its error.
+            let now = Date().timeIntervalSince1970
+            let validated = record?.validatedAt ?? (now - (self.cache.linkAge(urlKey: urlKey) ?? .infinity))
+            guard now - validated < self.urlTTLSeconds + self.staleIfErrorSeconds else { throw error }
             self.logger.warning(
                 "revalidation failed; serving the stored result",
                 metadata: ["request.key": "\(urlKey.prefix(16))", "error.code": "\(error.code)"])
+            // Back off: the next minute's requests are answered from the cache at once instead of each waiting
+            // for the failing origin. The grace counts from the last validation, which this does not move.
+            let backoff = min(Self.revalidationBackoffSeconds, self.urlTTLSeconds)
+            self.cache.renewLink(urlKey: urlKey, age: self.urlTTLSeconds - backoff)
             return stale
         case "origin-not-found", "origin-refused":
             self.cache.removeLink(urlKey: urlKey)

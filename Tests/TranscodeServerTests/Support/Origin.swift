@@ -73,6 +73,10 @@ final class Origin: Sendable {
         router.get("versioned/{name}") { request, context in
             let name = try context.parameters.require("name")
             guard let file = self.versions.withLock({ $0[name] }) else { return Response(status: .notFound) }
+            // "status:500": the origin fails.
+            if file.hasPrefix("status:"), let code = Int(file.dropFirst(7)) {
+                return Response(status: .init(code: code))
+            }
             let etag = "\"v-\(file)\""
             let lastModified = "Sun, 22 Nov 2026 10:00:00 GMT"
             self.conditions.withLock {
