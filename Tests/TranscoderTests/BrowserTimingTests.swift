@@ -16,6 +16,9 @@ import Testing
         /// Start times of the distinct pictures (identical consecutive frames merge), milliseconds.
         var starts: [Double]
         var totalMilliseconds: Double
+        /// Pixels that compress badly (a fixed pseudo-random pattern per frame), converted with the size guard
+        /// forced to re-encode: the video kept is a later attempt, which Chromium must time the same way.
+        var reencoded = false
     }
 
     static let cases = [
@@ -32,15 +35,52 @@ import Testing
         Case(
             name: "identical-runs", frames: [(2, 10), (2, 20), (4, 30), (4, 5), (2, 10)], starts: [0, 300, 650],
             totalMilliseconds: 750),
+        Case(
+            name: "size-guard-reencode", frames: [(1, 5), (2, 20), (3, 3), (4, 40)], starts: [0, 50, 250, 280],
+            totalMilliseconds: 680, reencoded: true),
     ]
+
+    /// A frame of 8-colour noise, the same for the same `seed`.
+    static func noise(_ seed: UInt8, size: Int) -> [UInt8] {
+        var state = UInt32(seed) &* 2_654_435_761 | 1
+        return (0..<(size * size)).map { _ in
+            state ^= state << 13
+            state ^= state >> 17
+            state ^= state << 5
+            return UInt8(state % 8)
+        }
+    }
+
+    /// Converts `testCase`; a `reencoded` case twice: plainly, to learn the first attempt's size, then with a
+    /// target 10% under it, so that the size guard keeps a re-encode.
+    static func convert(_ testCase: Case, into directory: String) throws -> TranscodeMetadata {
+        let size = testCase.reencoded ? 64 : 32
+        var gif = GIFBuilder(width: size, height: size)
+        gif.frames = testCase.frames.map { index, delay in
+            testCase.reencoded
+                ? GIFBuilder.Frame(width: size, height: size, pixels: Self.noise(index, size: size), delay: delay)
+                : .filled(index, width: size, height: size, delay: delay)
+        }
+        let bytes = try gif.build()
+        guard testCase.reencoded else {
+            return try Transcoder().convert(bytes, directory: directory, name: testCase.name)
+        }
+        let plain = try Transcoder().convert(bytes, directory: directory, name: testCase.name)
+        var options = TranscodeOptions()
+        options.maxSizeRatio = Double(plain.mp4Bytes) * 0.9 / Double(bytes.count)
+        options.minSSIM = 0
+        options.maxExtraAttempts = 4
+        let metadata = try Transcoder(options: options).convert(bytes, directory: directory, name: testCase.name)
+        #expect(metadata.sizeGuard?.outcome == .smaller, "\(String(describing: metadata.sizeGuard))")
+        #expect((metadata.crf ?? 0) > TranscodeOptions.defaultCRF, "kept CRF \(String(describing: metadata.crf))")
+        return metadata
+    }
 
     @Test func chromiumPlaysTheGIFTiming() throws {
         try withTemporaryDirectory { directory in
             var paths: [String] = []
             for testCase in Self.cases {
-                var gif = GIFBuilder(width: 32, height: 32)
-                gif.frames = testCase.frames.map { .filled($0.0, width: 32, height: 32, delay: $0.1) }
-                let metadata = try Transcoder().convert(try gif.build(), directory: directory, name: testCase.name)
+                let metadata = try Self.convert(testCase, into: directory)
                 #expect(Double(metadata.durationMs) == testCase.totalMilliseconds, "\(testCase.name)")
                 paths.append(directory + "/" + testCase.name + ".mp4")
             }

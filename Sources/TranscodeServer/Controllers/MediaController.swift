@@ -48,24 +48,28 @@ struct MediaController<Context: RequestContext>: Sendable {
     /// Answers with one file of the object `key`: ETag and `304`, byte ranges, HEAD. Shared by `/media` and
     /// `GET /v1/...`, which differ only in `Cache-Control`.
     /// - Throws: `not-found` when the object is not stored; `taken-down` when it, or its GIF, was taken down.
-    /// - Parameter checked: the object, when the caller has just checked it (`DiskCache.verifiedObject`).
+    /// - Parameter checked: the object, when the caller has just checked its files
+    ///   (`DiskCache.verifiedObject`) and its tombstones (`DiskCache.checkNotTakenDown`): not checked again.
     func respond(
         key: String, fileExtension: String, contentType: String, request: Request, includeBody: Bool,
         cacheControl: String, checked: DiskCache.CheckedObject? = nil
     ) async throws -> Response {
-        // Checked on every request, not only when the files are gone: the same bytes converted again after a
-        // takedown (before its GIF's hash was known) must not be served either.
-        if self.cache.isBuried(.object(key)) { throw ServiceError.takenDown("this media was taken down") }
-        guard self.cache.beginServing(key) else { throw ServiceError.notFound("no such media") }
+        guard self.cache.beginServing(key) else {
+            if self.cache.isBuried(.object(key)) { throw ServiceError.takenDown("this media was taken down") }
+            throw ServiceError.notFound("no such media")
+        }
         var released = false
         defer { if !released { self.cache.endServing(key) } }
 
-        guard let object = checked ?? self.cache.verifiedObject(key), let file = object.file(fileExtension) else {
-            throw ServiceError.notFound("no such media")
+        let object: DiskCache.CheckedObject
+        if let checked {
+            object = checked
+        } else {
+            guard let verified = self.cache.verifiedObject(key) else { throw ServiceError.notFound("no such media") }
+            try self.cache.checkNotTakenDown(key: key, metadata: verified.metadata)
+            object = verified
         }
-        if let gif = object.metadata.gifSha256, self.cache.isBuried(.gif(gif)) {
-            throw ServiceError.takenDown("this media was taken down")
-        }
+        guard let file = object.file(fileExtension) else { throw ServiceError.notFound("no such media") }
         let size = file.size
         let etag = "\"\(key).\(fileExtension)\""
         var headers: HTTPFields = [

@@ -27,19 +27,7 @@ struct SourceController<Context: RequestContext>: Sendable {
     let maxAgeSeconds: Int
     /// Paths already verified and parsed, by the whole path (signature included): keys do not change while
     /// the process runs, so a hit skips the HMAC, the base64 and URL parsing and the hashing.
-    private let resolved = ResolvedPaths()
-
-    init(
-        service: TranscodeService, signer: URLSigner, media: MediaController<Context>, links: PublicLinks,
-        answer: Answer, maxAgeSeconds: Int
-    ) {
-        self.service = service
-        self.signer = signer
-        self.media = media
-        self.links = links
-        self.answer = answer
-        self.maxAgeSeconds = maxAgeSeconds
-    }
+    let resolved = ResolvedPaths()
 
     /// Where the signed paths start.
     static var prefix: String { "/v1/" }

@@ -205,6 +205,15 @@ extension DiskCache {
         }
     }
 
+    /// Throws `taken-down` when the object `key`, or the GIF it was made from, was taken down: every answer
+    /// that serves a stored object asks this, not only when the files are gone (the same bytes converted
+    /// again after a takedown that predates `gifSha256` must not be served either).
+    func checkNotTakenDown(key: String, metadata: TranscodeMetadata) throws {
+        if self.isBuried(.object(key)) || metadata.gifSha256.map({ self.isBuried(.gif($0)) }) == true {
+            throw ServiceError.takenDown("this was taken down")
+        }
+    }
+
     /// Whether any of `tombstones` was recorded. One `access` per name: cheap enough for every miss.
     func isBuried(_ tombstones: Tombstone...) -> Bool {
         tombstones.contains { access("\(self.tombstonesDirectory)/\($0.fileName)", F_OK) == 0 }

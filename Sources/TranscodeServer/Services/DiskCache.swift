@@ -349,13 +349,6 @@ final class DiskCache: Sendable {
         return Self.hex(hash.finalize())
     }
 
-    /// Opens a file of the object `key` for serving, after checking the whole object; the descriptor is the
-    /// one that was checked.
-    /// - Returns: the open file, or `nil` when the object is missing or was quarantined.
-    func openForServing(_ key: String, _ fileExtension: String) -> OpenFile? {
-        self.verifiedObject(key)?.file(fileExtension)
-    }
-
     /// The metadata in `json`, decoded once per file identity: decoding was the largest cost of a cache hit
     /// after the network (objects are immutable; a file replaced or rewritten has a new identity).
     private func decodedMetadata(_ key: String, _ json: OpenFile) -> TranscodeMetadata? {

@@ -66,14 +66,6 @@ struct Downloader: Sendable {
         return url
     }
 
-    /// Downloads `url` to a new temporary file. The caller owns (and removes) the file.
-    func download(_ url: URL) async throws -> DownloadedFile {
-        guard case .file(let file) = try await self.fetch(url) else {
-            throw ServiceError.originError("the origin answered 304 to an unconditional request")
-        }
-        return file
-    }
-
     /// Downloads `url`, or learns it has not changed: with `etag` or `lastModified`, the request carries
     /// `If-None-Match` / `If-Modified-Since`, on every hop (each checked against the policy as always).
     /// The caller owns (and removes) a file returned.

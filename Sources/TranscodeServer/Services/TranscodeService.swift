@@ -119,7 +119,7 @@ final class TranscodeService: Sendable {
         }
         var found: TranscodeOutcome?
         if let key = self.cache.lookup(urlKey: urlKey), let object = self.cache.verifiedObject(key) {
-            try self.checkNotTakenDown(key: key, metadata: object.metadata)
+            try self.cache.checkNotTakenDown(key: key, metadata: object.metadata)
             // The policy of today decides, not the one the URL was fetched under.
             try await self.downloader.checkCachedDestination(url)
             if let age = self.cache.linkAge(urlKey: urlKey), age < self.urlTTLSeconds {
@@ -207,13 +207,6 @@ final class TranscodeService: Sendable {
             throw error
         default:
             throw error
-        }
-    }
-
-    /// Throws `taken-down` when the object, or the GIF it was made from, was taken down.
-    func checkNotTakenDown(key: String, metadata: TranscodeMetadata) throws {
-        if self.cache.isBuried(.object(key)) || metadata.gifSha256.map({ self.cache.isBuried(.gif($0)) }) == true {
-            throw ServiceError.takenDown("this GIF was taken down")
         }
     }
 
