@@ -27,8 +27,12 @@ let package = Package(
     targets: [
         .systemLibrary(
             name: "CFFmpeg",
-            pkgConfig: "libavcodec libavformat libavutil libswscale",
-            providers: [.apt(["libavcodec-dev", "libavformat-dev", "libavutil-dev", "libswscale-dev", "libgif-dev"])]
+            pkgConfig: "libavcodec libavformat libavutil libswscale libwebpdemux",
+            providers: [
+                .apt([
+                    "libavcodec-dev", "libavformat-dev", "libavutil-dev", "libswscale-dev", "libgif-dev", "libwebp-dev",
+                ])
+            ]
         ),
         .target(
             name: "Transcoder",

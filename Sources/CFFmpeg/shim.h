@@ -1,8 +1,8 @@
 #ifndef CFFMPEG_SHIM_H
 #define CFFMPEG_SHIM_H
 
-// The C declarations the Transcoder needs from FFmpeg (libavcodec, libavformat, libavutil, libswscale)
-// and giflib. Function-like macros do not import into Swift, so the few we need are re-exported as
+// The C declarations the Transcoder needs from FFmpeg (libavcodec, libavformat, libavutil, libswscale),
+// giflib and libwebp's demux library (animated WebP). Function-like macros do not import into Swift, so the few we need are re-exported as
 // static inline functions carrying the module prefix (the CNIOLinux convention).
 
 #include <errno.h>
@@ -18,6 +18,8 @@
 #include <libavutil/sha.h>
 #include <libswscale/swscale.h>
 #include <gif_lib.h>
+#include <webp/decode.h>
+#include <webp/demux.h>
 
 /// `AVERROR(e)`: FFmpeg's negative error code for a POSIX errno value.
 static inline int CFFmpeg_AVERROR(int e) { return AVERROR(e); }
@@ -59,6 +61,67 @@ static inline int CFFmpeg_GifMemoryRead(GifFileType *gif, GifByteType *buffer, i
 /// Opens a giflib decoder over `reader` (which must outlive the returned handle).
 static inline GifFileType *CFFmpeg_DGifOpenMemory(CFFmpeg_GifMemoryReader *reader, int *error) {
     return DGifOpen(reader, CFFmpeg_GifMemoryRead, error);
+}
+
+/// A read cursor over an input held in memory, handed to libavformat as the opaque of a custom
+/// `AVIOContext`. The caller owns `data` and keeps it alive until the context is closed.
+typedef struct CFFmpeg_MemoryInput {
+    const uint8_t *data;
+    size_t size;
+    size_t position;
+} CFFmpeg_MemoryInput;
+
+static inline int CFFmpeg_MemoryInputRead(void *opaque, uint8_t *buffer, int length) {
+    CFFmpeg_MemoryInput *input = (CFFmpeg_MemoryInput *)opaque;
+    size_t remaining = input->size - input->position;
+    size_t count = length > 0 && (size_t)length < remaining ? (size_t)length : remaining;
+    if (count == 0) {
+        return AVERROR_EOF;
+    }
+    memcpy(buffer, input->data + input->position, count);
+    input->position += count;
+    return (int)count;
+}
+
+static inline int64_t CFFmpeg_MemoryInputSeek(void *opaque, int64_t offset, int whence) {
+    CFFmpeg_MemoryInput *input = (CFFmpeg_MemoryInput *)opaque;
+    int64_t base;
+    switch (whence & ~AVSEEK_FORCE) {
+    case AVSEEK_SIZE: return (int64_t)input->size;
+    case SEEK_SET: base = 0; break;
+    case SEEK_CUR: base = (int64_t)input->position; break;
+    case SEEK_END: base = (int64_t)input->size; break;
+    default: return AVERROR(EINVAL);
+    }
+    if (offset > (int64_t)input->size - base || base + offset < 0) {
+        return AVERROR(EINVAL);
+    }
+    input->position = (size_t)(base + offset);
+    return (int64_t)input->position;
+}
+
+/// A read-only `AVIOContext` over `input` (which must outlive it); NULL when memory runs out. Close it with
+/// `CFFmpeg_MemoryInputClose`.
+static inline AVIOContext *CFFmpeg_MemoryInputOpen(CFFmpeg_MemoryInput *input) {
+    const int size = 64 * 1024;
+    unsigned char *buffer = (unsigned char *)av_malloc(size);
+    if (buffer == NULL) {
+        return NULL;
+    }
+    AVIOContext *context = avio_alloc_context(
+        buffer, size, 0, input, CFFmpeg_MemoryInputRead, NULL, CFFmpeg_MemoryInputSeek);
+    if (context == NULL) {
+        av_free(buffer);
+    }
+    return context;
+}
+
+/// Frees a context from `CFFmpeg_MemoryInputOpen` and its buffer (which libavformat may have replaced).
+static inline void CFFmpeg_MemoryInputClose(AVIOContext **context) {
+    if (context != NULL && *context != NULL) {
+        av_freep(&(*context)->buffer);
+        avio_context_free(context);
+    }
 }
 
 #endif

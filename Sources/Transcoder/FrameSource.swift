@@ -1,7 +1,9 @@
 /// An animation as browsers show it, read from its headers before any pixel is decoded: the canvas, each
 /// frame's display time (the browser delay rule applied) and how many times it plays. The encoder side
-/// knows nothing else of the input format; GIF is one implementation (`GIFPrescan`).
+/// knows nothing else of the input format: GIF (`GIFPrescan`), APNG (`APNGPrescan`) and animated WebP
+/// (`WebPPrescan`) implement it.
 protocol AnimationHeader: Sendable {
+    var format: SourceFormat { get }
     /// The canvas as browsers show it.
     var width: Int { get }
     var height: Int { get }
@@ -30,7 +32,42 @@ protocol FrameSource: AnyObject {
     var sawTransparency: Bool { get }
 }
 
+/// Flattens straight-alpha RGBA rows (memory order R, G, B, A) over an opaque background, as a page shows
+/// the animation over its background colour: `c * a + background * (1 - a)`, rounded.
+/// - Returns: whether any pixel was not opaque.
+func flattenStraightAlpha(
+    _ source: UnsafeRawPointer, sourceStride: Int, width: Int, height: Int, over background: UInt32,
+    into output: UnsafeMutableBufferPointer<UInt32>, stride: Int
+) -> Bool {
+    var sawTransparency = false
+    let backgroundChannels = (background & 0xFF, (background >> 8) & 0xFF, (background >> 16) & 0xFF)
+    for y in 0..<height {
+        let row = (source + y * sourceStride).assumingMemoryBound(to: UInt32.self)
+        let destination = y * stride
+        for x in 0..<width {
+            let pixel = row[x]
+            let alpha = pixel >> 24
+            if alpha == 255 {
+                output[destination + x] = pixel
+                continue
+            }
+            sawTransparency = true
+            if alpha == 0 {
+                output[destination + x] = background
+                continue
+            }
+            let inverse = 255 - alpha
+            let red = ((pixel & 0xFF) * alpha + backgroundChannels.0 * inverse + 127) / 255
+            let green = (((pixel >> 8) & 0xFF) * alpha + backgroundChannels.1 * inverse + 127) / 255
+            let blue = (((pixel >> 16) & 0xFF) * alpha + backgroundChannels.2 * inverse + 127) / 255
+            output[destination + x] = red | green << 8 | blue << 16 | 0xFF00_0000
+        }
+    }
+    return sawTransparency
+}
+
 extension GIFPrescan: AnimationHeader {
+    var format: SourceFormat { .gif }
     var frameMilliseconds: [Int] { self.frames.map(\.displayMilliseconds) }
 
     func makeFrameSource(_ bytes: UnsafeRawBufferPointer) throws -> any FrameSource {

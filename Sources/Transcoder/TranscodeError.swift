@@ -7,9 +7,15 @@ public struct TranscodeError: Error, CustomStringConvertible, Sendable {
         public init(rawValue: String) { self.rawValue = rawValue }
         public var description: String { self.rawValue }
 
-        /// The data is not a GIF (checked by its signature, never by a file name).
-        public static let notAGIF = Code(rawValue: "not-a-gif")
-        /// The data starts like a GIF but has no frame that can be decoded.
+        /// The data is none of the formats read (GIF, APNG, animated WebP), told by its signature, never by
+        /// a file name or a Content-Type.
+        public static let unsupportedFormat = Code(rawValue: "unsupported-format")
+        /// The data is a still PNG or WebP: there is nothing to animate (a still GIF converts).
+        public static let notAnimated = Code(rawValue: "not-animated")
+        /// Before APNG and WebP were read, anything that was not a GIF.
+        @available(*, deprecated, renamed: "unsupportedFormat")
+        public static let notAGIF = unsupportedFormat
+        /// The data starts like a supported format but has no frame that can be decoded.
         public static let corrupt = Code(rawValue: "corrupt")
         /// The input is larger than `TranscodeLimits.maxInputBytes`.
         public static let tooLarge = Code(rawValue: "too-large")
@@ -30,7 +36,7 @@ public struct TranscodeError: Error, CustomStringConvertible, Sendable {
 
         /// Every code this module produces.
         public static let allCases: [Code] = [
-            .notAGIF, .corrupt, .tooLarge, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels,
+            .unsupportedFormat, .notAnimated, .corrupt, .tooLarge, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels,
             .invalidOptions, .encodeFailed, .io, .insufficientStorage,
         ]
     }

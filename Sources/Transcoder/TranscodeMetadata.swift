@@ -1,40 +1,68 @@
+/// The animation formats the transcoder reads, told apart by their signatures (never by a name or a
+/// Content-Type).
+public enum SourceFormat: String, Codable, Hashable, Sendable, CaseIterable {
+    case gif
+    /// Animated PNG: a PNG with an `acTL` chunk before its image data.
+    case apng
+    /// Animated WebP: RIFF `WEBP` with a `VP8X` chunk announcing an animation.
+    case webp
+
+    /// The media type a browser's image decoder takes for it (APNG is `image/png`).
+    public var mediaType: String {
+        switch self {
+        case .gif: "image/gif"
+        case .apng: "image/png"
+        case .webp: "image/webp"
+        }
+    }
+}
+
 /// What a transcode produced, written as JSON beside the outputs.
+///
+/// Fields once named after GIF (`gifFrameCount`, `gifBytes`, `gifSha256`) are now named after the source
+/// (`sourceFrameCount`, `sourceBytes`, `sourceSha256`); the JSON carries both names for one release, and
+/// either is read.
 public struct TranscodeMetadata: Codable, Hashable, Sendable {
     /// Whether a page should use the video or keep serving the GIF.
     public enum Recommendation: String, Codable, Hashable, Sendable {
-        /// The MP4 is smaller than the GIF.
+        /// The MP4 is smaller than the source.
         case video
-        /// The MP4 is not smaller than the GIF (tiny or single-colour GIFs).
+        /// The MP4 is not smaller than the source (tiny or single-colour animations).
         case keepGIF = "keep-gif"
     }
 
-    /// The GIF's canvas as browsers show it: the logical screen, enlarged to the first frame's rectangle
-    /// where that reaches past it.
+    /// What the source was. Metadata written before other formats were read says nothing: GIF.
+    public var sourceFormat: SourceFormat = .gif
+    /// The source's canvas as browsers show it (for a GIF: the logical screen, enlarged to the first
+    /// frame's rectangle where that reaches past it).
     public var sourceWidth: Int
     public var sourceHeight: Int
     /// The video (and poster) size: even, padded or scaled down into the output box.
     public var outputWidth: Int
     public var outputHeight: Int
-    /// Frames decoded from the GIF.
-    public var gifFrameCount: Int
+    /// Frames decoded from the source (JSON alias, for one release: `gifFrameCount`).
+    public var sourceFrameCount: Int
     /// Frames in the MP4 (identical consecutive pictures merge into one longer frame).
     public var encodedFrameCount: Int
-    /// Length of one play, in milliseconds: the sum of the frames' browser-clamped delays.
+    /// Length of one play, in milliseconds: the sum of the frames' browser-clamped delays (10 ms or less
+    /// plays as 100 ms).
     public var durationMs: Int
-    /// The NETSCAPE2.0 loop count as written; `nil` when the GIF has no loop block.
+    /// The loop count as written, in the source format's own terms: a GIF's NETSCAPE2.0 loop count (`nil`
+    /// when the GIF has no loop block), an APNG's `num_plays`, a WebP's `ANIM` loop count.
     public var loopCount: Int?
-    /// How many times a browser plays the animation: `nil` means forever (loop count 0), otherwise
-    /// 1 with no loop block and n + 1 for a loop count n.
+    /// How many times a browser plays the animation: `nil` means forever (a loop count of 0 in every
+    /// format); for a GIF 1 with no loop block and n + 1 for a loop count n, for APNG and WebP n.
     public var playCount: Int?
     /// Whether a browser would loop it forever (use `<video loop>`, `AVPlayerLooper`).
     public var loopsForever: Bool
     /// Whether any shown picture had transparent pixels (flattened over `background`).
     public var hasTransparency: Bool
-    /// The GIF broke off; the frames before the break were kept, as browsers do.
+    /// The source broke off; the frames before the break were kept, as browsers do.
     public var truncated: Bool
     /// The colour transparency was flattened over, `#rrggbb`.
     public var background: RGBColor
-    public var gifBytes: Int
+    /// The source's size (JSON alias, for one release: `gifBytes`).
+    public var sourceBytes: Int
     public var mp4Bytes: Int
     public var posterBytes: Int
     public var recommendation: Recommendation
@@ -42,24 +70,94 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     /// `nil` in metadata written before they were recorded.
     public var mp4Sha256: String? = nil
     public var posterSha256: String? = nil
-    /// SHA-256 of the GIF itself, whatever the options: what a takedown of these bytes is recorded under.
-    /// `nil` in metadata written before it was recorded.
-    public var gifSha256: String? = nil
+    /// SHA-256 of the source itself, whatever the options: what a takedown of these bytes is recorded
+    /// under. `nil` in metadata written before it was recorded (JSON alias, for one release: `gifSha256`).
+    public var sourceSha256: String? = nil
     /// The x264 CRF of the stored video (`nil` in metadata written before it was recorded).
     public var crf: Int? = nil
     /// The size guard's attempts, when the first encode was not smaller than the GIF (x
     /// `maxSizeRatio`); `nil` when it was.
     public var sizeGuard: SizeGuard? = nil
 
+    public init(
+        sourceFormat: SourceFormat, sourceWidth: Int, sourceHeight: Int, outputWidth: Int, outputHeight: Int,
+        sourceFrameCount: Int, encodedFrameCount: Int, durationMs: Int, loopCount: Int?, playCount: Int?,
+        loopsForever: Bool, hasTransparency: Bool, truncated: Bool, background: RGBColor, sourceBytes: Int,
+        mp4Bytes: Int, posterBytes: Int, recommendation: Recommendation
+    ) {
+        self.sourceFormat = sourceFormat
+        self.sourceWidth = sourceWidth
+        self.sourceHeight = sourceHeight
+        self.outputWidth = outputWidth
+        self.outputHeight = outputHeight
+        self.sourceFrameCount = sourceFrameCount
+        self.encodedFrameCount = encodedFrameCount
+        self.durationMs = durationMs
+        self.loopCount = loopCount
+        self.playCount = playCount
+        self.loopsForever = loopsForever
+        self.hasTransparency = hasTransparency
+        self.truncated = truncated
+        self.background = background
+        self.sourceBytes = sourceBytes
+        self.mp4Bytes = mp4Bytes
+        self.posterBytes = posterBytes
+        self.recommendation = recommendation
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case sourceFormat, sourceWidth, sourceHeight, outputWidth, outputHeight, sourceFrameCount
+        case encodedFrameCount, durationMs, loopCount, playCount, loopsForever, hasTransparency, truncated
+        case background, sourceBytes, mp4Bytes, posterBytes, recommendation, mp4Sha256, posterSha256
+        case sourceSha256, crf, sizeGuard
+        // The names of one release ago.
+        case gifFrameCount, gifBytes, gifSha256
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.sourceFormat = try container.decodeIfPresent(SourceFormat.self, forKey: .sourceFormat) ?? .gif
+        self.sourceWidth = try container.decode(Int.self, forKey: .sourceWidth)
+        self.sourceHeight = try container.decode(Int.self, forKey: .sourceHeight)
+        self.outputWidth = try container.decode(Int.self, forKey: .outputWidth)
+        self.outputHeight = try container.decode(Int.self, forKey: .outputHeight)
+        self.sourceFrameCount =
+            try container.decodeIfPresent(Int.self, forKey: .sourceFrameCount)
+            ?? container.decode(Int.self, forKey: .gifFrameCount)
+        self.encodedFrameCount = try container.decode(Int.self, forKey: .encodedFrameCount)
+        self.durationMs = try container.decode(Int.self, forKey: .durationMs)
+        self.loopCount = try container.decodeIfPresent(Int.self, forKey: .loopCount)
+        self.playCount = try container.decodeIfPresent(Int.self, forKey: .playCount)
+        self.loopsForever = try container.decode(Bool.self, forKey: .loopsForever)
+        self.hasTransparency = try container.decode(Bool.self, forKey: .hasTransparency)
+        self.truncated = try container.decode(Bool.self, forKey: .truncated)
+        self.background = try container.decode(RGBColor.self, forKey: .background)
+        self.sourceBytes =
+            try container.decodeIfPresent(Int.self, forKey: .sourceBytes)
+            ?? container.decode(Int.self, forKey: .gifBytes)
+        self.mp4Bytes = try container.decode(Int.self, forKey: .mp4Bytes)
+        self.posterBytes = try container.decode(Int.self, forKey: .posterBytes)
+        self.recommendation = try container.decode(Recommendation.self, forKey: .recommendation)
+        self.mp4Sha256 = try container.decodeIfPresent(String.self, forKey: .mp4Sha256)
+        self.posterSha256 = try container.decodeIfPresent(String.self, forKey: .posterSha256)
+        self.sourceSha256 =
+            try container.decodeIfPresent(String.self, forKey: .sourceSha256)
+            ?? container.decodeIfPresent(String.self, forKey: .gifSha256)
+        self.crf = try container.decodeIfPresent(Int.self, forKey: .crf)
+        self.sizeGuard = try container.decodeIfPresent(SizeGuard.self, forKey: .sizeGuard)
+    }
+
     // Written by hand so that `loopCount` and `playCount` are always present, `null` when absent: a client
     // reading `playCount` must not have to tell "forever" from "field missing".
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(self.sourceFormat, forKey: .sourceFormat)
         try container.encode(self.sourceWidth, forKey: .sourceWidth)
         try container.encode(self.sourceHeight, forKey: .sourceHeight)
         try container.encode(self.outputWidth, forKey: .outputWidth)
         try container.encode(self.outputHeight, forKey: .outputHeight)
-        try container.encode(self.gifFrameCount, forKey: .gifFrameCount)
+        try container.encode(self.sourceFrameCount, forKey: .sourceFrameCount)
+        try container.encode(self.sourceFrameCount, forKey: .gifFrameCount)
         try container.encode(self.encodedFrameCount, forKey: .encodedFrameCount)
         try container.encode(self.durationMs, forKey: .durationMs)
         try container.encode(self.loopCount, forKey: .loopCount)
@@ -68,13 +166,15 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         try container.encode(self.hasTransparency, forKey: .hasTransparency)
         try container.encode(self.truncated, forKey: .truncated)
         try container.encode(self.background, forKey: .background)
-        try container.encode(self.gifBytes, forKey: .gifBytes)
+        try container.encode(self.sourceBytes, forKey: .sourceBytes)
+        try container.encode(self.sourceBytes, forKey: .gifBytes)
         try container.encode(self.mp4Bytes, forKey: .mp4Bytes)
         try container.encode(self.posterBytes, forKey: .posterBytes)
         try container.encode(self.recommendation, forKey: .recommendation)
         try container.encode(self.mp4Sha256, forKey: .mp4Sha256)
         try container.encode(self.posterSha256, forKey: .posterSha256)
-        try container.encode(self.gifSha256, forKey: .gifSha256)
+        try container.encode(self.sourceSha256, forKey: .sourceSha256)
+        try container.encode(self.sourceSha256, forKey: .gifSha256)
         try container.encode(self.crf, forKey: .crf)
         try container.encode(self.sizeGuard, forKey: .sizeGuard)
     }

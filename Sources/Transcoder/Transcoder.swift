@@ -47,7 +47,7 @@ public struct Transcoder: Sendable {
             metadata.result.posterBytes = metadata.poster.count
             metadata.result.mp4Sha256 = try ContentHash.sha256(ofFile: mp4Temporary)
             metadata.result.posterSha256 = try ContentHash.sha256(metadata.poster)
-            metadata.result.gifSha256 = try ContentHash.sha256(gif)
+            metadata.result.sourceSha256 = try ContentHash.sha256(gif)
             metadata.result.recommendation =
                 Double(metadata.result.mp4Bytes) < Double(gif.count) * self.options.maxSizeRatio ? .video : .keepGIF
             let encoder = JSONEncoder()
@@ -112,10 +112,29 @@ public struct Transcoder: Sendable {
         return Plan(header: header, output: output)
     }
 
-    /// The animation's headers, limits checked before any pixel is decoded. Where the input format is
-    /// told apart; GIF is the only one today.
+    /// The animation's headers, limits checked before any pixel is decoded. The one place the input format
+    /// is told apart: by its signature, never by a name or a Content-Type.
+    /// - Throws: `unsupported-format` for anything but GIF, PNG and WebP; `not-animated` for a still PNG or
+    ///   WebP; the format's own errors otherwise.
     private func header(_ bytes: UnsafeRawBufferPointer) throws -> any AnimationHeader {
-        try GIFPrescan(bytes: bytes, limits: self.options.limits)
+        let limits = self.options.limits
+        guard bytes.count <= limits.maxInputBytes else {
+            throw TranscodeError(.tooLarge, "the input is \(bytes.count) bytes; the limit is \(limits.maxInputBytes)")
+        }
+        // A file that is a strict prefix of a signature is that format cut short (`corrupt`).
+        let gif = Array("GIF8".utf8)
+        if bytes.starts(with: gif) || (!bytes.isEmpty && bytes.count < gif.count && gif.starts(with: bytes)) {
+            return try GIFPrescan(bytes: bytes, limits: limits)
+        }
+        let png = APNGPrescan.signature
+        if bytes.starts(with: png) || (!bytes.isEmpty && bytes.count < png.count && png.starts(with: bytes)) {
+            return try APNGPrescan(bytes: bytes, limits: limits)
+        }
+        if WebPPrescan.matches(bytes) {
+            return try WebPPrescan(bytes: bytes, limits: limits)
+        }
+        throw TranscodeError(
+            .unsupportedFormat, "the data is not a GIF, an animated PNG or an animated WebP (told by its signature)")
     }
 
     /// Encodes at `options.crf`; when the MP4 is not smaller than `maxSizeRatio` x the GIF, encodes again
@@ -199,7 +218,7 @@ public struct Transcoder: Sendable {
     /// how long it shows: the GIF is composited again (frames are not kept from the encode) and the MP4
     /// decoded beside it, one picture of each in memory.
     private func ssim(_ bytes: UnsafeRawBufferPointer, plan: Plan, mp4Path: String) throws -> Double {
-        let reader = try MP4Reader(path: mp4Path)
+        let reader = try MediaReader(path: mp4Path)
         var scores: [(start: Int64, ssim: Double)] = []
         let pass = try self.composite(bytes, plan: plan, first: { _, _, _ in }) { frame, start in
             guard let decoded = try reader.next() else {
@@ -247,12 +266,12 @@ public struct Transcoder: Sendable {
         try muxer.finish(endTime: pass.time)
 
         let metadata = TranscodeMetadata(
-            sourceWidth: header.width, sourceHeight: header.height,
+            sourceFormat: header.format, sourceWidth: header.width, sourceHeight: header.height,
             outputWidth: output.width, outputHeight: output.height,
-            gifFrameCount: pass.decodedFrames, encodedFrameCount: pass.encodedFrames, durationMs: Int(pass.time),
+            sourceFrameCount: pass.decodedFrames, encodedFrameCount: pass.encodedFrames, durationMs: Int(pass.time),
             loopCount: header.loopCount, playCount: header.playCount, loopsForever: header.playCount == nil,
             hasTransparency: pass.sawTransparency, truncated: pass.truncated,
-            background: self.options.background, gifBytes: bytes.count, mp4Bytes: 0, posterBytes: 0,
+            background: self.options.background, sourceBytes: bytes.count, mp4Bytes: 0, posterBytes: 0,
             recommendation: .video)
         return (metadata, poster)
     }
@@ -333,7 +352,8 @@ public struct Transcoder: Sendable {
             pass.decodedFrames += 1
         }
         guard pass.decodedFrames > 0 else {
-            throw TranscodeError(.corrupt, "the GIF has no frame that decodes completely")
+            throw TranscodeError(
+                .corrupt, "the \(header.format.rawValue.uppercased()) has no frame that decodes completely")
         }
         try emitPending()
         pass.sawTransparency = source.sawTransparency

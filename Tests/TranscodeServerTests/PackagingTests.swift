@@ -32,14 +32,17 @@ import Testing
         #expect(docker == quickStart, "Dockerfile \(docker.sorted()) vs scripts/install-deps \(quickStart.sorted())")
         #expect(
             docker.isSuperset(of: [
-                "libavcodec-dev", "libavformat-dev", "libavutil-dev", "libswscale-dev", "libgif-dev",
+                "libavcodec-dev", "libavformat-dev", "libavutil-dev", "libswscale-dev", "libgif-dev", "libwebp-dev",
             ]))
     }
 
     @Test func runtimeImage() throws {
         let docker = try Self.read("Dockerfile")
         let runtime = try Self.packages(in: docker, after: "FROM debian:bookworm-slim")
-        #expect(runtime.isSuperset(of: ["libavcodec59", "libavformat59", "libavutil57", "libswscale6", "libgif7"]))
+        #expect(
+            runtime.isSuperset(of: [
+                "libavcodec59", "libavformat59", "libavutil57", "libswscale6", "libgif7", "libwebp7", "libwebpdemux2",
+            ]))
         #expect(!runtime.contains { $0.hasSuffix("-dev") })
         #expect(docker.contains("FROM swift:6.3-bookworm AS build"))
         #expect(docker.contains("--static-swift-stdlib"))

@@ -301,11 +301,12 @@ import Transcoder
             let gif = try corpusBytes("cartoon_hotdog.gif")
             let first = try await harness.upload(gif, headers: self.auth)
             let key = try #require(try first.json()["key"] as? String)
-            // Rewrite the metadata as an older version wrote it: no gifSha256.
+            // Rewrite the metadata as an older version wrote it: no source hash under either name.
             let path = harness.services.cache.objectPath(key, "json")
             var metadata = try #require(
                 try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
             metadata["gifSha256"] = nil
+            metadata["sourceSha256"] = nil
             let rewritten = path + ".new"
             try JSONSerialization.data(withJSONObject: metadata).write(to: URL(fileURLWithPath: rewritten))
             #expect(rename(rewritten, path) == 0)

@@ -195,7 +195,7 @@ import Testing
         ]
         let result = try convert(try gif.build())
         // The last three frames lie wholly outside: they change nothing, so they merge into the second.
-        #expect(result.metadata.gifFrameCount == 5)
+        #expect(result.metadata.sourceFrameCount == 5)
         #expect(result.video.ptsMilliseconds == [0, 100])
         #expect(result.metadata.durationMs == 700)
         self.expectPictures(

@@ -12,15 +12,19 @@ import Testing
         return gif
     }
 
-    @Test func notAGIF() throws {
-        try expectFailure(Array("\u{89}PNG\r\n\u{1A}\n0000000000000".utf8), .notAGIF)
-        try expectFailure([], .notAGIF)
-        try expectFailure(Array("GIF90a".utf8) + [UInt8](repeating: 0, count: 20), .notAGIF)
+    @Test func unsupportedFormat() throws {
+        try expectFailure([], .unsupportedFormat)
+        try expectFailure(Array("GIF90a".utf8) + [UInt8](repeating: 0, count: 20), .unsupportedFormat)
+        try expectFailure(Array("RIFF\u{4}\0\0\0WAVE".utf8), .unsupportedFormat)
+        try expectFailure([0xFF, 0xD8, 0xFF, 0xE0] + [UInt8](repeating: 0, count: 20), .unsupportedFormat)
     }
 
     @Test func truncatedHeaderIsCorrupt() throws {
         try expectFailure(Array("GIF8".utf8), .corrupt)
         try expectFailure(Array("GIF89a".utf8) + [1, 0], .corrupt)
+        try expectFailure([0x89, 0x50, 0x4E], .corrupt)
+        try expectFailure(APNGPrescan.signature + Array("0000000000000".utf8), .corrupt)
+        try expectFailure(Array("RIFF\u{4}\0\0\0WEBP".utf8), .corrupt)
     }
 
     @Test func headerWithoutFramesIsCorrupt() throws {
@@ -35,7 +39,7 @@ import Testing
         options.limits.maxInputBytes = bytes.count - 1
         try expectFailure(bytes, .tooLarge, options: options)
         options.limits.maxInputBytes = bytes.count
-        #expect(try convert(bytes, options: options).metadata.gifFrameCount == 3)
+        #expect(try convert(bytes, options: options).metadata.sourceFrameCount == 3)
     }
 
     @Test func canvasLimit() throws {
@@ -62,7 +66,7 @@ import Testing
         options.limits.maxFrames = 2
         try expectFailure(try self.animation(frames: 3).build(), .tooManyFrames, options: options)
         options.limits.maxFrames = 3
-        #expect(try convert(try self.animation(frames: 3).build(), options: options).metadata.gifFrameCount == 3)
+        #expect(try convert(try self.animation(frames: 3).build(), options: options).metadata.sourceFrameCount == 3)
     }
 
     @Test func totalPixelLimit() throws {
@@ -70,7 +74,7 @@ import Testing
         options.limits.maxTotalPixels = 32 * 32 * 3 - 1
         try expectFailure(try self.animation(frames: 3).build(), .tooManyPixels, options: options)
         options.limits.maxTotalPixels = 32 * 32 * 3
-        #expect(try convert(try self.animation(frames: 3).build(), options: options).metadata.gifFrameCount == 3)
+        #expect(try convert(try self.animation(frames: 3).build(), options: options).metadata.sourceFrameCount == 3)
     }
 
     @Test func invalidOptions() throws {
@@ -93,7 +97,7 @@ import Testing
         let cut = Array(bytes.prefix(bytes.count - 6))
         let result = try convert(cut)
         #expect(result.metadata.truncated)
-        #expect(result.metadata.gifFrameCount == 2)
+        #expect(result.metadata.sourceFrameCount == 2)
         #expect(result.metadata.durationMs == 200)
         #expect(result.video.ptsMilliseconds == [0, 100])
     }
@@ -103,7 +107,7 @@ import Testing
         #expect(bytes.last == 0x3B)
         let result = try convert(Array(bytes.dropLast()))
         #expect(result.metadata.truncated)
-        #expect(result.metadata.gifFrameCount == 2)
+        #expect(result.metadata.sourceFrameCount == 2)
     }
 
     @Test func damagedImageDataStopsAtTheLastGoodFrame() throws {
@@ -119,7 +123,7 @@ import Testing
         bytes[second + 10] = 12
         let result = try convert(bytes)
         #expect(result.metadata.truncated)
-        #expect(result.metadata.gifFrameCount == 1)
+        #expect(result.metadata.sourceFrameCount == 1)
     }
 
     /// A full disk or quota, from a write or from libavformat, is `insufficient-storage`, not `io` or

@@ -32,7 +32,7 @@ import Testing
             #expect(names == ["clip.jpg", "clip.json", "clip.mp4"])
             let json = try Data(contentsOf: URL(fileURLWithPath: directory + "/clip.json"))
             #expect(try JSONDecoder().decode(TranscodeMetadata.self, from: json) == metadata)
-            #expect(metadata.gifBytes == bytes.count)
+            #expect(metadata.sourceBytes == bytes.count)
             // The recorded hashes, against coreutils' sha256sum (an implementation of its own).
             let sums = String(
                 decoding: try run("sha256sum", [directory + "/clip.mp4", directory + "/clip.jpg"]), as: UTF8.self)
@@ -42,14 +42,14 @@ import Testing
             // Written after the listing above, beside the outputs.
             try Data(bytes).write(to: URL(fileURLWithPath: directory + "/source.gif"))
             let gifSum = String(decoding: try run("sha256sum", [directory + "/source.gif"]), as: UTF8.self)
-            #expect(metadata.gifSha256 == String(gifSum.prefix(64)))
+            #expect(metadata.sourceSha256 == String(gifSum.prefix(64)))
             #expect(
                 metadata.mp4Bytes
                     == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.mp4")[.size] as? Int))
             #expect(
                 metadata.posterBytes
                     == (try FileManager.default.attributesOfItem(atPath: directory + "/clip.jpg")[.size] as? Int))
-            #expect(metadata.recommendation == (metadata.mp4Bytes < metadata.gifBytes ? .video : .keepGIF))
+            #expect(metadata.recommendation == (metadata.mp4Bytes < metadata.sourceBytes ? .video : .keepGIF))
         }
     }
 

@@ -69,7 +69,7 @@ import Testing
             .filled(UInt8(index), width: 16, height: 16, delay: delay)
         }
         let result = try convert(try gif.build())
-        #expect(result.metadata.gifFrameCount == 5)
+        #expect(result.metadata.sourceFrameCount == 5)
         #expect(result.metadata.encodedFrameCount == 3)
         #expect(result.video.ptsMilliseconds == [0, 300, 650])
         #expect(result.metadata.durationMs == 750)

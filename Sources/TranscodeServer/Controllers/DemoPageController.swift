@@ -215,14 +215,14 @@ enum DemoPage {
           video.muted = true;
           video.poster = r.poster;
           video.src = r.mp4;
-          $("gif-size").textContent = kb(r.gifBytes);
+          $("gif-size").textContent = kb(r.sourceBytes);
           $("mp4-size").textContent = kb(r.mp4Bytes);
           const plays = r.loopsForever ? "loops forever"
             : r.playCount > 1 ? "plays " + r.playCount + " times" : "plays once";
           $("duration").textContent = (r.durationMs / 1000).toFixed(2) + " s, " + plays;
-          const saved = r.gifBytes - r.mp4Bytes;
+          const saved = r.sourceBytes - r.mp4Bytes;
           $("saved").textContent = saved > 0
-            ? kb(saved) + " (" + Math.round(saved * 100 / r.gifBytes) + "%)"
+            ? kb(saved) + " (" + Math.round(saved * 100 / r.sourceBytes) + "%)"
             : "nothing: the MP4 is " + kb(-saved) + " larger";
           $("advice").textContent = (r.recommendation === "video" ? "Use the video." : "Keep the GIF.")
             + (r.truncated ? " The GIF is truncated; the frames before the break were kept." : "");

@@ -110,7 +110,7 @@ extension DiskCache {
     /// GIF's SHA-256, so neither is served or converted again.
     func purge(key: String, takedown reason: String? = nil) throws -> PurgeReport {
         var report = PurgeReport()
-        let gifHash = self.storedMetadata(key)?.gifSha256
+        let gifHash = self.storedMetadata(key)?.sourceSha256
         if self.remove(key) {
             report.objects.append(key)
             if let gifHash { report.gifHashes.append(gifHash) }
@@ -207,9 +207,9 @@ extension DiskCache {
 
     /// Throws `taken-down` when the object `key`, or the GIF it was made from, was taken down: every answer
     /// that serves a stored object asks this, not only when the files are gone (the same bytes converted
-    /// again after a takedown that predates `gifSha256` must not be served either).
+    /// again after a takedown that predates `sourceSha256` (then `gifSha256`) must not be served either).
     func checkNotTakenDown(key: String, metadata: TranscodeMetadata) throws {
-        if self.isBuried(.object(key)) || metadata.gifSha256.map({ self.isBuried(.gif($0)) }) == true {
+        if self.isBuried(.object(key)) || metadata.sourceSha256.map({ self.isBuried(.gif($0)) }) == true {
             throw ServiceError.takenDown("this was taken down")
         }
     }

@@ -62,7 +62,8 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
         switch error.code {
         case .tooLarge: status = .contentTooLarge
         case .invalidOptions: status = .badRequest
-        case .notAGIF, .corrupt, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels: status = .unprocessableContent
+        case .unsupportedFormat, .notAnimated, .corrupt, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels:
+            status = .unprocessableContent
         case .insufficientStorage: status = Self.insufficientStorageStatus
         default: status = .internalServerError
         }

@@ -313,14 +313,14 @@ final class TranscodeService: Sendable {
             }
             let elapsed = ContinuousClock.now - started
             self.metrics.transcoded(
-                duration: elapsed, savedBytes: max(0, metadata.gifBytes - metadata.mp4Bytes),
+                duration: elapsed, savedBytes: max(0, metadata.sourceBytes - metadata.mp4Bytes),
                 reencodes: max(0, (metadata.sizeGuard?.attempts.count ?? 1) - 1))
             self.logger.info(
                 "transcoded",
                 metadata: [
                     "request.key": "\(requestKey.prefix(16))", "object.key": "\(key.prefix(16))",
-                    "gif.frames": "\(metadata.gifFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
-                    "gif.bytes": "\(metadata.gifBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
+                    "gif.frames": "\(metadata.sourceFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
+                    "gif.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
                 ])
             return metadata
         }

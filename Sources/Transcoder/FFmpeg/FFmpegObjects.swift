@@ -236,3 +236,68 @@ final class ImageScaler {
         }
     }
 }
+
+/// Owns a libswscale context converting decoded pictures of any pixel format (palette, grey, RGB, 16-bit,
+/// with or without alpha) to straight-alpha RGBA of the same size, tightly packed. Pictures already in
+/// RGBA are copied row by row.
+final class RGBAConverter {
+    private let context: OpaquePointer?
+    let sourceFormat: Int32
+    private let width: Int
+    private let height: Int
+
+    init(width: Int, height: Int, sourceFormat: AVPixelFormat) throws {
+        self.width = width
+        self.height = height
+        self.sourceFormat = sourceFormat.rawValue
+        if sourceFormat == AV_PIX_FMT_RGBA {
+            self.context = nil
+            return
+        }
+        // Same size: no resampling, only the format conversion (exact for 8-bit formats).
+        guard
+            let context = sws_getContext(
+                Int32(width), Int32(height), sourceFormat, Int32(width), Int32(height), AV_PIX_FMT_RGBA,
+                SWS_POINT | SWS_ACCURATE_RND, nil, nil, nil)
+        else {
+            throw FFmpegError(code: CFFmpeg_AVERROR(EINVAL), function: "sws_getContext(RGBA)")
+        }
+        self.context = context
+    }
+
+    deinit {
+        if let context = self.context { sws_freeContext(context) }
+    }
+
+    /// Converts `frame` (`width` x `height`, `sourceFormat`) into `output` (`width * height` pixels).
+    func convert(_ frame: UnsafeMutablePointer<AVFrame>, into output: UnsafeMutableBufferPointer<UInt32>) throws {
+        let rowBytes = self.width * 4
+        guard let context = self.context else {
+            guard let source = frame.pointee.data.0 else {
+                throw FFmpegError(code: CFFmpeg_AVERROR(EINVAL), function: "AVFrame.data")
+            }
+            let stride = Int(frame.pointee.linesize.0)
+            let destination = UnsafeMutableRawPointer(output.baseAddress!)
+            for y in 0..<self.height {
+                (destination + y * rowBytes).copyMemory(from: source + y * stride, byteCount: rowBytes)
+            }
+            return
+        }
+        var destinationPlanes: [UnsafeMutablePointer<UInt8>?] = [
+            UnsafeMutableRawPointer(output.baseAddress).map { $0.assumingMemoryBound(to: UInt8.self) }, nil, nil,
+            nil,
+        ]
+        var destinationStrides: [Int32] = [Int32(rowBytes), 0, 0, 0]
+        let result = withUnsafePointer(to: &frame.pointee.data) { data in
+            withUnsafePointer(to: &frame.pointee.linesize) { linesize in
+                data.withMemoryRebound(to: UnsafePointer<UInt8>?.self, capacity: 8) { planes in
+                    linesize.withMemoryRebound(to: Int32.self, capacity: 8) { strides in
+                        sws_scale(
+                            context, planes, strides, 0, Int32(self.height), &destinationPlanes, &destinationStrides)
+                    }
+                }
+            }
+        }
+        try FFmpegError.check(result, "sws_scale(RGBA)")
+    }
+}

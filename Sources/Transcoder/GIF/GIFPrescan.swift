@@ -79,7 +79,7 @@ struct GIFPrescan: Sendable {
             if !head.isEmpty, head.count < 6, Self.signatures.contains(where: { $0.starts(with: head) }) {
                 throw TranscodeError(.corrupt, "the file ends inside the GIF header")
             }
-            throw TranscodeError(.notAGIF, "the data does not start with a GIF87a or GIF89a signature")
+            throw TranscodeError(.unsupportedFormat, "the data does not start with a GIF87a or GIF89a signature")
         }
         guard let screenWidth = reader.readUInt16(), let screenHeight = reader.readUInt16(),
             let packed = reader.readByte(), reader.skip(2)

@@ -1,0 +1,75 @@
+import CFFmpeg
+
+extension WebPPrescan: AnimationHeader {
+    var format: SourceFormat { .webp }
+    var frameMilliseconds: [Int] { self.frames.map(\.displayMilliseconds) }
+    /// The loop count 0 is forever, n is n plays (Chromium's reading).
+    var playCount: Int? { self.loopCount == 0 ? nil : self.loopCount }
+
+    func makeFrameSource(_ bytes: UnsafeRawBufferPointer) throws -> any FrameSource {
+        try WebPFrameSource(prescan: self, bytes: bytes)
+    }
+}
+
+/// The animated WebP implementation: libwebp's `WebPAnimDecoder` (the demux library) composites each frame
+/// onto the canvas, blending and disposal included, the background colour ignored as browsers do, and hands
+/// back straight-alpha RGBA canvases. Timing comes from the prescan's `ANMF` reading.
+final class WebPFrameSource: FrameSource {
+    private let prescan: WebPPrescan
+    private let decoder: OpaquePointer
+    /// The decoder's current canvas (owned by it, valid until the next frame).
+    private var canvas: UnsafeMutablePointer<UInt8>?
+    private var next = 0
+    private(set) var sawTransparency = false
+
+    /// - Parameter bytes: the whole WebP, alive and unchanged for the source's lifetime (libwebp's demuxer
+    ///   reads it in place).
+    init(prescan: WebPPrescan, bytes: UnsafeRawBufferPointer) throws {
+        self.prescan = prescan
+        var options = WebPAnimDecoderOptions()
+        guard WebPAnimDecoderOptionsInit(&options) != 0 else {
+            throw TranscodeError(.corrupt, "libwebp's demux library does not match its headers")
+        }
+        options.color_mode = MODE_RGBA
+        options.use_threads = 0
+        var data = WebPData(bytes: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), size: bytes.count)
+        guard let decoder = WebPAnimDecoderNew(&data, &options) else {
+            throw TranscodeError(.corrupt, "libwebp cannot read the animated WebP")
+        }
+        self.decoder = decoder
+        var info = WebPAnimInfo()
+        guard WebPAnimDecoderGetInfo(decoder, &info) != 0, Int(info.canvas_width) == prescan.width,
+            Int(info.canvas_height) == prescan.height
+        else {
+            WebPAnimDecoderDelete(decoder)
+            throw TranscodeError(.corrupt, "libwebp reads another canvas than the VP8X chunk announces")
+        }
+    }
+
+    deinit {
+        WebPAnimDecoderDelete(self.decoder)
+    }
+
+    func advance() throws -> Bool {
+        guard self.next < self.prescan.frames.count, WebPAnimDecoderHasMoreFrames(self.decoder) != 0 else {
+            return false
+        }
+        var timestamp: Int32 = 0
+        guard WebPAnimDecoderGetNext(self.decoder, &self.canvas, &timestamp) != 0, self.canvas != nil else {
+            throw TranscodeError(.corrupt, "libwebp cannot decode frame \(self.next + 1)")
+        }
+        self.next += 1
+        return true
+    }
+
+    func flatten(over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int) {
+        guard let canvas = self.canvas else { return }
+        let width = self.prescan.width
+        if flattenStraightAlpha(
+            canvas, sourceStride: width * 4, width: width, height: self.prescan.height, over: background,
+            into: output, stride: stride)
+        {
+            self.sawTransparency = true
+        }
+    }
+}
