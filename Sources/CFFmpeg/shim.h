@@ -20,6 +20,7 @@
 #include <gif_lib.h>
 #include <webp/decode.h>
 #include <webp/demux.h>
+#include <webp/encode.h>
 
 /// `AVERROR(e)`: FFmpeg's negative error code for a POSIX errno value.
 static inline int CFFmpeg_AVERROR(int e) { return AVERROR(e); }

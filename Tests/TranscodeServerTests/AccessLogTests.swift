@@ -77,7 +77,7 @@ import Testing
             let unprocessable = try #require(recorder.requests(withID: "upload-422").first)
             #expect(unprocessable.metadata["http.route"] == "/transcode")
             #expect(unprocessable.metadata["http.status"] == "422")
-            #expect(unprocessable.metadata["error.code"] == "not-a-gif")
+            #expect(unprocessable.metadata["error.code"] == "unsupported-format")
         }
     }
 

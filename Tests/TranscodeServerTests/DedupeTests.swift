@@ -40,7 +40,7 @@ import Testing
                 for try await reply in group { replies.append(reply) }
                 return replies
             }
-            #expect(replies.allSatisfy { $0.status == 422 && $0.errorCode == "not-a-gif" })
+            #expect(replies.allSatisfy { $0.status == 422 && $0.errorCode == "not-animated" })
             #expect(harness.origin.count("/delayed/300/notgif_png_static.gif") == 1)
         }
     }

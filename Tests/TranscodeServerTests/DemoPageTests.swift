@@ -23,7 +23,8 @@ import Testing
             for id in Self.elementIDs {
                 #expect(html.contains("id=\"\(id)\""), "no element #\(id)")
             }
-            #expect(html.contains("<input id=\"file\" type=\"file\" accept=\"image/gif\">"))
+            #expect(
+                html.contains("<input id=\"file\" type=\"file\" accept=\"image/gif,image/png,image/apng,image/webp\">"))
             #expect(html.contains("<label for=\"url\">"))
             // Self-contained: nothing is fetched from elsewhere.
             #expect(!html.contains("<link"))

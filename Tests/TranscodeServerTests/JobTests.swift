@@ -39,7 +39,7 @@ import Testing
                 if poll["status"] as? String != "pending" { break }
             }
             #expect(poll["status"] as? String == "failed")
-            #expect((poll["error"] as? [String: Any])?["code"] as? String == "not-a-gif")
+            #expect((poll["error"] as? [String: Any])?["code"] as? String == "unsupported-format")
         }
     }
 

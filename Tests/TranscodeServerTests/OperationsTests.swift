@@ -40,7 +40,7 @@ import Transcoder
             let text = metrics.text
             for line in [
                 "transcode_cache_hits_total 1", "transcode_cache_misses_total 2", "transcode_conversions_total 1",
-                "transcode_served_bytes_total 100", #"transcode_errors_total{code="not-a-gif"} 1"#,
+                "transcode_served_bytes_total 100", #"transcode_errors_total{code="unsupported-format"} 1"#,
                 #"transcode_requests_total{route="/transcode",status="200"} 2"#,
                 #"transcode_requests_total{route="/transcode",status="422"} 1"#, "transcode_queue_depth 0",
                 #"transcode_build_info{version="\#(TranscodeServerCommand.version)"} 1"#,

@@ -14,6 +14,9 @@ import Testing
             #expect(json["mp4"] as? String == "/media/\(key).mp4")
             #expect(json["poster"] as? String == "/media/\(key).jpg")
             #expect(json["metadata"] as? String == "/media/\(key).json")
+            #expect(json["sourceFormat"] as? String == "gif")
+            #expect(json["sourceFrameCount"] as? Int == 8)
+            // The old name, kept for one release.
             #expect(json["gifFrameCount"] as? Int == 8)
             #expect(json["sourceWidth"] as? Int == 365)
             #expect(json["outputWidth"] as? Int == 366)
@@ -87,6 +90,28 @@ import Testing
         }
     }
 
+    /// APNG and animated WebP bodies are taken under their own media types (and any of the accepted ones:
+    /// the signature decides), by URL too.
+    @Test(arguments: [
+        ("apng_ball_20f.png", "image/png", "apng", 20), ("apng_red_blue_loop3.apng", "image/apng", "apng", 4),
+        ("webp_anim_imagers.webp", "image/webp", "webp", 6), ("notgif_webp_anim.gif", "image/gif", "webp", 42),
+    ])
+    func uploadedAPNGAndWebP(name: String, contentType: String, format: String, frames: Int) async throws {
+        try await withHarness { harness in
+            let bytes = try corpusBytes(name)
+            let reply = try await harness.upload(bytes, contentType: contentType)
+            #expect(reply.status == 200, "\(reply.text)")
+            let json = try reply.json()
+            #expect(json["sourceFormat"] as? String == format)
+            #expect(json["sourceFrameCount"] as? Int == frames)
+            #expect(json["sourceBytes"] as? Int == bytes.count)
+            #expect(json["gifBytes"] as? Int == bytes.count)
+            let byURL = try await harness.transcode(url: harness.originURL("/corpus/" + name))
+            #expect(byURL.status == 200, "\(byURL.text)")
+            #expect(try byURL.json()["key"] as? String == json["key"] as? String)
+        }
+    }
+
     @Test func backgroundIsPartOfTheKey() async throws {
         try await withHarness { harness in
             let url = harness.originURL("/corpus/transp_flag_estonia.gif")
@@ -100,8 +125,10 @@ import Testing
     }
 
     @Test(arguments: [
-        ("/html", 422, "not-a-gif"),
-        ("/corpus/notgif_jpeg_photo.gif", 422, "not-a-gif"),
+        ("/html", 422, "unsupported-format"),
+        ("/corpus/notgif_jpeg_photo.gif", 422, "unsupported-format"),
+        ("/corpus/notgif_png_static.gif", 422, "not-animated"),
+        ("/corpus/webp_static_photo.webp", 422, "not-animated"),
         ("/corpus/corrupt_truncated_575x800.gif", 422, "corrupt"),
         ("/corpus/odd_65535x1.gif", 422, "dimensions-too-large"),
         ("/status/404", 404, "origin-not-found"),

@@ -72,7 +72,7 @@ enum DemoPage {
           </form>
           <div id="drop" class="drop">
             <label for="file">Or drop a GIF here, or choose one</label>
-            <input id="file" type="file" accept="image/gif">
+            <input id="file" type="file" accept="image/gif,image/png,image/apng,image/webp">
           </div>
           <details>
             <summary>Access token</summary>
@@ -235,13 +235,14 @@ enum DemoPage {
 
         function convertFile(file) {
           if (!file) return;
-          if (file.type !== "image/gif" && !/\.gif$/i.test(file.name)) {
-            showError({ code: "not-a-gif", message: file.name + " is not a GIF" });
+          // The service tells the format by its signature; this only turns away what cannot be one.
+          if (file.type && !/^image\/(gif|png|apng|webp)$/.test(file.type)) {
+            showError({ code: "unsupported-format", message: file.name + " is not a GIF, APNG or WebP" });
             return;
           }
           if (previewURL) URL.revokeObjectURL(previewURL);
           previewURL = URL.createObjectURL(file);
-          convert(file, "image/gif", previewURL);
+          convert(file, file.type || "application/octet-stream", previewURL);
         }
 
         $("url-form").addEventListener("submit", (event) => {

@@ -30,11 +30,16 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     /// silently ignored.
     static var requestFields: [String] { ["url", "background"] }
 
+    /// The bodies taken as the animation itself. Which format it is, is told by its signature, not by this.
+    static var uploadMediaTypes: [String] {
+        ["image/gif", "image/png", "image/apng", "image/webp", "application/octet-stream"]
+    }
+
     @Sendable func transcode(_ request: Request, context: Context) async throws -> Response {
         let contentType = request.headers[.contentType]?.lowercased() ?? ""
         let answer: TranscodeAnswer
         var signed: [String: String]?
-        if contentType.hasPrefix("image/gif") || contentType.hasPrefix("application/octet-stream") {
+        if Self.uploadMediaTypes.contains(where: { contentType.hasPrefix($0) }) {
             let limit = min(self.service.defaultOptions.limits.maxInputBytes, self.maxBodyBytes)
             try Self.checkDeclaredLength(request, limit: limit)
             for (name, _) in request.uri.queryParameters where String(name) != "background" {
@@ -75,7 +80,8 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         } else {
             throw ServiceError(
                 "unsupported-media-type", .unsupportedMediaType,
-                "send JSON (application/json) with a url, or the GIF itself (image/gif)")
+                "send JSON (application/json) with a url, or the animation itself (image/gif, image/png, "
+                    + "image/apng, image/webp)")
         }
         switch answer {
         case .done(let outcome, let cacheHit):

@@ -176,7 +176,7 @@ struct Downloader: Sendable {
     ) async throws -> Hop {
         var request = HTTPClientRequest(url: url.absoluteString)
         request.headers.add(name: "User-Agent", value: "transcode-server/1 (+gif-to-mp4)")
-        request.headers.add(name: "Accept", value: "image/gif, */*;q=0.5")
+        request.headers.add(name: "Accept", value: "image/gif, image/webp, image/apng, image/png;q=0.9, */*;q=0.5")
         request.headers.add(name: "Accept-Encoding", value: "identity")
         for (name, value) in conditions { request.headers.add(name: name, value: value) }
         let response = try await client.execute(request, deadline: deadline, logger: self.logger)

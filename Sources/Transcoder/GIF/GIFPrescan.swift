@@ -63,7 +63,7 @@ struct GIFPrescan: Sendable {
     private static let signatures: [[UInt8]] = [Array("GIF87a".utf8), Array("GIF89a".utf8)]
 
     /// Scans `bytes` and checks `limits`.
-    /// - Throws: `TranscodeError` with `not-a-gif`, `corrupt`, `too-large`, `dimensions-too-large`,
+    /// - Throws: `TranscodeError` with `unsupported-format`, `corrupt`, `too-large`, `dimensions-too-large`,
     ///   `too-many-frames` or `too-many-pixels`.
     init(bytes: UnsafeRawBufferPointer, limits: TranscodeLimits) throws {
         guard bytes.count <= limits.maxInputBytes else {

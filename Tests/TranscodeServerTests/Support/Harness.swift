@@ -70,9 +70,11 @@ struct Harness: Sendable {
         return slow
     }
 
-    /// `POST /transcode` with the GIF as the body.
-    func upload(_ gif: [UInt8], headers: [(String, String)] = []) async throws -> Reply {
-        try await self.request(.POST, "/transcode", headers: [("Content-Type", "image/gif")] + headers, body: gif)
+    /// `POST /transcode` with the animation as the body.
+    func upload(_ gif: [UInt8], contentType: String = "image/gif", headers: [(String, String)] = []) async throws
+        -> Reply
+    {
+        try await self.request(.POST, "/transcode", headers: [("Content-Type", contentType)] + headers, body: gif)
     }
 }
 
