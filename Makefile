@@ -25,9 +25,11 @@ lint:
 test: test-deps lint
 	swift build --build-tests
 	swift test
-	# Fuzz smoke: each libFuzzer target for 60 s under AddressSanitizer; a crash on the seeds fails the run.
+	# Fuzz smoke: each libFuzzer target under AddressSanitizer; a crash on the seeds fails the run.
 	scripts/fuzz-coverage gif-prescan 60
 	scripts/fuzz-coverage gif-path 60
+	scripts/fuzz-coverage apng-path 30
+	scripts/fuzz-coverage webp-path 30
 
 bench: deps
 	scripts/bench

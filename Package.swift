@@ -67,7 +67,7 @@ let package = Package(
             name: "FuzzGIFPrescan", dependencies: ["Transcoder"], path: "Tests/Fuzz/GIFPrescan",
             swiftSettings: [.swiftLanguageMode(.v6)]),
         .executableTarget(
-            name: "FuzzGIFPath", dependencies: ["Transcoder"], path: "Tests/Fuzz/GIFPath",
+            name: "FuzzDecodePath", dependencies: ["Transcoder"], path: "Tests/Fuzz/DecodePath",
             swiftSettings: [.swiftLanguageMode(.v6)]),
         .testTarget(
             name: "TranscoderTests",

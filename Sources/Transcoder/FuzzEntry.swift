@@ -19,8 +19,10 @@ package enum FuzzEntry {
         _ = try? GIFPrescan(bytes: bytes, limits: Self.options.limits)
     }
 
-    /// The whole GIF path up to the encoder: pre-scan, giflib decoding, compositing (disposal,
-    /// transparency, frames off the canvas), flattening, edge padding and conversion to yuv420p. Each
+    /// The whole decoding path up to the encoder, for whichever format the signature names: pre-scan
+    /// (GIF blocks, APNG chunks, WebP RIFF chunks), decoding and compositing (giflib and ours; libavformat's
+    /// and libavcodec's APNG; libwebp's WebPAnimDecoder), flattening, edge padding and conversion to yuv420p.
+    /// Each
     /// picture goes to a cheap sink instead of x264 (x264 and libavcodec are fuzzed upstream, on OSS-Fuzz),
     /// reading every luma byte so that a picture with unset memory would show.
     package static func decodeAndComposite(_ bytes: UnsafeRawBufferPointer) {

@@ -6,14 +6,14 @@ import Transcoder
 struct ConvertCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "convert",
-        abstract: "Convert GIF files to DIR/NAME.mp4, DIR/NAME.jpg and DIR/NAME.json.",
+        abstract: "Convert GIF, APNG and animated WebP files to DIR/NAME.mp4, DIR/NAME.jpg and DIR/NAME.json.",
         discussion: """
             Exits 0 when every input converted, 1 otherwise. Each failure is one line on standard error: \
             NAME: CODE: message.
             """
     )
 
-    @Argument(help: "GIF files to convert.")
+    @Argument(help: "GIF, APNG or animated WebP files to convert (told apart by their signatures).")
     var inputs: [String]
 
     @Option(name: .long, help: "Output directory (created if missing).")

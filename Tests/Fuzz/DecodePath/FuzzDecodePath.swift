@@ -20,7 +20,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
     ) -> CInt
 
-    @_cdecl("FuzzGIFPath_main")
+    @_cdecl("FuzzDecodePath_main")
     func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
         var count = argc
         var arguments = argv
