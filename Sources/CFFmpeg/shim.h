@@ -74,8 +74,11 @@ typedef struct CFFmpeg_MemoryInput {
 
 static inline int CFFmpeg_MemoryInputRead(void *opaque, uint8_t *buffer, int length) {
     CFFmpeg_MemoryInput *input = (CFFmpeg_MemoryInput *)opaque;
+    if (length <= 0) {
+        return AVERROR(EINVAL);
+    }
     size_t remaining = input->size - input->position;
-    size_t count = length > 0 && (size_t)length < remaining ? (size_t)length : remaining;
+    size_t count = (size_t)length < remaining ? (size_t)length : remaining;
     if (count == 0) {
         return AVERROR_EOF;
     }

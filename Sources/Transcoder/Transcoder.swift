@@ -133,6 +133,9 @@ public struct Transcoder: Sendable {
         if WebPPrescan.matches(bytes) {
             return try WebPPrescan(bytes: bytes, limits: limits)
         }
+        if !bytes.isEmpty, bytes.count < 12, bytes.starts(with: Array("RIFF".utf8.prefix(bytes.count))) {
+            throw TranscodeError(.corrupt, "the file ends inside the RIFF header")
+        }
         throw TranscodeError(
             .unsupportedFormat, "the data is not a GIF, an animated PNG or an animated WebP (told by its signature)")
     }

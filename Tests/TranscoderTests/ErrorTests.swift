@@ -25,6 +25,7 @@ import Testing
         try expectFailure([0x89, 0x50, 0x4E], .corrupt)
         try expectFailure(APNGPrescan.signature + Array("0000000000000".utf8), .corrupt)
         try expectFailure(Array("RIFF\u{4}\0\0\0WEBP".utf8), .corrupt)
+        try expectFailure(Array("RIFF\u{4}\0".utf8), .corrupt)
     }
 
     @Test func headerWithoutFramesIsCorrupt() throws {

@@ -319,8 +319,9 @@ final class TranscodeService: Sendable {
                 "transcoded",
                 metadata: [
                     "request.key": "\(requestKey.prefix(16))", "object.key": "\(key.prefix(16))",
-                    "gif.frames": "\(metadata.sourceFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
-                    "gif.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
+                    "source.format": "\(metadata.sourceFormat.rawValue)",
+                    "source.frames": "\(metadata.sourceFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
+                    "source.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
                 ])
             return metadata
         }

@@ -23,27 +23,29 @@ final class WebPFrameSource: FrameSource {
     private(set) var sawTransparency = false
 
     /// - Parameter bytes: the whole WebP, alive and unchanged for the source's lifetime (libwebp's demuxer
-    ///   reads it in place).
+    ///   reads it in place). A file shorter than its RIFF header says is refused by the demuxer (`corrupt`),
+    ///   as Chromium refuses it (no frame at all), unlike a truncated GIF or APNG.
     init(prescan: WebPPrescan, bytes: UnsafeRawBufferPointer) throws {
-        self.prescan = prescan
         var options = WebPAnimDecoderOptions()
+        var data = WebPData(bytes: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), size: bytes.count)
+        var info = WebPAnimInfo()
         guard WebPAnimDecoderOptionsInit(&options) != 0 else {
             throw TranscodeError(.corrupt, "libwebp's demux library does not match its headers")
         }
         options.color_mode = MODE_RGBA
         options.use_threads = 0
-        var data = WebPData(bytes: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), size: bytes.count)
         guard let decoder = WebPAnimDecoderNew(&data, &options) else {
             throw TranscodeError(.corrupt, "libwebp cannot read the animated WebP")
         }
-        self.decoder = decoder
-        var info = WebPAnimInfo()
+        // Checked before `self` is complete, so that a failure frees the decoder once (deinit does not run).
         guard WebPAnimDecoderGetInfo(decoder, &info) != 0, Int(info.canvas_width) == prescan.width,
             Int(info.canvas_height) == prescan.height
         else {
             WebPAnimDecoderDelete(decoder)
             throw TranscodeError(.corrupt, "libwebp reads another canvas than the VP8X chunk announces")
         }
+        self.prescan = prescan
+        self.decoder = decoder
     }
 
     deinit {

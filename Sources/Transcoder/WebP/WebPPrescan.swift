@@ -22,7 +22,8 @@ struct WebPPrescan: Sendable {
     var frames: [WebPFrameInfo]
     /// `ANIM`'s loop count: 0 plays forever, n plays n times.
     var loopCount: Int?
-    /// The file ends before the size its RIFF header announces.
+    /// The file ends before the size its RIFF header announces (libwebp's demuxer then refuses it, as
+    /// Chromium does).
     var truncated: Bool
 
     /// Whether `bytes` start like a WebP: `RIFF`, a size, `WEBP`.
