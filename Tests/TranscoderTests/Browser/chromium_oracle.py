@@ -226,8 +226,12 @@ const onFrame = (now, metadata) => {
 // After the play: seek (paused) to each probe time and record the mediaTime of the frame then presented.
 // Exact whatever the machine's load, where playback may drop a frame. A seek that lands on the frame
 // already shown presents nothing new; after 500 ms the frame on screen is taken as the answer.
+// Run once, paused: under load a short clip's play() can settle after `ended`, so a seek back to 0 played
+// it again and a second `ended` ran the probes twice (4 answers for 2 probes).
+let probesStarted = false;
 async function runProbes() {
   playing = false;
+  video.pause();
   for (const time of probeTimes) {
     const presented = new Promise((resolve) => {
       const timer = setTimeout(resolve, 500);
@@ -249,6 +253,8 @@ video.addEventListener("loadedmetadata", () => {
   video.play().catch((error) => { if (!(error.name === "AbortError" && video.ended)) fail("play(): " + error); });
 });
 video.addEventListener("ended", () => {
+  if (probesStarted) return;
+  probesStarted = true;
   state.endedCurrentTime = video.currentTime;
   // The last frame's callback may be delivered just after `ended`.
   setTimeout(async () => {
