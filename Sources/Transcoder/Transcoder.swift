@@ -398,3 +398,40 @@ private func av_reduce_rational(_ value: AVRational) -> AVRational {
     av_reduce(&num, &den, Int64(value.num), Int64(value.den), 1 << 20)
     return AVRational(num: num, den: den)
 }
+
+extension Transcoder {
+    /// The pictures the encoder would get, written instead of encoded: every distinct picture as raw yuv420p
+    /// (planes tightly packed) appended to `yuvPath`. For `scripts/bench-floor`, which times x264 alone on
+    /// exactly these frames.
+    /// - Returns: the picture size, each picture's start (milliseconds) and where the last one ends.
+    public func dumpPictures(_ source: [UInt8], yuvPath: String) throws -> (
+        width: Int, height: Int, starts: [Int64], end: Int64
+    ) {
+        guard let file = fopen(yuvPath, "wb") else {
+            throw TranscodeError(.io, "cannot create \(yuvPath)")
+        }
+        defer { fclose(file) }
+        var starts: [Int64] = []
+        let result = try source.withUnsafeBytes { bytes in
+            let plan = try self.plan(bytes)
+            let pass = try self.composite(bytes, plan: plan, first: { _, _, _ in }) { frame, start in
+                starts.append(start)
+                try frame.withUnsafeMutablePointer { frame in
+                    let planes = [
+                        (frame.pointee.data.0, frame.pointee.linesize.0, plan.output.width, plan.output.height),
+                        (frame.pointee.data.1, frame.pointee.linesize.1, plan.output.width / 2, plan.output.height / 2),
+                        (frame.pointee.data.2, frame.pointee.linesize.2, plan.output.width / 2, plan.output.height / 2),
+                    ]
+                    for (data, stride, width, height) in planes {
+                        guard let data else { throw TranscodeError(.io, "a picture plane is missing") }
+                        for row in 0..<height where fwrite(data + row * Int(stride), 1, width, file) != width {
+                            throw TranscodeError(.io, "writing \(yuvPath) failed")
+                        }
+                    }
+                }
+            }
+            return (plan.output.width, plan.output.height, pass.time)
+        }
+        return (result.0, result.1, starts, result.2)
+    }
+}

@@ -40,6 +40,19 @@ struct ConvertCommand: ParsableCommand {
     @Option(name: .long, help: "Size guard: the SSIM (luma, 0-1) no re-encode may fall under.")
     var minSSIM: Double = TranscodeOptions.defaultMinSSIM
 
+    @Flag(
+        name: .customLong("dump-yuv"),
+        help: """
+            Write the pictures the encoder would get instead of converting: DIR/NAME.yuv (yuv420p) and \
+            DIR/NAME.tc (x264 timecodes, v2), and print NAME WIDTHxHEIGHT PICTURES (scripts/bench-floor).
+            """)
+    var dumpYUV = false
+
+    @Flag(
+        name: .customLong("print-seconds"),
+        help: "Print NAME SECONDS per converted file: the time spent converting, without process start-up.")
+    var printSeconds = false
+
     /// The options the flags describe; `validate()` and `run()` share it.
     private var options: TranscodeOptions {
         var options = TranscodeOptions()
@@ -93,7 +106,21 @@ struct ConvertCommand: ParsableCommand {
             let name = Self.name(of: input)
             do {
                 let bytes = try self.read(input, limit: options.limits.maxInputBytes)
-                try transcoder.convert(bytes, directory: self.out, name: name)
+                if self.dumpYUV {
+                    let base = URL(fileURLWithPath: self.out).appendingPathComponent(name).path
+                    let dump = try transcoder.dumpPictures(bytes, yuvPath: base + ".yuv")
+                    let timecodes = "# timecode format v2\n" + dump.starts.map { "\($0)\n" }.joined()
+                    try Data(timecodes.utf8).write(to: URL(fileURLWithPath: base + ".tc"))
+                    print("\(name) \(dump.width)x\(dump.height) \(dump.starts.count)")
+                } else {
+                    let started = ContinuousClock.now
+                    try transcoder.convert(bytes, directory: self.out, name: name)
+                    if self.printSeconds {
+                        let elapsed = ContinuousClock.now - started
+                        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                        print("\(name) \(seconds)")
+                    }
+                }
             } catch let error as TranscodeError {
                 failures += 1
                 Self.report("\(name): \(error.code): \(error.message)")
