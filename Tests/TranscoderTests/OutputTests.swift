@@ -95,6 +95,16 @@ import Testing
         }
     }
 
+    /// x264's buffers follow the picture size: the preset's lookahead and six references up to half a
+    /// megapixel, then two references and about 6 megapixels of lookahead, never more than the preset's.
+    @Test func encoderMemoryIsBoundedByThePictureSize() {
+        #expect(H264Encoder.memoryBound(width: 640, height: 480, preset: "medium") == (6, nil))
+        #expect(H264Encoder.memoryBound(width: 1080, height: 1080, preset: "medium") == (2, 5))
+        #expect(H264Encoder.memoryBound(width: 1920, height: 1080, preset: "medium") == (2, 4))
+        #expect(H264Encoder.memoryBound(width: 1080, height: 1080, preset: "ultrafast") == (2, nil))
+        #expect(H264Encoder.memoryBound(width: 1080, height: 1080, preset: "unknown") == (2, 5))
+    }
+
     @Test func failureLeavesEarlierOutputsAlone() throws {
         try withTemporaryDirectory { directory in
             let good = try self.sample()

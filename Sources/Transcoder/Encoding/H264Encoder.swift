@@ -24,6 +24,7 @@ final class H264Encoder {
         self.height = height
         self.codec = try CodecContext(encoderNamed: "libx264")
         self.packet = try Packet()
+        let bound = Self.memoryBound(width: width, height: height, preset: options.preset)
         self.codec.withUnsafeMutablePointer { context in
             context.pointee.width = Int32(width)
             context.pointee.height = Int32(height)
@@ -44,19 +45,19 @@ final class H264Encoder {
             // Six reference frames win back part of what B-frames saved: scripts/bench's median MP4 is
             // +3.2% (+5.7% with the default three), see README "Timing in every player".
             context.pointee.max_b_frames = 0
-            context.pointee.refs = Int32(Self.memoryBound(width: width, height: height).references)
+            context.pointee.refs = Int32(bound.references)
             if globalHeader {
                 context.pointee.flags |= Int32(AV_CODEC_FLAG_GLOBAL_HEADER)
             }
         }
-        try self.codec.open(options: [
-            ("preset", options.preset),
-            ("crf", String(options.crf)),
-            // High profile: every browser and iOS device since 2013 decodes it, and it compresses
-            // flat GIF content noticeably better than Main (8x8 transforms).
-            ("profile", "high"),
-            ("x264-params", "rc-lookahead=\(Self.memoryBound(width: width, height: height).lookahead)"),
-        ])
+        try self.codec.open(
+            options: [
+                ("preset", options.preset),
+                ("crf", String(options.crf)),
+                // High profile: every browser and iOS device since 2013 decodes it, and it compresses
+                // flat GIF content noticeably better than Main (8x8 transforms).
+                ("profile", "high"),
+            ] + (bound.lookahead.map { [("x264-params", "rc-lookahead=\($0)")] } ?? []))
     }
 
     /// The frames x264 holds besides the one being encoded: reference frames and the rate-control lookahead
@@ -64,11 +65,21 @@ final class H264Encoder {
     /// picture, the preset's lookahead (40 for `medium`) and six references; above it, x264's buffers are held
     /// to about 6 megapixels of lookahead and two references, so that a 1080x1080 GIF stays under 150 MiB
     /// (it peaked at 234 MiB, 175 of them x264's). Measured on huge_1080_transparent_30f.gif: +0.2% bytes.
-    static func memoryBound(width: Int, height: Int) -> (references: Int, lookahead: Int) {
+    /// - Returns: the references, and the lookahead when it must be lower than the preset's own (nil: the
+    ///   preset's).
+    static func memoryBound(width: Int, height: Int, preset: String) -> (references: Int, lookahead: Int?) {
         let pixels = width * height
-        guard pixels > 500_000 else { return (6, 40) }
-        return (2, max(4, min(40, 6_000_000 / pixels)))
+        guard pixels > 500_000 else { return (6, nil) }
+        let budget = max(4, 6_000_000 / pixels)
+        let presetLookahead = Self.presetLookahead[preset] ?? 40
+        return (2, budget < presetLookahead ? budget : nil)
     }
+
+    /// x264's `rc_lookahead` per preset (x264 0.164, `x264_param_apply_preset`).
+    static let presetLookahead: [String: Int] = [
+        "ultrafast": 0, "superfast": 0, "veryfast": 10, "faster": 20, "fast": 30, "medium": 40, "slow": 50,
+        "slower": 60, "veryslow": 60, "placebo": 60,
+    ]
 
     /// The stream parameters a muxer copies.
     func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result {
