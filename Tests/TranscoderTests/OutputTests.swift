@@ -96,13 +96,20 @@ import Testing
     }
 
     /// x264's buffers follow the picture size: the preset's lookahead and six references up to half a
-    /// megapixel, then two references and about 6 megapixels of lookahead, never more than the preset's.
+    /// megapixel, then two references and about 6 megapixels of lookahead (at least 3 frames, shared among
+    /// frame threads), never more than the preset's.
     @Test func encoderMemoryIsBoundedByThePictureSize() {
-        #expect(H264Encoder.memoryBound(width: 640, height: 480, preset: "medium") == (6, nil))
-        #expect(H264Encoder.memoryBound(width: 1080, height: 1080, preset: "medium") == (2, 5))
-        #expect(H264Encoder.memoryBound(width: 1920, height: 1080, preset: "medium") == (2, 4))
-        #expect(H264Encoder.memoryBound(width: 1080, height: 1080, preset: "ultrafast") == (2, nil))
-        #expect(H264Encoder.memoryBound(width: 1080, height: 1080, preset: "unknown") == (2, 5))
+        func bound(_ width: Int, _ height: Int, _ preset: String, threads: Int = 1) -> String {
+            let bound = H264Encoder.memoryBound(width: width, height: height, preset: preset, threads: threads)
+            return "\(bound.references) \(bound.lookahead.map(String.init) ?? "-") \(bound.x264Params)"
+        }
+        #expect(bound(640, 480, "medium") == "6 - ")
+        #expect(bound(640, 480, "medium", threads: 2) == "6 - ")
+        #expect(bound(1080, 1080, "medium") == "2 5 rc-lookahead=5")
+        #expect(bound(1080, 1080, "medium", threads: 2) == "2 3 rc-lookahead=3:sync-lookahead=0")
+        #expect(bound(1920, 1080, "medium") == "2 3 rc-lookahead=3")
+        #expect(bound(1080, 1080, "ultrafast") == "2 - ")
+        #expect(bound(1080, 1080, "unknown") == "2 5 rc-lookahead=5")
     }
 
     @Test func failureLeavesEarlierOutputsAlone() throws {

@@ -308,8 +308,11 @@ final class TranscodeService: Sendable {
         }
         let (task, _) = try await self.contents.task(for: key, admit: {}) { _ in
             let started = ContinuousClock.now
-            let metadata = try await self.pool.run {
-                try self.cache.store(gif: gif, key: key, transcoder: Transcoder(options: options))
+            // A job alone uses the idle cores (x264 frame threads): one big GIF converts as fast as the ffmpeg
+            // CLI's; under load every job gets one core, as before.
+            let metadata = try await self.pool.runUsingIdleCores { cores in
+                try self.cache.store(
+                    gif: gif, key: key, transcoder: Transcoder(options: options, encoderThreads: cores))
             }
             let elapsed = ContinuousClock.now - started
             self.metrics.transcoded(

@@ -24,7 +24,7 @@ final class H264Encoder {
         self.height = height
         self.codec = try CodecContext(encoderNamed: "libx264")
         self.packet = try Packet()
-        let bound = Self.memoryBound(width: width, height: height, preset: options.preset)
+        let bound = Self.memoryBound(width: width, height: height, preset: options.preset, threads: options.threads)
         self.codec.withUnsafeMutablePointer { context in
             context.pointee.width = Int32(width)
             context.pointee.height = Int32(height)
@@ -57,22 +57,28 @@ final class H264Encoder {
                 // High profile: every browser and iOS device since 2013 decodes it, and it compresses
                 // flat GIF content noticeably better than Main (8x8 transforms).
                 ("profile", "high"),
-            ] + (bound.lookahead.map { [("x264-params", "rc-lookahead=\($0)")] } ?? []))
+            ] + (bound.x264Params.isEmpty ? [] : [("x264-params", bound.x264Params)]))
     }
 
     /// The frames x264 holds besides the one being encoded: reference frames and the rate-control lookahead
-    /// (with mbtree, each with its own half-resolution copy and cost arrays). Up to half a megapixel per
-    /// picture, the preset's lookahead (40 for `medium`) and six references; above it, x264's buffers are held
-    /// to about 6 megapixels of lookahead and two references, so that a 1080x1080 GIF stays under 150 MiB
-    /// (it peaked at 234 MiB, 175 of them x264's). Measured on huge_1080_transparent_30f.gif: +0.2% bytes.
-    /// - Returns: the references, and the lookahead when it must be lower than the preset's own (nil: the
-    ///   preset's).
-    static func memoryBound(width: Int, height: Int, preset: String) -> (references: Int, lookahead: Int?) {
+    /// (with mbtree, each with its own half-resolution copy and cost arrays), and with frame threads one
+    /// picture per thread plus a synchronous lookahead. Up to half a megapixel per picture, the preset's
+    /// lookahead and six references; above it, x264's buffers are held to about 6 megapixels of lookahead
+    /// (shared among the threads, at least 3 frames) and two references, and with more than one thread no
+    /// synchronous lookahead, so that a 1080x1080 GIF stays under 150 MiB: it peaked at 234 MiB (175 of them
+    /// x264's), now 147 MiB with one thread and 145 with two. huge_1080_transparent_30f.gif: +0.2% bytes.
+    /// - Returns: the references, the lookahead when it must be lower than the preset's own (nil: the
+    ///   preset's), and the `x264-params` that apply them.
+    static func memoryBound(width: Int, height: Int, preset: String, threads: Int = 1) -> (
+        references: Int, lookahead: Int?, x264Params: String
+    ) {
         let pixels = width * height
-        guard pixels > 500_000 else { return (6, nil) }
-        let budget = max(4, 6_000_000 / pixels)
-        let presetLookahead = Self.presetLookahead[preset] ?? 40
-        return (2, budget < presetLookahead ? budget : nil)
+        guard pixels > 500_000 else { return (6, nil, "") }
+        let budget = max(3, 6_000_000 / (pixels * max(1, threads)))
+        let lookahead = budget < (Self.presetLookahead[preset] ?? 40) ? budget : nil
+        var parameters = lookahead.map { ["rc-lookahead=\($0)"] } ?? []
+        if threads > 1 { parameters.append("sync-lookahead=0") }
+        return (2, lookahead, parameters.joined(separator: ":"))
     }
 
     /// x264's `rc_lookahead` per preset (x264 0.164, `x264_param_apply_preset`).
