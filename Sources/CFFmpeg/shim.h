@@ -35,18 +35,19 @@ static inline int CFFmpeg_AVERROR_EAGAIN(void) { return AVERROR(EAGAIN); }
 /// unsigned, so it is re-exported with its real type.
 static inline int64_t CFFmpeg_AV_NOPTS_VALUE(void) { return AV_NOPTS_VALUE; }
 
-/// A read cursor over a GIF held in memory, handed to giflib through `GifFileType.UserData`.
-/// The caller owns `data` and keeps it alive until `DGifCloseFile`.
-typedef struct CFFmpeg_GifMemoryReader {
+/// A read cursor over an input held in memory: handed to giflib through `GifFileType.UserData`, and to
+/// libavformat as the opaque of a custom `AVIOContext`. The caller owns `data` and keeps it alive until
+/// `DGifCloseFile` or `CFFmpeg_MemoryInputClose`.
+typedef struct CFFmpeg_MemoryInput {
     const uint8_t *data;
     size_t size;
     size_t position;
-} CFFmpeg_GifMemoryReader;
+} CFFmpeg_MemoryInput;
 
-/// giflib's `InputFunc` over `CFFmpeg_GifMemoryReader`. A short read at the end of the data is how a
+/// giflib's `InputFunc` over `CFFmpeg_MemoryInput`. A short read at the end of the data is how a
 /// truncated file shows up: giflib then reports `D_GIF_ERR_READ_FAILED` for the record being read.
 static inline int CFFmpeg_GifMemoryRead(GifFileType *gif, GifByteType *buffer, int length) {
-    CFFmpeg_GifMemoryReader *reader = (CFFmpeg_GifMemoryReader *)gif->UserData;
+    CFFmpeg_MemoryInput *reader = (CFFmpeg_MemoryInput *)gif->UserData;
     if (reader == NULL || length <= 0) {
         return 0;
     }
@@ -60,17 +61,9 @@ static inline int CFFmpeg_GifMemoryRead(GifFileType *gif, GifByteType *buffer, i
 }
 
 /// Opens a giflib decoder over `reader` (which must outlive the returned handle).
-static inline GifFileType *CFFmpeg_DGifOpenMemory(CFFmpeg_GifMemoryReader *reader, int *error) {
+static inline GifFileType *CFFmpeg_DGifOpenMemory(CFFmpeg_MemoryInput *reader, int *error) {
     return DGifOpen(reader, CFFmpeg_GifMemoryRead, error);
 }
-
-/// A read cursor over an input held in memory, handed to libavformat as the opaque of a custom
-/// `AVIOContext`. The caller owns `data` and keeps it alive until the context is closed.
-typedef struct CFFmpeg_MemoryInput {
-    const uint8_t *data;
-    size_t size;
-    size_t position;
-} CFFmpeg_MemoryInput;
 
 static inline int CFFmpeg_MemoryInputRead(void *opaque, uint8_t *buffer, int length) {
     CFFmpeg_MemoryInput *input = (CFFmpeg_MemoryInput *)opaque;

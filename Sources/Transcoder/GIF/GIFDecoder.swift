@@ -7,7 +7,7 @@ import CFFmpeg
 /// `DGifSlurp` is never used: it allocates every frame before a size could be checked.
 final class GIFDecoder {
     private let gif: UnsafeMutablePointer<GifFileType>
-    private let reader: UnsafeMutablePointer<CFFmpeg_GifMemoryReader>
+    private let reader: UnsafeMutablePointer<CFFmpeg_MemoryInput>
     /// One row of colour indices, as wide as the widest frame the pre-scan allowed.
     private var row: [UInt8]
 
@@ -16,9 +16,9 @@ final class GIFDecoder {
     ///   - maxFrameWidth: the widest frame rectangle the pre-scan accepted.
     /// - Throws: `GIFError` when giflib cannot read the header.
     init(bytes: UnsafeRawBufferPointer, maxFrameWidth: Int) throws {
-        let reader = UnsafeMutablePointer<CFFmpeg_GifMemoryReader>.allocate(capacity: 1)
+        let reader = UnsafeMutablePointer<CFFmpeg_MemoryInput>.allocate(capacity: 1)
         reader.initialize(
-            to: CFFmpeg_GifMemoryReader(
+            to: CFFmpeg_MemoryInput(
                 data: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), size: bytes.count, position: 0))
         var error: Int32 = 0
         guard let gif = CFFmpeg_DGifOpenMemory(reader, &error) else {
