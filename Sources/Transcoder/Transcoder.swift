@@ -126,19 +126,21 @@ public struct Transcoder: Sendable {
         guard bytes.count <= limits.maxInputBytes else {
             throw TranscodeError(.tooLarge, "the input is \(bytes.count) bytes; the limit is \(limits.maxInputBytes)")
         }
-        // A file that is a strict prefix of a signature is that format cut short (`corrupt`).
-        let gif = Array("GIF8".utf8)
-        if bytes.starts(with: gif) || (!bytes.isEmpty && bytes.count < gif.count && gif.starts(with: bytes)) {
+        // Starts with the signature, or is a non-empty part of it: that format cut short (`corrupt`).
+        func startsLike(_ signature: [UInt8]) -> Bool {
+            bytes.starts(with: signature)
+                || (!bytes.isEmpty && bytes.count < signature.count && signature.starts(with: bytes))
+        }
+        if startsLike(Array("GIF8".utf8)) {
             return try GIFPrescan(bytes: bytes, limits: limits)
         }
-        let png = APNGPrescan.signature
-        if bytes.starts(with: png) || (!bytes.isEmpty && bytes.count < png.count && png.starts(with: bytes)) {
+        if startsLike(APNGPrescan.signature) {
             return try APNGPrescan(bytes: bytes, limits: limits)
         }
         if WebPPrescan.matches(bytes) {
             return try WebPPrescan(bytes: bytes, limits: limits)
         }
-        if !bytes.isEmpty, bytes.count < 12, bytes.starts(with: Array("RIFF".utf8.prefix(bytes.count))) {
+        if bytes.count < 12, startsLike(Array("RIFF".utf8)) {
             throw TranscodeError(.corrupt, "the file ends inside the RIFF header")
         }
         throw TranscodeError(

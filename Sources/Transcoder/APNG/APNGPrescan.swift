@@ -42,14 +42,11 @@ struct APNGPrescan: Sendable {
 
     static let signature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
 
-    /// Scans `bytes` (which start with the PNG signature) and checks `limits`.
-    /// - Throws: `TranscodeError` with `not-animated` (a still PNG), `corrupt`, `too-large`,
-    ///   `dimensions-too-large`, `too-many-frames` or `too-many-pixels`.
+    /// Scans `bytes` (which start like a PNG) and checks `limits` (the input's size is checked before, by
+    /// `Transcoder.header`).
+    /// - Throws: `TranscodeError` with `not-animated` (a still PNG), `corrupt`, `dimensions-too-large`,
+    ///   `too-many-frames` or `too-many-pixels`.
     init(bytes: UnsafeRawBufferPointer, limits: TranscodeLimits) throws {
-        guard bytes.count <= limits.maxInputBytes else {
-            throw TranscodeError(
-                .tooLarge, "the PNG is \(bytes.count) bytes; the limit is \(limits.maxInputBytes)")
-        }
         guard bytes.starts(with: Self.signature) else {
             throw TranscodeError(.corrupt, "the file ends inside the PNG signature")
         }

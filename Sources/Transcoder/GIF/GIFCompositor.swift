@@ -123,24 +123,14 @@ final class GIFCompositor {
 
     /// Writes the canvas over `background` into `output`, a `stride`-pixel-wide RGBA buffer at least
     /// `height` rows tall; pixels of `output` beyond the canvas are left untouched (they hold the padding).
+    /// GIF alpha is all or nothing, so this is the shared straight-alpha flattening at its two extremes.
     func flatten(over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int) {
-        var sawTransparency = false
-        self.canvas.withUnsafeBufferPointer { canvas in
-            for y in 0..<self.height {
-                let source = y * self.width
-                let destination = y * stride
-                for x in 0..<self.width {
-                    let pixel = canvas[source + x]
-                    if pixel == 0 {
-                        sawTransparency = true
-                        output[destination + x] = background
-                    } else {
-                        output[destination + x] = pixel
-                    }
-                }
-            }
+        let transparent = self.canvas.withUnsafeBytes {
+            flattenStraightAlpha(
+                $0.baseAddress!, sourceStride: self.width * 4, width: self.width, height: self.height,
+                over: background, into: output, stride: stride)
         }
-        if sawTransparency { self.sawTransparency = true }
+        if transparent { self.sawTransparency = true }
     }
 }
 

@@ -62,14 +62,10 @@ struct GIFPrescan: Sendable {
 
     private static let signatures: [[UInt8]] = [Array("GIF87a".utf8), Array("GIF89a".utf8)]
 
-    /// Scans `bytes` and checks `limits`.
-    /// - Throws: `TranscodeError` with `unsupported-format`, `corrupt`, `too-large`, `dimensions-too-large`,
+    /// Scans `bytes` and checks `limits` (the input's size is checked before, by `Transcoder.header`).
+    /// - Throws: `TranscodeError` with `unsupported-format`, `corrupt`, `dimensions-too-large`,
     ///   `too-many-frames` or `too-many-pixels`.
     init(bytes: UnsafeRawBufferPointer, limits: TranscodeLimits) throws {
-        guard bytes.count <= limits.maxInputBytes else {
-            throw TranscodeError(
-                .tooLarge, "the GIF is \(bytes.count) bytes; the limit is \(limits.maxInputBytes)")
-        }
         var reader = ByteReader(bytes: bytes)
         guard let signature = reader.read(count: 6).map(Array.init),
             Self.signatures.contains(signature)

@@ -2,7 +2,10 @@ import CFFmpeg
 
 extension WebPPrescan: AnimationHeader {
     var format: SourceFormat { .webp }
-    var frameMilliseconds: [Int] { self.frames.map(\.displayMilliseconds) }
+    /// The browser rule shared with GIF and APNG: 10 ms or less plays as 100 ms.
+    var frameMilliseconds: [Int] { self.durations.map { $0 <= 10 ? 100 : $0 } }
+    /// A WebP cut short is refused by the pre-scan.
+    var truncated: Bool { false }
     /// The loop count 0 is forever, n is n plays (Chromium's reading).
     var playCount: Int? { self.loopCount == 0 ? nil : self.loopCount }
 
@@ -23,8 +26,7 @@ final class WebPFrameSource: FrameSource {
     private(set) var sawTransparency = false
 
     /// - Parameter bytes: the whole WebP, alive and unchanged for the source's lifetime (libwebp's demuxer
-    ///   reads it in place). A file shorter than its RIFF header says is refused by the demuxer (`corrupt`),
-    ///   as Chromium refuses it (no frame at all), unlike a truncated GIF or APNG.
+    ///   reads it in place).
     init(prescan: WebPPrescan, bytes: UnsafeRawBufferPointer) throws {
         var options = WebPAnimDecoderOptions()
         var data = WebPData(bytes: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), size: bytes.count)
@@ -53,7 +55,7 @@ final class WebPFrameSource: FrameSource {
     }
 
     func advance() throws -> Bool {
-        guard self.next < self.prescan.frames.count, WebPAnimDecoderHasMoreFrames(self.decoder) != 0 else {
+        guard self.next < self.prescan.durations.count, WebPAnimDecoderHasMoreFrames(self.decoder) != 0 else {
             return false
         }
         var timestamp: Int32 = 0

@@ -1,30 +1,13 @@
-/// An animated WebP frame as its `ANMF` chunk describes it: everything but its pixels.
-struct WebPFrameInfo: Sendable, Equatable {
-    var left: Int
-    var top: Int
-    var width: Int
-    var height: Int
-    /// The duration as written, in milliseconds.
-    var durationMilliseconds: Int
-
-    /// How long the frame shows: the browser rule shared with GIF and APNG, 10 ms or less plays as 100 ms.
-    var displayMilliseconds: Int {
-        self.durationMilliseconds <= 10 ? 100 : self.durationMilliseconds
-    }
-}
-
 /// The structure of an animated WebP, found by walking its RIFF chunks without decoding any image data.
 /// The limits (canvas, frame count, total pixels) are enforced here, before any pixel is decoded; libwebp's
 /// demuxer validates the rest (frames inside the canvas, chunk order) when the decoder starts.
 struct WebPPrescan: Sendable {
     var width: Int
     var height: Int
-    var frames: [WebPFrameInfo]
+    /// Each `ANMF` frame's duration as written, in milliseconds (libwebp reads the rest of the chunk).
+    var durations: [Int]
     /// `ANIM`'s loop count: 0 plays forever, n plays n times.
     var loopCount: Int?
-    /// The file ends before the size its RIFF header announces (libwebp's demuxer then refuses it, as
-    /// Chromium does).
-    var truncated: Bool
 
     /// Whether `bytes` start like a WebP: `RIFF`, a size, `WEBP`.
     static func matches(_ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -32,25 +15,24 @@ struct WebPPrescan: Sendable {
             && bytes[8..<12].elementsEqual(Array("WEBP".utf8))
     }
 
-    /// Scans `bytes` (which `matches`) and checks `limits`.
-    /// - Throws: `TranscodeError` with `not-animated` (a still WebP), `corrupt`, `too-large`,
-    ///   `dimensions-too-large`, `too-many-frames` or `too-many-pixels`.
+    /// Scans `bytes` (which `matches`) and checks `limits` (the input's size is checked before, by
+    /// `Transcoder.header`). Unlike a GIF or an APNG, a WebP cut short is refused whole (`corrupt`): libwebp's
+    /// demuxer refuses it, and Chromium shows nothing of it.
+    /// - Throws: `TranscodeError` with `not-animated` (a still WebP), `corrupt`, `dimensions-too-large`,
+    ///   `too-many-frames` or `too-many-pixels`.
     init(bytes: UnsafeRawBufferPointer, limits: TranscodeLimits) throws {
-        guard bytes.count <= limits.maxInputBytes else {
-            throw TranscodeError(
-                .tooLarge, "the WebP is \(bytes.count) bytes; the limit is \(limits.maxInputBytes)")
-        }
         func uint24(_ offset: Int) -> Int {
             Int(bytes[offset]) | Int(bytes[offset + 1]) << 8 | Int(bytes[offset + 2]) << 16
         }
         func uint32(_ offset: Int) -> Int { uint24(offset) | Int(bytes[offset + 3]) << 24 }
 
-        let riffEnd = 8 + uint32(4)
-        self.truncated = riffEnd > bytes.count
-        let end = min(riffEnd, bytes.count)
+        let end = 8 + uint32(4)
+        guard end <= bytes.count else {
+            throw TranscodeError(.corrupt, "the WebP ends before the \(end) bytes its RIFF header announces")
+        }
         self.width = 0
         self.height = 0
-        self.frames = []
+        self.durations = []
         self.loopCount = nil
         var position = 12
         guard end - position >= 8 else { throw TranscodeError(.corrupt, "the WebP ends inside its first chunk") }
@@ -79,31 +61,27 @@ struct WebPPrescan: Sendable {
             let length = uint32(position + 4)
             let data = position + 8
             guard end - data >= length else {
-                self.truncated = true
-                break
+                throw TranscodeError(.corrupt, "the WebP's \(type) chunk runs past the end of the file")
             }
             position = data + length + (length & 1)
             switch type {
             case "ANIM" where length >= 6:
                 self.loopCount = Int(bytes[data + 4]) | Int(bytes[data + 5]) << 8
             case "ANMF" where length >= 16:
-                guard self.frames.count < limits.maxFrames else {
+                guard self.durations.count < limits.maxFrames else {
                     throw TranscodeError(.tooManyFrames, "the WebP has more than \(limits.maxFrames) frames")
                 }
                 // Each frame is composited onto a whole canvas.
-                guard Int64(self.frames.count + 1) * canvasPixels <= limits.maxTotalPixels else {
+                guard Int64(self.durations.count + 1) * canvasPixels <= limits.maxTotalPixels else {
                     throw TranscodeError(
                         .tooManyPixels, "decoding would produce more than \(limits.maxTotalPixels) pixels")
                 }
-                self.frames.append(
-                    WebPFrameInfo(
-                        left: 2 * uint24(data), top: 2 * uint24(data + 3), width: 1 + uint24(data + 6),
-                        height: 1 + uint24(data + 9), durationMilliseconds: uint24(data + 12)))
+                self.durations.append(uint24(data + 12))
             default:
                 break
             }
         }
-        guard !self.frames.isEmpty else {
+        guard !self.durations.isEmpty else {
             throw TranscodeError(.corrupt, "the animated WebP has no complete frame")
         }
     }
