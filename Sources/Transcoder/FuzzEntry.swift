@@ -58,6 +58,28 @@ package enum FuzzEntry {
         return 0
     }
 
+    #if FUZZING
+        /// A fuzz target's entry point (`<Target>_main`: SwiftPM links an executable's `main` under that name,
+        /// so libFuzzer's own `main` is never pulled in) hands control to libFuzzer's driver with this.
+        package static func runDriver(
+            _ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+            _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+        ) -> CInt {
+            var count = argc
+            var arguments = argv
+            return runFuzzerDriver(&count, &arguments, callback)
+        }
+    #endif
+
     /// Where the sink's checksum goes, so the reads are not optimised away.
     nonisolated(unsafe) static var sink: UInt8 = 0
 }
+
+#if FUZZING
+    @_silgen_name("LLVMFuzzerRunDriver")
+    private func runFuzzerDriver(
+        _ argc: UnsafeMutablePointer<CInt>,
+        _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+        _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+    ) -> CInt
+#endif

@@ -11,20 +11,10 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
 }
 
 #if FUZZING
-    // SwiftPM links an executable's entry point as `<Target>_main` (`--defsym main=...`), so libFuzzer's own
-    // main is never pulled in: this entry point hands control to libFuzzer's driver instead.
-    @_silgen_name("LLVMFuzzerRunDriver")
-    func runFuzzerDriver(
-        _ argc: UnsafeMutablePointer<CInt>,
-        _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-        _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
-    ) -> CInt
-
+    // SwiftPM links an executable's entry point as `<Target>_main`: this one runs libFuzzer's driver.
     @_cdecl("FuzzGIFPrescan_main")
     func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
-        var count = argc
-        var arguments = argv
-        return runFuzzerDriver(&count, &arguments, fuzz)
+        FuzzEntry.runDriver(argc, argv, fuzz)
     }
 #else
     @main
