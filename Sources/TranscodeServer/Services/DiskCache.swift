@@ -420,6 +420,41 @@ final class DiskCache: Sendable {
             throw TranscodeError(.io, "cannot create \(directory)", underlying: error)
         }
         let metadata = try transcoder.convert(gif, directory: directory, name: key)
+        self.indexStored(key, metadata: metadata)
+        return metadata
+    }
+
+    /// Moves object `key`'s files from `directory` (on the cache's file system, e.g. under `tmp/`) into
+    /// `objects/ab/`, the JSON last, after checking the files are what their metadata says. What a shared store
+    /// hands over to the local cache goes through here. - Throws: `TranscodeError` `.io`.
+    func adopt(_ key: String, from directory: String) throws {
+        guard Self.isValidKey(key) else { throw TranscodeError(.io, "not an object key: \(key)") }
+        let source = { (fileExtension: String) in "\(directory)/\(key).\(fileExtension)" }
+        guard let data = FileManager.default.contents(atPath: source("json")),
+            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: data)
+        else { throw TranscodeError(.io, "object \(key) has no readable metadata") }
+        for (fileExtension, size) in [("mp4", metadata.mp4Bytes), ("jpg", metadata.posterBytes)] {
+            guard self.fileSize(source(fileExtension)) == Int64(size) else {
+                throw TranscodeError(.io, "object \(key): the .\(fileExtension) is not the size its metadata says")
+            }
+        }
+        let shard = "\(self.objectsDirectory)/\(key.prefix(2))"
+        do {
+            try FileManager.default.createDirectory(atPath: shard, withIntermediateDirectories: true)
+        } catch {
+            throw TranscodeError(.io, "cannot create \(shard)", underlying: error)
+        }
+        for fileExtension in ["mp4", "jpg", "json"] {
+            guard rename(source(fileExtension), self.objectPath(key, fileExtension)) == 0 else {
+                throw TranscodeError(
+                    .io, "cannot move \(key).\(fileExtension) into the cache: \(String(cString: strerror(errno)))")
+            }
+        }
+        self.indexStored(key, metadata: metadata)
+    }
+
+    /// Indexes a complete object just written and evicts others if the cache is over its size.
+    private func indexStored(_ key: String, metadata: TranscodeMetadata) {
         let bytes = Int64(metadata.mp4Bytes + metadata.posterBytes) + self.fileSize(self.objectPath(key, "json"))
         self.state.withLock { state in
             if let old = state.objects[key] { state.totalBytes -= old.bytes }
@@ -427,7 +462,24 @@ final class DiskCache: Sendable {
             state.totalBytes += bytes
         }
         self.evictIfNeeded(keeping: key)
-        return metadata
+    }
+
+    /// Copies an open object file to `path` (created, or truncated). - Throws: `TranscodeError` `.io`.
+    static func copy(_ file: OpenFile, to path: String) throws {
+        let output = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard output >= 0 else { throw TranscodeError(.io, "cannot create \(path)") }
+        defer { close(output) }
+        var block = [UInt8](repeating: 0, count: 1 << 20)
+        var offset = 0
+        while offset < file.size {
+            let count = block.withUnsafeMutableBytes {
+                pread(file.descriptor, $0.baseAddress, min($0.count, file.size - offset), off_t(offset))
+            }
+            guard count > 0,
+                block.withUnsafeBytes({ write(output, $0.baseAddress, count) }) == count
+            else { throw TranscodeError(.io, "cannot copy to \(path)") }
+            offset += count
+        }
     }
 
     /// Points `urlKey` at the object `key`: a symlink made under a temporary name and renamed over. The
