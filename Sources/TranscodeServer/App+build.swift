@@ -42,10 +42,23 @@ func buildApplication(
     let downloader = Downloader(
         configuration: configuration.download, temporaryDirectory: cache.temporaryDirectory,
         eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
+    var shared: SharedResults?
+    if configuration.storage.kind == .s3, let s3 = configuration.storage.s3 {
+        let client = S3Client(configuration: s3)
+        let storage = configuration.storage
+        let redirect =
+            storage.serve == .redirect
+            ? SharedResults.Redirect(
+                url: { client.presignedURL($0, expiresSeconds: storage.presignSeconds) },
+                cacheSeconds: storage.presignSeconds / 2) : nil
+        shared = SharedResults(
+            store: S3ResultStore(client: client), cache: cache, tombstoneCheckSeconds: storage.tombstoneCheckSeconds,
+            redirect: redirect, metrics: metrics)
+    }
     let transcodes = TranscodeService(
         cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcodeOptions,
         syncWaitSeconds: configuration.syncWaitSeconds, urlTTLSeconds: configuration.urlTTLSeconds,
-        staleIfErrorSeconds: configuration.staleIfErrorSeconds, metrics: metrics,
+        staleIfErrorSeconds: configuration.staleIfErrorSeconds, shared: shared, metrics: metrics,
         logger: logger)
     let services = AppServices(cache: cache, pool: pool, transcodes: transcodes, configuration: configuration)
     let router = buildRouter(services: services)
@@ -89,13 +102,14 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     ).addRoutes(to: router, authenticator: authenticator)
     let media = MediaController<AppRequestContext>(
         cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) },
-        maxAgeSeconds: configuration.mediaMaxAgeSeconds)
+        shared: services.transcodes.shared, maxAgeSeconds: configuration.mediaMaxAgeSeconds)
     media.addRoutes(to: router)
     SourceController<AppRequestContext>(
         service: services.transcodes, signer: signer, media: media, links: links, answer: configuration.sourceAnswer,
         maxAgeSeconds: configuration.sourceMaxAgeSeconds
     ).addRoutes(to: router)
-    PurgeController<AppRequestContext>(cache: services.cache).addRoutes(to: router, authenticator: authenticator)
+    PurgeController<AppRequestContext>(cache: services.cache, service: services.transcodes).addRoutes(
+        to: router, authenticator: authenticator)
     DemoPageController<AppRequestContext>().addRoutes(to: router)
     PlayerScriptController<AppRequestContext>().addRoutes(to: router)
     return router

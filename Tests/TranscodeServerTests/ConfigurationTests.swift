@@ -60,6 +60,11 @@ import Transcoder
         (["--auth-tokens", "   "], "auth.tokens"),
         (["--no-such-flag", "1"], "--no-such-flag"),
         (["--cache-max-byte=5"], "--cache-max-byte"),
+        (["--storage-kind", "nfs"], "storage.kind"),
+        (["--storage-kind", "s3", "--storage-s3-bucket", "b"], "storage.s3.endpoint"),
+        (["--storage-kind", "s3", "--storage-s3-endpoint", "http://127.0.0.1:8333"], "storage.s3.bucket"),
+        (["--storage-s3-serve", "proxy"], "storage.s3.serve"),
+        (["--storage-s3-presign-seconds", "10"], "storage.s3.presignSeconds"),
     ])
     func invalidValuesStopStartupNamingTheKey(arguments: [String], key: String) async throws {
         do {
@@ -68,6 +73,33 @@ import Transcoder
         } catch let error as ConfigurationError {
             #expect(error.problems.contains { $0.hasPrefix(key + ":") }, "\(error)")
         }
+    }
+
+    /// S3 storage takes its credentials from the environment only; without them, startup stops.
+    @Test func s3CredentialsComeFromTheEnvironment() async throws {
+        let flags = [
+            "--storage-kind", "s3", "--storage-s3-endpoint", "http://127.0.0.1:8333", "--storage-s3-bucket", "r",
+        ]
+        do {
+            _ = try await ServerConfiguration.load(filePath: nil, arguments: flags, environment: [:])
+            Issue.record("s3 without credentials was accepted")
+        } catch let error as ConfigurationError {
+            #expect(error.problems.contains { $0.hasPrefix("storage.kind: s3 needs credentials") }, "\(error)")
+        }
+        let configuration = try await ServerConfiguration.load(
+            filePath: nil, arguments: flags + ["--storage-s3-path-style=false"],
+            environment: ["AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "token"])
+        let s3 = try #require(configuration.storage.s3)
+        #expect(configuration.storage.kind == .s3)
+        #expect(s3.endpoint.absoluteString == "http://127.0.0.1:8333")
+        #expect(s3.bucket == "r")
+        #expect(s3.region == "us-east-1")
+        #expect(!s3.pathStyle)
+        #expect(s3.accessKey == "id" && s3.secretKey == "secret" && s3.sessionToken == "token")
+        // The default: one node, its disk only.
+        let single = try await ServerConfiguration.load(filePath: nil, arguments: [], environment: [:])
+        #expect(single.storage.kind == .disk)
+        #expect(single.storage.s3 == nil)
     }
 
     /// A typo is not silently ignored: unknown keys in the file, unknown `TRANSCODE_` variables and unknown

@@ -53,6 +53,21 @@ import Testing
         #expect(docker.contains("TRANSCODE_HOST=0.0.0.0"))
     }
 
+    /// CI and `make test` install the same SeaweedFS (the S3 tests fail, never skip, without it).
+    @Test func testDependenciesAreTheSame() throws {
+        let ci = try Self.read(".ci/run")
+        let script = try Self.read("scripts/install-deps")
+        let pinned = try #require(script.split(separator: "\n").first { $0.hasPrefix("SEAWEEDFS=") })
+        let version = pinned.dropFirst("SEAWEEDFS=".count).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        #expect(ci.contains("\"\(version)\""), "\(version) is not what .ci/run installs")
+        let ciTest = try Self.packages(in: ci, after: "# Test packages")
+        let line = try #require(script.split(separator: "\n").first { $0.hasPrefix("TEST_PACKAGES=") })
+        let scriptTest = Set(
+            line.dropFirst("TEST_PACKAGES=".count).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+                .split(separator: " ").map(String.init))
+        #expect(ciTest == scriptTest)
+    }
+
     /// CI runs the README's test command.
     @Test func ciRunsTheReadmeTestCommand() throws {
         let readme = try Self.read("README.md")

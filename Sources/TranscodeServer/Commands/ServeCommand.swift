@@ -32,6 +32,9 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.logFormat == "json"
             ? Logger(label: "transcode-server") { JSONLogHandler(label: $0) } : Logger(label: "transcode-server")
         logger.logLevel = configuration.logLevel
+        if configuration.storage.createBucket, let s3 = configuration.storage.s3 {
+            try await S3Client(configuration: s3).createBucket()
+        }
         let (application, _) = try buildApplication(configuration: configuration, logger: logger)
         try await application.runService()
     }

@@ -54,7 +54,7 @@ extension ServerConfiguration {
         let reader = ConfigReader(providers: providers, accessReporter: problems)
         let configuration: ServerConfiguration
         do {
-            configuration = try ServerConfiguration(reader: reader, problems: problems)
+            configuration = try ServerConfiguration(reader: reader, problems: problems, environment: environment)
         } catch let error as ConfigurationError {
             throw ConfigurationError(
                 problems: error.problems
@@ -147,9 +147,14 @@ extension ServerConfiguration {
     /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `http.publicBaseURL`, `http.mediaMaxAgeSeconds`,
     /// `http.sourceMaxAgeSeconds`, `http.sourceAnswer`, `signing.keys`, `signing.salts`, `signing.disabled`,
     /// `cors.allowedOrigins`, `auth.tokens`, `log.level`, `log.format`,
-    /// `shutdown.graceSeconds`.
+    /// `shutdown.graceSeconds`, `storage.kind`, `storage.s3.endpoint`, `storage.s3.bucket`, `storage.s3.region`,
+    /// `storage.s3.pathStyle`, `storage.s3.timeoutSeconds`, `storage.s3.serve`, `storage.s3.presignSeconds`,
+    /// `storage.s3.createBucket`, `storage.s3.tombstoneCheckSeconds`; S3 credentials from `environment`
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), never from a file or a flag.
     /// - Throws: `ConfigurationError` naming each key whose value does not parse or is out of range.
-    init(reader: ConfigReader, problems: ProblemCollector = ProblemCollector()) throws {
+    init(
+        reader: ConfigReader, problems: ProblemCollector = ProblemCollector(), environment: [String: String] = [:]
+    ) throws {
         var configuration = ServerConfiguration()
         var invalid: [String] = []
         func check(_ key: String, _ valid: Bool, _ expectation: String) {
@@ -314,6 +319,54 @@ extension ServerConfiguration {
         configuration.shutdownGraceSeconds = reader.double(
             forKey: "shutdown.graceSeconds", default: configuration.shutdownGraceSeconds)
         check("shutdown.graceSeconds", configuration.shutdownGraceSeconds >= 0, "0 or more")
+
+        let kind = reader.string(forKey: "storage.kind", default: configuration.storage.kind.rawValue)
+        let endpoint = reader.string(forKey: "storage.s3.endpoint", default: "")
+        let bucket = reader.string(forKey: "storage.s3.bucket", default: "")
+        let region = reader.string(forKey: "storage.s3.region", default: "us-east-1")
+        let pathStyle = reader.bool(forKey: "storage.s3.pathStyle", default: true)
+        let timeout = reader.double(forKey: "storage.s3.timeoutSeconds", default: 10)
+        check("storage.s3.timeoutSeconds", timeout > 0, "positive")
+        let serve = reader.string(forKey: "storage.s3.serve", default: configuration.storage.serve.rawValue)
+        configuration.storage.presignSeconds = reader.int(
+            forKey: "storage.s3.presignSeconds", default: configuration.storage.presignSeconds)
+        check(
+            "storage.s3.presignSeconds", (60...604_800).contains(configuration.storage.presignSeconds),
+            "between 60 and 604800 (S3's limit)")
+        configuration.storage.createBucket = reader.bool(forKey: "storage.s3.createBucket", default: false)
+        configuration.storage.tombstoneCheckSeconds = reader.double(
+            forKey: "storage.s3.tombstoneCheckSeconds", default: configuration.storage.tombstoneCheckSeconds)
+        check("storage.s3.tombstoneCheckSeconds", configuration.storage.tombstoneCheckSeconds >= 0, "0 or more")
+        if let parsed = StorageConfiguration.Serve(rawValue: serve) {
+            configuration.storage.serve = parsed
+        } else {
+            invalid.append("storage.s3.serve: must be local or redirect, got \(serve)")
+        }
+        switch StorageConfiguration.Kind(rawValue: kind) {
+        case .disk:
+            configuration.storage.kind = .disk
+        case .s3:
+            configuration.storage.kind = .s3
+            let url = URL(string: endpoint)
+            if url?.host == nil || !["http", "https"].contains(url?.scheme ?? "") {
+                invalid.append("storage.s3.endpoint: must be an http(s) URL, e.g. http://127.0.0.1:8333")
+            }
+            check("storage.s3.bucket", !bucket.isEmpty, "the bucket's name")
+            let accessKey = environment["AWS_ACCESS_KEY_ID"] ?? ""
+            let secretKey = environment["AWS_SECRET_ACCESS_KEY"] ?? ""
+            if accessKey.isEmpty || secretKey.isEmpty {
+                invalid.append(
+                    "storage.kind: s3 needs credentials in the environment: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+                )
+            }
+            if let url {
+                configuration.storage.s3 = S3Configuration(
+                    endpoint: url, bucket: bucket, region: region, pathStyle: pathStyle, accessKey: accessKey,
+                    secretKey: secretKey, sessionToken: environment["AWS_SESSION_TOKEN"], timeoutSeconds: timeout)
+            }
+        case nil:
+            invalid.append("storage.kind: must be disk or s3, got \(kind)")
+        }
 
         // Values that did not parse at all (a word where a number belongs) fell back to their defaults
         // above; the collector saw them.

@@ -70,6 +70,37 @@ struct ServerConfiguration: Sendable {
     var logFormat = "text"
     /// Grace period for in-flight transcodes on SIGTERM. `shutdown.graceSeconds`, default 30.
     var shutdownGraceSeconds: Double = 30
+    /// Where results are kept beyond the local disk: nothing (one node), or an S3 bucket a fleet shares.
+    var storage = StorageConfiguration()
+}
+
+/// `storage.*`: the local disk alone (`disk`, the default), or S3-compatible object storage shared by a fleet,
+/// the local disk cache in front of it.
+struct StorageConfiguration: Sendable {
+    enum Kind: String, Sendable { case disk, s3 }
+    /// How a node answers for an object its disk lacks.
+    enum Serve: String, Sendable {
+        /// Copy it from the store onto the local disk, then serve it with byte ranges (read-through).
+        case local
+        /// 302 to a presigned URL of the store.
+        case redirect
+    }
+
+    /// `storage.kind`, default `disk`.
+    var kind = Kind.disk
+    /// `storage.s3.endpoint`, `.bucket`, `.region` (us-east-1), `.pathStyle` (true), `.timeoutSeconds` (10);
+    /// credentials from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` only. Set when
+    /// `kind` is `s3`.
+    var s3: S3Configuration?
+    /// `storage.s3.serve`, default `local`.
+    var serve = Serve.local
+    /// Lifetime of presigned URLs (`redirect`). `storage.s3.presignSeconds`, default 3600.
+    var presignSeconds = 3600
+    /// Create the bucket at startup if it does not exist. `storage.s3.createBucket`, default false.
+    var createBucket = false
+    /// A cache hit trusts the store's "not taken down" for this long. `storage.s3.tombstoneCheckSeconds`,
+    /// default 10.
+    var tombstoneCheckSeconds: Double = 10
 }
 
 /// Limits of the downloader: what it may reach and for how long.

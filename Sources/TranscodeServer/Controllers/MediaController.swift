@@ -10,6 +10,8 @@ import NIOPosix
 struct MediaController<Context: RequestContext>: Sendable {
     let cache: DiskCache
     let bytesServed: @Sendable (Int) -> Void
+    /// In a fleet, the shared store: what the local disk lacks is pulled from it (or redirected to it).
+    var shared: SharedResults? = nil
     /// `Cache-Control` of `/media`: content-addressed, so immutable (`http.mediaMaxAgeSeconds`).
     var maxAgeSeconds = 31_536_000
     /// Bytes read from disk per write to the client.
@@ -56,7 +58,10 @@ struct MediaController<Context: RequestContext>: Sendable {
     ) async throws -> Response {
         guard self.cache.beginServing(key) else {
             if self.cache.isBuried(.object(key)) { throw ServiceError.takenDown("this media was taken down") }
-            throw ServiceError.notFound("no such media")
+            guard let shared = self.shared else { throw ServiceError.notFound("no such media") }
+            return try await self.respondFromShared(
+                shared, key: key, fileExtension: fileExtension, contentType: contentType, request: request,
+                includeBody: includeBody, cacheControl: cacheControl)
         }
         var released = false
         defer { if !released { self.cache.endServing(key) } }
@@ -67,6 +72,11 @@ struct MediaController<Context: RequestContext>: Sendable {
         } else {
             guard let verified = self.cache.verifiedObject(key) else { throw ServiceError.notFound("no such media") }
             try self.cache.checkNotTakenDown(key: key, metadata: verified.metadata)
+            let tombstones: [DiskCache.Tombstone] =
+                [.object(key)] + (verified.metadata.sourceSha256.map { [.gif($0)] } ?? [])
+            if try await self.shared?.isBuried(tombstones, recently: true) == true {
+                throw ServiceError.takenDown("this media was taken down")
+            }
             object = verified
         }
         guard let file = object.file(fileExtension) else { throw ServiceError.notFound("no such media") }
@@ -145,5 +155,34 @@ enum EntityTag {
             if tag.hasPrefix("W/") { tag.removeFirst(2) }
             return tag == etag
         }
+    }
+}
+
+extension MediaController {
+    /// An object the local disk lacks, in a fleet: a 302 to a presigned URL of the shared store
+    /// (`storage.s3.serve: redirect`), or the object pulled onto the local disk and served from there.
+    fileprivate func respondFromShared(
+        _ shared: SharedResults, key: String, fileExtension: String, contentType: String, request: Request,
+        includeBody: Bool, cacheControl: String
+    ) async throws -> Response {
+        if let redirect = shared.redirect {
+            guard let metadata = try await shared.metadata(key) else { throw ServiceError.notFound("no such media") }
+            let tombstones: [DiskCache.Tombstone] = [.object(key)] + (metadata.sourceSha256.map { [.gif($0)] } ?? [])
+            if try await shared.isBuried(tombstones) { throw ServiceError.takenDown("this media was taken down") }
+            return Response(
+                status: .found,
+                headers: [
+                    .location: redirect.url(S3ResultStore.objectName(key, fileExtension)),
+                    // The presigned URL expires: this answer must not outlive it.
+                    .cacheControl: "private, max-age=\(redirect.cacheSeconds)",
+                ])
+        }
+        guard try await shared.pull(key) != nil, self.cache.beginServing(key) else {
+            throw ServiceError.notFound("no such media")
+        }
+        self.cache.endServing(key)
+        return try await self.respond(
+            key: key, fileExtension: fileExtension, contentType: contentType, request: request,
+            includeBody: includeBody, cacheControl: cacheControl)
     }
 }

@@ -9,6 +9,8 @@ import Hummingbird
 /// streaming a purged file finishes (it reads from an open descriptor).
 struct PurgeController<Context: RequestContext>: Sendable {
     let cache: DiskCache
+    /// Purges reach the shared store too, in a fleet.
+    let service: TranscodeService
 
     func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
         let group = router.group("v1").add(middleware: authenticator)
@@ -22,7 +24,11 @@ struct PurgeController<Context: RequestContext>: Sendable {
             throw ServiceError.badRequest("an object key is 64 lowercase hex digits")
         }
         let reason = try Self.takedownReason(request, allowed: [])
-        return try TranscodeController<Context>.json(try self.cache.purge(key: key, takedown: reason))
+        var report = try self.cache.purge(key: key, takedown: reason)
+        if let shared = self.service.shared {
+            try await shared.purge(objects: [key], links: [], source: nil, takedown: reason, into: &report)
+        }
+        return try TranscodeController<Context>.json(report)
     }
 
     @Sendable func purgeSource(_ request: Request, context: Context) async throws -> Response {
@@ -31,7 +37,15 @@ struct PurgeController<Context: RequestContext>: Sendable {
             throw ServiceError.badRequest("give the source URL: DELETE /v1/sources?url=...")
         }
         let normalized = DiskCache.normalize(try Downloader.validate(text))
-        return try TranscodeController<Context>.json(try self.cache.purge(normalizedURL: normalized, takedown: reason))
+        var report = try self.cache.purge(normalizedURL: normalized, takedown: reason)
+        if let shared = self.service.shared {
+            // The links this node knew of, and the default options' link, which any node may have made.
+            let defaultLink = DiskCache.urlKey(normalizedURL: normalized, options: self.service.defaultOptions)
+            try await shared.purge(
+                objects: report.objects, links: Array(Set(report.linkKeys + [defaultLink])).sorted(),
+                source: DiskCache.sourceHash(normalizedURL: normalized), takedown: reason, into: &report)
+        }
+        return try TranscodeController<Context>.json(report)
     }
 
     /// With `takedown=true`, the takedown's reason (`reason=...`, may be empty); nil for a plain purge. Any

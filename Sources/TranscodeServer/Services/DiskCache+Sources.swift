@@ -101,7 +101,9 @@ extension DiskCache {
         /// Tombstones written (`object-<key>`, `gif-<sha256>`, `source-<hash>`).
         var tombstones: [String] = []
         /// SHA-256 of the GIFs the deleted objects were made from.
-        fileprivate var gifHashes: [String] = []
+        var gifHashes: [String] = []
+        /// The URL keys whose links were removed.
+        var linkKeys: [String] = []
 
         private enum CodingKeys: String, CodingKey { case objects, links, tombstones }
     }
@@ -139,6 +141,7 @@ extension DiskCache {
                 }
                 self.removeLink(urlKey: name)
                 report.links += 1
+                report.linkKeys.append(name)
             }
         }
         for key in objectKeys.sorted() {

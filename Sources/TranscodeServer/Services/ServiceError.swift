@@ -56,6 +56,11 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
         .init("insufficient-storage", Self.insufficientStorageStatus, message, retryAfterSeconds: 60)
     }
 
+    /// The shared result store (S3) failed or cannot be reached: nothing was lost, try again shortly.
+    static func storageUnavailable(_ message: String) -> ServiceError {
+        .init("storage-unavailable", .serviceUnavailable, message, retryAfterSeconds: 5)
+    }
+
     /// The transcoder's errors: bad input is 422 (413 for size), our own failures 500.
     init(_ error: TranscodeError) {
         let status: HTTPResponse.Status
@@ -77,6 +82,7 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
         switch error {
         case let error as ServiceError: return error
         case let error as TranscodeError: return ServiceError(error)
+        case let error as S3Error: return .storageUnavailable("the shared result store failed: \(error)")
         default: return .internal("\(error)")
         }
     }

@@ -135,6 +135,18 @@ final class ServiceMetrics: Sendable {
         self.snapshot.withLock { $0.transcodes += 1 }
     }
 
+    /// One operation on the shared result store (`pull`: an object copied to the local disk; `publish`: a
+    /// transcode written to the store).
+    func storage(_ operation: String) {
+        self.registry.makeCounter(
+            descriptor: .init(
+                namespace: "transcode", metricName: "storage_operations", unitName: "total",
+                helpText: "Objects pulled from or published to the shared result store, by operation."),
+            labels: [("operation", operation)]
+        ).increment()
+        self.snapshot.withLock { $0.storage[operation, default: 0] += 1 }
+    }
+
     /// One request answered, by route template and status, and how long it took to its response head.
     func request(route: String, status: Int, duration: Duration) {
         self.registry.makeCounter(

