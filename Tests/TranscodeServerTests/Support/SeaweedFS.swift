@@ -1,4 +1,6 @@
+import AsyncHTTPClient
 import Foundation
+import NIOCore
 import Testing
 
 @testable import TranscodeServer
@@ -8,7 +10,9 @@ import Testing
 /// or the process that started it ends.
 final class SeaweedFS: @unchecked Sendable {
     let s3Port: Int
+    let masterPort: Int
     let directory: String
+    private let grpcPorts: [Int]
     static let accessKey = "test-access-key"
     static let secretKey = "test-secret-key-0123456789"
     private var process: Process?
@@ -37,8 +41,12 @@ final class SeaweedFS: @unchecked Sendable {
         try #require(FileManager.default.createFile(atPath: directory + "/s3.json", contents: Data(identities.utf8)))
         let ports = try (0..<8).map { _ in try freePort() }
         self.s3Port = ports[6]
+        self.masterPort = ports[0]
+        self.grpcPorts = [ports[1], ports[3], ports[5], ports[7]]
+        // -logtostderr before the command: otherwise glog writes log files into /tmp.
         self.arguments = [
-            "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=\(directory)/data", "-master.peers=none",
+            "-logtostderr", "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=\(directory)/data",
+            "-master.peers=none",
             "-master.port=\(ports[0])", "-master.port.grpc=\(ports[1])", "-volume.port=\(ports[2])",
             "-volume.port.grpc=\(ports[3])", "-filer", "-filer.port=\(ports[4])", "-filer.port.grpc=\(ports[5])",
             "-s3", "-s3.port=\(ports[6])", "-s3.port.grpc=\(ports[7])", "-s3.port.iceberg=0", "-s3.port.lance=0",
@@ -73,13 +81,16 @@ final class SeaweedFS: @unchecked Sendable {
         let client = S3Client(configuration: self.configuration())
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
-            // The gateway is up once it answers a signed request for the bucket (the filer behind it too).
+            // Ready for writes once a volume server has registered with the master (the S3 port answers
+            // earlier) and the gateway answers a signed request for the bucket.
             do {
-                try await client.createBucket()
-                return
-            } catch {
-                try await Task.sleep(for: .milliseconds(250))
-            }
+                let status = try await S3Client.plainGET("http://127.0.0.1:\(self.masterPort)/dir/status")
+                if status.contains("\"DataNodes\":[{") {
+                    try await client.createBucket()
+                    return
+                }
+            } catch {}
+            try await Task.sleep(for: .milliseconds(100))
         }
         let output = String(decoding: FileManager.default.contents(atPath: log) ?? Data(), as: UTF8.self)
         self.stop()
@@ -91,14 +102,27 @@ final class SeaweedFS: @unchecked Sendable {
     func stop() {
         guard let process = self.process else { return }
         if process.isRunning {
+            // SIGTERM can take half a minute (or hang with -volume.preStopSeconds=0): an outage is a SIGKILL.
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
         self.process = nil
+        // The gRPC sockets weed names after its ports survive a SIGKILL.
+        for port in self.grpcPorts {
+            for role in ["master", "volume", "filer", "s3"] { unlink("/tmp/seaweedfs-\(role)-grpc-\(port).sock") }
+        }
     }
 
     deinit {
         self.stop()
+    }
+}
+
+extension S3Client {
+    /// The body of an unsigned GET (SeaweedFS's master status page).
+    static func plainGET(_ url: String) async throws -> String {
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(2))
+        return String(buffer: try await response.body.collect(upTo: 1 << 20))
     }
 }
 
