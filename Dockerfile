@@ -5,7 +5,7 @@
 
 FROM swift:6.3-bookworm AS build
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y make pkg-config libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libgif-dev libwebp-dev ffmpeg \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y make pkg-config libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libgif-dev libwebp-dev libgumbo-dev ffmpeg \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Package.swift ./
@@ -18,7 +18,7 @@ FROM debian:bookworm-slim
 # Only the runtime libraries: FFmpeg 5.1 (libavcodec59, libavformat59, libavutil57, libswscale6), giflib and
 # libwebp (libwebp7, libwebpdemux2).
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libavcodec59 libavformat59 libavutil57 libswscale6 libgif7 libwebp7 libwebpdemux2 ca-certificates curl \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libavcodec59 libavformat59 libavutil57 libswscale6 libgif7 libwebp7 libwebpdemux2 libgumbo1 ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /var/cache/transcode-server transcode \
     && mkdir -p /var/cache/transcode-server /etc/transcode-server \

@@ -34,6 +34,12 @@ let package = Package(
                 ])
             ]
         ),
+        // Google's gumbo, the HTML5 parser with source positions that POST /v1/rewrite needs.
+        .systemLibrary(
+            name: "CGumbo",
+            pkgConfig: "gumbo",
+            providers: [.apt(["libgumbo-dev"])]
+        ),
         .target(
             name: "Transcoder",
             dependencies: ["CFFmpeg"],
@@ -43,6 +49,7 @@ let package = Package(
             name: "TranscodeServer",
             dependencies: [
                 "Transcoder",
+                "CGumbo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Hummingbird", package: "hummingbird"),

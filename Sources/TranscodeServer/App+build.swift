@@ -80,7 +80,8 @@ func buildApplication(
 }
 
 /// The routes: `GET /` (the demo page), `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`,
-/// `GET|HEAD /v1/{signature}/{options}/{source}.{ext}`, `DELETE /v1/objects/{key}`, `DELETE /v1/sources`,
+/// `GET|HEAD /v1/{signature}/{options}/{source}.{ext}`, `POST /v1/rewrite`, `DELETE /v1/objects/{key}`,
+/// `DELETE /v1/sources`,
 /// `GET /player.js`, `GET /healthz`, `GET /readyz`, `GET /metrics`.
 func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     let configuration = services.configuration
@@ -108,6 +109,10 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         service: services.transcodes, signer: signer, media: media, links: links, answer: configuration.sourceAnswer,
         maxAgeSeconds: configuration.sourceMaxAgeSeconds
     ).addRoutes(to: router)
+    RewriteController<AppRequestContext>(
+        service: services.transcodes, links: links, maxBodyBytes: configuration.rewriteMaxBodyBytes,
+        maxGIFs: configuration.rewriteMaxGIFs
+    ).addRoutes(to: router, authenticator: authenticator)
     PurgeController<AppRequestContext>(cache: services.cache, service: services.transcodes).addRoutes(
         to: router, authenticator: authenticator)
     DemoPageController<AppRequestContext>().addRoutes(to: router)

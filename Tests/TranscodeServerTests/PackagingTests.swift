@@ -42,6 +42,7 @@ import Testing
         #expect(
             runtime.isSuperset(of: [
                 "libavcodec59", "libavformat59", "libavutil57", "libswscale6", "libgif7", "libwebp7", "libwebpdemux2",
+                "libgumbo1",
             ]))
         #expect(!runtime.contains { $0.hasSuffix("-dev") })
         #expect(docker.contains("FROM swift:6.3-bookworm AS build"))

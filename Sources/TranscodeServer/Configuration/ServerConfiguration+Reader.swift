@@ -147,7 +147,7 @@ extension ServerConfiguration {
     /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `http.publicBaseURL`, `http.mediaMaxAgeSeconds`,
     /// `http.sourceMaxAgeSeconds`, `http.sourceAnswer`, `signing.keys`, `signing.salts`, `signing.disabled`,
     /// `cors.allowedOrigins`, `auth.tokens`, `log.level`, `log.format`,
-    /// `shutdown.graceSeconds`, `storage.kind`, `storage.s3.endpoint`, `storage.s3.bucket`, `storage.s3.region`,
+    /// `shutdown.graceSeconds`, `rewrite.maxBodyBytes`, `rewrite.maxGifs`, `storage.kind`, `storage.s3.endpoint`, `storage.s3.bucket`, `storage.s3.region`,
     /// `storage.s3.pathStyle`, `storage.s3.timeoutSeconds`, `storage.s3.serve`, `storage.s3.presignSeconds`,
     /// `storage.s3.createBucket`, `storage.s3.tombstoneCheckSeconds`; S3 credentials from `environment`
     /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), never from a file or a flag.
@@ -319,6 +319,12 @@ extension ServerConfiguration {
         configuration.shutdownGraceSeconds = reader.double(
             forKey: "shutdown.graceSeconds", default: configuration.shutdownGraceSeconds)
         check("shutdown.graceSeconds", configuration.shutdownGraceSeconds >= 0, "0 or more")
+
+        configuration.rewriteMaxBodyBytes = reader.int(
+            forKey: "rewrite.maxBodyBytes", default: configuration.rewriteMaxBodyBytes)
+        check("rewrite.maxBodyBytes", configuration.rewriteMaxBodyBytes > 0, "positive")
+        configuration.rewriteMaxGIFs = reader.int(forKey: "rewrite.maxGifs", default: configuration.rewriteMaxGIFs)
+        check("rewrite.maxGifs", configuration.rewriteMaxGIFs > 0, "positive")
 
         let kind = reader.string(forKey: "storage.kind", default: configuration.storage.kind.rawValue)
         let endpoint = reader.string(forKey: "storage.s3.endpoint", default: "")

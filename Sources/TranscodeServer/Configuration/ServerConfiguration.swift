@@ -70,6 +70,10 @@ struct ServerConfiguration: Sendable {
     var logFormat = "text"
     /// Grace period for in-flight transcodes on SIGTERM. `shutdown.graceSeconds`, default 30.
     var shutdownGraceSeconds: Double = 30
+    /// Largest document `POST /v1/rewrite` takes. `rewrite.maxBodyBytes`, default 5 MB.
+    var rewriteMaxBodyBytes = 5_000_000
+    /// Most GIFs one document may have; beyond, 422 `too-many-gifs`. `rewrite.maxGifs`, default 500.
+    var rewriteMaxGIFs = 500
     /// Where results are kept beyond the local disk: nothing (one node), or an S3 bucket a fleet shares.
     var storage = StorageConfiguration()
 }

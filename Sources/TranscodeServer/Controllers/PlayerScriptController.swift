@@ -54,6 +54,7 @@ enum PlayerScript {
         (() => {
           "use strict";
           const state = Symbol.for("gif2mp4.player");
+          const watched = Symbol.for("gif2mp4.lazy");
 
           function playCount(video) {
             const count = Number.parseInt(video.dataset.playCount, 10);
@@ -101,9 +102,34 @@ enum PlayerScript {
             arm(video);
           }
 
+          // <video data-gif2mp4-lazy> (a rewritten <img loading="lazy">): nothing is loaded until it comes near
+          // the viewport; then it plays, as the GIF would have, and pauses while it is out of view.
+          const visibility = "IntersectionObserver" in window
+            ? new IntersectionObserver((entries) => {
+                for (const entry of entries) {
+                  const video = entry.target;
+                  if (entry.isIntersecting) {
+                    video.preload = "auto";
+                    video.play().catch(() => {});
+                  } else if (!video.paused) {
+                    video.pause();
+                  }
+                }
+              }, { rootMargin: "200px" })
+            : null;
+
+          function watch(video) {
+            if (video[watched]) return;
+            video[watched] = true;
+            if (visibility) visibility.observe(video);
+            else video.play().catch(() => {});
+          }
+
           function scan(root) {
             if (root.matches && root.matches("video[data-play-count]")) attach(root);
             if (root.querySelectorAll) root.querySelectorAll("video[data-play-count]").forEach(attach);
+            if (root.matches && root.matches("video[data-gif2mp4-lazy]")) watch(root);
+            if (root.querySelectorAll) root.querySelectorAll("video[data-gif2mp4-lazy]").forEach(watch);
           }
 
           if (window[state]) {
@@ -119,7 +145,7 @@ enum PlayerScript {
               else record.addedNodes.forEach(scan);
             }
           }).observe(document.documentElement, { subtree: true, childList: true, attributes: true,
-            attributeFilter: ["data-play-count"] });
+            attributeFilter: ["data-play-count", "data-gif2mp4-lazy"] });
         })();
         """#
 }

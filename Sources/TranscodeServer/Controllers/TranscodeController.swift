@@ -123,7 +123,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         }
     }
 
-    private static func collect(_ request: Request, upTo limit: Int) async throws -> ByteBuffer {
+    static func collect(_ request: Request, upTo limit: Int) async throws -> ByteBuffer {
         try self.checkDeclaredLength(request, limit: limit)
         do {
             return try await request.body.collect(upTo: limit)
@@ -132,7 +132,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         }
     }
 
-    private static func background(_ text: String?) throws -> RGBColor? {
+    static func background(_ text: String?) throws -> RGBColor? {
         guard let text else { return nil }
         guard let color = RGBColor(hex: text) else {
             throw ServiceError.badRequest("background must be #RRGGBB, got \(text)")

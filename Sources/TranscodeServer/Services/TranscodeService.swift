@@ -267,6 +267,12 @@ final class TranscodeService: Sendable {
         return nil
     }
 
+    /// The metadata of `url`'s result when this node has it already (a rewrite's sizes and loop counts).
+    func cachedMetadata(url: URL, options: TranscodeOptions) -> TranscodeMetadata? {
+        let keys = SourceKeys(url: url, options: options)
+        return self.cache.lookup(urlKey: keys.urlKey).flatMap { self.cache.metadata($0) }
+    }
+
     // MARK: The shared store
 
     /// Whether any of `tombstones` was recorded, here or (in a fleet) in the shared store.

@@ -1,0 +1,153 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Transcoder
+
+/// `POST /v1/rewrite` (bearer token when tokens are configured): an HTML document in, the same document out
+/// with every GIF `<img>` (or `<picture>`) turned into a `<video>` of signed `GET /v1/...` URLs, every other
+/// byte unchanged (`HTMLGIFScanner`, `HTMLRewriter`).
+///
+/// Query: `mode=lazy` (the default: rewritten at once, the GET URLs convert on first view) or `mode=eager`
+/// (each GIF converted first; a GIF whose conversion fails or whose recommendation is `keep-gif` stays an
+/// `<img>`); `base=URL` to resolve relative sources (a `<base href>` in the document is honoured too);
+/// `background=RRGGBB`.
+struct RewriteController<Context: RequestContext>: Sendable {
+    let service: TranscodeService
+    let links: PublicLinks
+    /// Largest document (`rewrite.maxBodyBytes`).
+    let maxBodyBytes: Int
+    /// Most GIFs in one document (`rewrite.maxGifs`); beyond, 422 `too-many-gifs` before any work.
+    let maxGIFs: Int
+    /// Conversions run at once for one `eager` document.
+    static var eagerConcurrency: Int { 4 }
+
+    enum Mode: String, Sendable { case lazy, eager }
+
+    func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
+        router.group("v1/rewrite").add(middleware: authenticator).post(use: self.rewrite)
+    }
+
+    @Sendable func rewrite(_ request: Request, context: Context) async throws -> Response {
+        let contentType = request.headers[.contentType] ?? ""
+        guard contentType.lowercased().hasPrefix("text/html") else {
+            throw ServiceError(
+                "unsupported-media-type", .unsupportedMediaType, "send the document as text/html, got \(contentType)")
+        }
+        for (name, _) in request.uri.queryParameters where !["mode", "base", "background"].contains(String(name)) {
+            throw ServiceError.badRequest(
+                "unknown query parameter \"\(name)\"; the parameters are mode, base, background")
+        }
+        let modeText = request.uri.queryParameters.get("mode") ?? Mode.lazy.rawValue
+        guard let mode = Mode(rawValue: modeText) else {
+            throw ServiceError.badRequest("mode must be lazy or eager, got \(modeText)")
+        }
+        var base: URL?
+        if let text = request.uri.queryParameters.get("base") {
+            guard let url = URL(string: text), ["http", "https"].contains(url.scheme?.lowercased() ?? ""),
+                url.host != nil
+            else { throw ServiceError.badRequest("base must be an absolute http(s) URL, got \(text)") }
+            base = url
+        }
+        let background = try TranscodeController<Context>.background(request.uri.queryParameters.get("background"))
+        guard self.links.signer.canSign else {
+            throw ServiceError(
+                "signing-not-configured", .notImplemented,
+                "rewriting needs signed URLs: configure signing.keys and signing.salts")
+        }
+        let body = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
+        let html = Array(body.readableBytesView)
+        let scan = HTMLGIFScanner.scan(html)
+        guard scan.elements.count <= self.maxGIFs else {
+            throw ServiceError(
+                "too-many-gifs", .unprocessableContent,
+                "the document has \(scan.elements.count) GIFs; at most \(self.maxGIFs) are rewritten in one request")
+        }
+        if let href = scan.baseHref, let resolved = URL(string: href, relativeTo: base)?.absoluteURL,
+            ["http", "https"].contains(resolved.scheme?.lowercased() ?? "")
+        {
+            base = resolved
+        }
+        let options = self.service.options(background: background)
+        let links = self.links(for: request)
+        // Each element's GIF, absolute; elements whose source cannot be fetched (relative without a base,
+        // data: URLs, other schemes) stay as they are.
+        var sources: [Int: URL] = [:]
+        for (index, element) in scan.elements.enumerated() {
+            let text = element.source.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard let url = URL(string: text, relativeTo: base)?.absoluteURL,
+                let valid = try? Downloader.validate(url.absoluteString)
+            else { continue }
+            sources[index] = valid
+        }
+        let metadata = try await self.metadata(for: Set(sources.values), mode: mode, options: options)
+        var replacements: [(range: Range<Int>, text: String)] = []
+        for (index, element) in scan.elements.enumerated() {
+            guard let url = sources[index] else { continue }
+            let known = metadata[url]
+            if mode == .eager, known?.recommendation != .video { continue }
+            guard let signed = links.signed(sourceURL: url.absoluteString, background: background),
+                let mp4 = signed["mp4"], let poster = signed["poster"]
+            else { continue }
+            let target = RewriteTarget(mp4URL: mp4, posterURL: poster, metadata: known)
+            replacements.append(
+                (
+                    element.range,
+                    HTMLRewriter.video(
+                        for: element, target: target, playerScript: links.absolute(PlayerScript.path))
+                ))
+        }
+        let output = HTMLRewriter.rewrite(html, replacements)
+        return Response(
+            status: .ok,
+            headers: [
+                .contentType: contentType,
+                HTTPField.Name("X-GIFs-Found")!: String(scan.elements.count),
+                HTTPField.Name("X-GIFs-Rewritten")!: String(replacements.count),
+            ],
+            body: .init(byteBuffer: ByteBuffer(bytes: output)))
+    }
+
+    /// The URLs a rewritten page needs are absolute: the page lives on another site. Under
+    /// `http.publicBaseURL`, or else this request's own origin (`X-Forwarded-Proto` and `Host`).
+    private func links(for request: Request) -> PublicLinks {
+        guard self.links.baseURL.isEmpty, let host = request.head.authority else {
+            return self.links
+        }
+        let scheme = request.headers[HTTPField.Name("X-Forwarded-Proto")!] == "https" ? "https" : "http"
+        return PublicLinks(baseURL: "\(scheme)://\(host)", signer: self.links.signer)
+    }
+
+    /// What is known of each GIF: in `lazy` mode what the cache has; in `eager` mode each converted (several
+    /// at once), failures absent.
+    private func metadata(
+        for urls: Set<URL>, mode: Mode, options: TranscodeOptions
+    ) async throws -> [URL: TranscodeMetadata] {
+        switch mode {
+        case .lazy:
+            var known: [URL: TranscodeMetadata] = [:]
+            for url in urls { known[url] = self.service.cachedMetadata(url: url, options: options) }
+            return known
+        case .eager:
+            return await withTaskGroup(of: (URL, TranscodeMetadata?).self) { group in
+                var known: [URL: TranscodeMetadata] = [:]
+                var pending = urls.sorted { $0.absoluteString < $1.absoluteString }[...]
+                func start() {
+                    guard let url = pending.popFirst() else { return }
+                    group.addTask {
+                        guard
+                            case .done(let outcome, _)? = try? await self.service.transcode(
+                                url: url, options: options, untilDone: true)
+                        else { return (url, nil) }
+                        return (url, outcome.metadata)
+                    }
+                }
+                for _ in 0..<Self.eagerConcurrency { start() }
+                while let (url, metadata) = await group.next() {
+                    known[url] = metadata
+                    start()
+                }
+                return known
+            }
+        }
+    }
+}

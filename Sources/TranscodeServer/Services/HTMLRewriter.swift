@@ -1,0 +1,88 @@
+import Foundation
+import Transcoder
+
+/// What the rewriter knows of one GIF when it writes its `<video>`: where the video and poster are, and, once
+/// the GIF is known (converted, or found in the cache), its size and how many times it plays.
+struct RewriteTarget: Sendable {
+    var mp4URL: String
+    var posterURL: String
+    var metadata: TranscodeMetadata?
+}
+
+/// Turns the GIF elements `HTMLGIFScanner` found into `<video>` elements, copying every other byte of the
+/// document as it is.
+///
+/// The video autoplays muted and inline (what iOS requires), loops as the GIF does (`loop`, nothing for one
+/// play, `data-play-count` with `/player.js` for a finite count; `loop` while the count is not known yet),
+/// and keeps what means something on a `<video>`: `id`, `class`, `style`, `title`, `width`/`height` (from the
+/// attributes, else the GIF's own once known), `alt` as `aria-label` with `role="img"`. An `<img
+/// loading="lazy">` becomes `preload="none"` without `autoplay`, marked `data-gif2mp4-lazy`: `/player.js` plays
+/// it when it scrolls into view. `srcset`, `sizes`, `loading`, `decoding` and `data-*` (a lazy-loading
+/// plugin's `data-src` would fight the video) are not carried over.
+enum HTMLRewriter {
+    /// `html` with each element of `replacements` (sorted, not overlapping) replaced.
+    static func rewrite(_ html: [UInt8], _ replacements: [(range: Range<Int>, text: String)]) -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(html.count + replacements.count * 256)
+        var position = 0
+        for replacement in replacements.sorted(by: { $0.range.lowerBound < $1.range.lowerBound })
+        where replacement.range.lowerBound >= position {
+            output += html[position..<replacement.range.lowerBound]
+            output += Array(replacement.text.utf8)
+            position = replacement.range.upperBound
+        }
+        output += html[position...]
+        return output
+    }
+
+    /// The `<video>` (and, when it needs it, the `/player.js` script tag) for `element`.
+    /// - Parameter playerScript: the URL of `/player.js`.
+    static func video(for element: GIFElement, target: RewriteTarget, playerScript: String) -> String {
+        var attributes: [(String, String?)] = []
+        let lazy = element.attribute("loading")?.lowercased() == "lazy"
+        if !lazy { attributes.append(("autoplay", nil)) }
+        attributes += [("muted", nil), ("playsinline", nil)]
+        var needsScript = lazy
+        if let metadata = target.metadata {
+            if metadata.loopsForever {
+                attributes.append(("loop", nil))
+            } else if let plays = metadata.playCount, plays > 1 {
+                attributes.append(("data-play-count", String(plays)))
+                needsScript = true
+            }
+        } else {
+            attributes.append(("loop", nil))
+        }
+        if lazy { attributes += [("preload", "none"), ("data-gif2mp4-lazy", nil)] }
+        attributes.append(("poster", target.posterURL))
+        for name in ["id", "class", "style", "title"] {
+            if let value = element.attribute(name) { attributes.append((name, value)) }
+        }
+        let width = element.attribute("width") ?? target.metadata.map { String($0.sourceWidth) }
+        let height = element.attribute("height") ?? target.metadata.map { String($0.sourceHeight) }
+        if let width { attributes.append(("width", width)) }
+        if let height { attributes.append(("height", height)) }
+        if let alt = element.attribute("alt") {
+            attributes += [("role", "img"), ("aria-label", alt)]
+        }
+        let opening = attributes.map { name, value in value.map { "\(name)=\"\(Self.escape($0))\"" } ?? name }
+            .joined(separator: " ")
+        let script = needsScript ? "<script src=\"\(Self.escape(playerScript))\" defer></script>" : ""
+        return "<video \(opening)><source src=\"\(Self.escape(target.mp4URL))\" type=\"video/mp4\"></video>" + script
+    }
+
+    /// An attribute value, quoted with `"`.
+    static func escape(_ text: String) -> String {
+        var escaped = ""
+        for character in text {
+            switch character {
+            case "&": escaped += "&amp;"
+            case "\"": escaped += "&quot;"
+            case "<": escaped += "&lt;"
+            case ">": escaped += "&gt;"
+            default: escaped.append(character)
+            }
+        }
+        return escaped
+    }
+}

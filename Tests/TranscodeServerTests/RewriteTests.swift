@@ -1,0 +1,190 @@
+import Foundation
+import Testing
+import Transcoder
+
+@testable import TranscodeServer
+
+/// `POST /v1/rewrite`: documents with GIFs in tricky places, and every byte outside the rewritten tags kept.
+@Suite struct RewriteTests {
+    /// The GIF tags of `document`, as written (each appears once), in document order.
+    static let gifTags = [
+        #"<IMG SRC=/corpus/cartoon_hotdog.gif ALT="An &quot;upper&quot; cat" WIDTH=320 HEIGHT=240 class=hero>"#,
+        "<img\n   src=\"/b/split.gif\"\n   id=\"split\" loading=\"lazy\" title='single quoted'>",
+        #"<img src="/c/photo.jpg" srcset="/c/anim.gif 2x, /c/photo.jpg 1x" sizes="50vw" decoding="async">"#,
+        #"<img src="/e/marked" data-gif data-src="/lazy-plugin.jpg" style="border: 0">"#,
+        #"<picture class="p"><source srcset="/f/anim.webp" type="image/webp"><source srcset="/f/anim.gif" "#
+            + #"type="image/gif"><img src="/f/fallback.jpg" alt="pic"></picture>"#,
+    ]
+
+    static let document =
+        """
+        <!DOCTYPE html>
+        <html><head><title>Tricky &amp; co</title>
+        <script>var s = '<img src="/in-script.gif">'; if (a < b) {}</script>
+        </head><body>
+        <!-- <img src="/in-comment.gif"> -->
+        <p>Caf&eacute; &amp; co &#x263A;</p>
+        \(Self.gifTags[0])
+        \(Self.gifTags[1])
+        <p>between</p>\(Self.gifTags[2])
+        <img src="/d/not-a-gif.png" alt=png>
+        \(Self.gifTags[3])
+        \(Self.gifTags[4])
+        <template><img src="/in-template.gif"></template>
+        <noscript><img src="/in-noscript.gif"></noscript>
+        <svg><image href="/in-svg.gif"/></svg>
+        <textarea><img src="/in-textarea.gif"></textarea>
+        <style>img[src$=".gif"] { border: 0 }</style>
+        </body></html>
+
+        """
+
+    @Test func theScannerFindsTheGIFsAndOnlyThem() throws {
+        let html = Array(Self.document.utf8)
+        let scan = HTMLGIFScanner.scan(html)
+        #expect(
+            scan.elements.map(\.source) == [
+                "/corpus/cartoon_hotdog.gif", "/b/split.gif", "/c/anim.gif", "/e/marked", "/f/anim.gif",
+            ])
+        for (element, tag) in zip(scan.elements, Self.gifTags) {
+            #expect(String(decoding: html[element.range], as: UTF8.self) == tag)
+        }
+        let upper = try #require(scan.elements.first)
+        #expect(upper.attribute("alt") == #"An "upper" cat"#)
+        #expect(upper.attribute("width") == "320")
+        #expect(scan.elements[4].attribute("alt") == "pic")
+    }
+
+    @Test(arguments: [
+        ("/a.gif 1x, /b.gif 2x", "/b.gif"), ("/a.gif 480w, /b.png 960w, /c.gif 320w", "/a.gif"),
+        ("/a.png, /b.png 2x", nil), ("/x.GIF?v=2#f", "/x.GIF?v=2#f"),
+    ])
+    func srcsetCandidates(srcset: String, expected: String?) {
+        #expect(HTMLGIFScanner.gifCandidate(srcset: srcset) == expected)
+    }
+
+    static let key = String(repeating: "3c", count: 32)
+    static let salt = "73616c74"
+
+    static func configure(_ configuration: inout ServerConfiguration) {
+        configuration.signingKeys = [Self.key]
+        configuration.signingSalts = [Self.salt]
+    }
+
+    /// Lazy: every GIF becomes a video at once; every byte outside the GIF tags is the input's.
+    @Test func lazyRewriteKeepsEveryOtherByte() async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let base = harness.originURL("/site/post.html")
+            let reply = try await harness.request(
+                .POST, "/v1/rewrite?base=\(base.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)",
+                headers: [("Content-Type", "text/html; charset=utf-8")], body: Array(Self.document.utf8))
+            #expect(reply.status == 200)
+            #expect(reply.headers.first(name: "Content-Type") == "text/html; charset=utf-8")
+            #expect(reply.headers.first(name: "X-GIFs-Rewritten") == "5")
+            let output = reply.text
+            let videos = try Self.videos(in: output)
+            #expect(videos.count == 5)
+            // Put the original tags back where the videos are: the input, byte for byte.
+            var restored = output
+            for (video, tag) in zip(videos, Self.gifTags) {
+                let range = try #require(restored.range(of: video))
+                restored.replaceSubrange(range, with: tag)
+            }
+            #expect(restored == Self.document)
+
+            #expect(videos[0].contains(" autoplay muted playsinline loop "))
+            #expect(
+                videos[0].contains(
+                    #"class="hero" width="320" height="240" role="img" aria-label="An &quot;upper&quot; cat""#))
+            #expect(videos[1].contains(#"preload="none" data-gif2mp4-lazy"#))
+            #expect(!videos[1].contains("autoplay"))
+            #expect(videos[1].contains(#"id="split" title="single quoted""#))
+            // Absolute URLs (the page lives elsewhere): this request's origin, without http.publicBaseURL.
+            let origin = "http://127.0.0.1:\(harness.appPort)"
+            #expect(videos[1].hasSuffix(#"<script src="\#(origin)/player.js" defer></script>"#))
+            #expect(!videos[2].contains("srcset") && !videos[2].contains("sizes") && !videos[2].contains("decoding"))
+            #expect(!videos[3].contains("data-src") && videos[3].contains(#"style="border: 0""#))
+            #expect(videos[4].contains(#"aria-label="pic""#))
+
+            // The URLs are the signed GET route of the absolute GIF URL; the first GIF is served by it.
+            let signer = try #require(URLSigner(hexKeys: [Self.key], hexSalts: [Self.salt]))
+            let upper = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let mp4 = signer.signedPath(SourcePath(sourceURL: upper, fileExtension: "mp4").path)
+            #expect(videos[0].contains(#"<source src="\#(origin)\#(mp4)" type="video/mp4">"#))
+            let poster = signer.signedPath(SourcePath(sourceURL: upper, fileExtension: "jpg").path)
+            #expect(videos[0].contains(#"poster="\#(origin)\#(poster)""#))
+            #expect(harness.services.transcodes.counters.downloads == 0)
+            let served = try await harness.request(.GET, mp4)
+            #expect(served.status == 200)
+            #expect(served.headers.first(name: "Content-Type") == "video/mp4")
+
+            // The output parses, and the parser finds no GIF left outside <template> and <noscript>.
+            #expect(HTMLGIFScanner.scan(Array(output.utf8)).elements.isEmpty)
+        }
+    }
+
+    /// Eager: converted first; a GIF that fails or is better kept stays an <img>, the rest carry their real
+    /// size and loop count.
+    @Test func eagerRewriteConvertsFirstAndKeepsWhatFails() async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let good = #"<img src="/corpus/cartoon_hotdog.gif" alt="hotdog">"#
+            let once = #"<img src="/corpus/loop_none_no_netscape.gif">"#
+            let missing = #"<img src="/corpus/no-such-file.gif">"#
+            let kept = #"<img src="/corpus/tiny_1x1.gif">"#
+            let document = "<p>\(good)\(once)</p>\n<div>\(missing)\(kept)</div>"
+            let reply = try await harness.request(
+                .POST, "/v1/rewrite?mode=eager&base=" + harness.originURL("/"),
+                headers: [("Content-Type", "text/html")], body: Array(document.utf8))
+            #expect(reply.status == 200)
+            let output = reply.text
+            let videos = try Self.videos(in: output)
+            #expect(videos.count == 2, "\(output)")
+            #expect(output.contains(missing))
+            #expect(output.contains(kept))
+            let metadata = try #require(
+                harness.services.transcodes.cachedMetadata(
+                    url: URL(string: harness.originURL("/corpus/cartoon_hotdog.gif"))!, options: TranscodeOptions()))
+            #expect(videos[0].contains(#"width="\#(metadata.sourceWidth)" height="\#(metadata.sourceHeight)""#))
+            #expect(videos[0].contains(" loop ") == metadata.loopsForever)
+            #expect(!videos[1].contains(" loop "))
+            #expect(reply.headers.first(name: "X-GIFs-Found") == "4")
+        }
+    }
+
+    @Test func limitsAndBadRequests() async throws {
+        try await withHarness(configure: {
+            Self.configure(&$0)
+            $0.rewriteMaxGIFs = 2
+            $0.rewriteMaxBodyBytes = 1000
+        }) { harness in
+            let three = String(repeating: #"<img src="https://example.com/a.gif">"#, count: 3)
+            let tooMany = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(three.utf8))
+            #expect(tooMany.status == 422)
+            #expect(tooMany.errorCode == "too-many-gifs")
+            let big = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")],
+                body: Array(String(repeating: "x", count: 2000).utf8))
+            #expect(big.status == 413)
+            let json = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "application/json")], body: Array("{}".utf8))
+            #expect(json.status == 415)
+            let mode = try await harness.request(
+                .POST, "/v1/rewrite?mode=soon", headers: [("Content-Type", "text/html")], body: [])
+            #expect(mode.status == 400)
+            #expect(harness.services.transcodes.counters.downloads == 0)
+        }
+        try await withHarness { harness in
+            let unsigned = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array("<p>".utf8))
+            #expect(unsigned.status == 501)
+            #expect(unsigned.errorCode == "signing-not-configured")
+        }
+    }
+
+    /// The `<video>` elements of `html`, each with the `/player.js` tag that follows it.
+    static func videos(in html: String) throws -> [String] {
+        let pattern = try Regex(#"<video [^>]*><source [^>]*></video>(<script src="[^"]*" defer></script>)?"#)
+        return html.matches(of: pattern).map { String(html[$0.range]) }
+    }
+}
