@@ -11,6 +11,7 @@ struct AppServices: Sendable {
     let cache: DiskCache
     let pool: TranscodePool
     let transcodes: TranscodeService
+    let webhooks: WebhookDispatcher
     let configuration: ServerConfiguration
 }
 
@@ -60,7 +61,12 @@ func buildApplication(
         syncWaitSeconds: configuration.syncWaitSeconds, urlTTLSeconds: configuration.urlTTLSeconds,
         staleIfErrorSeconds: configuration.staleIfErrorSeconds, shared: shared, metrics: metrics,
         logger: logger)
-    let services = AppServices(cache: cache, pool: pool, transcodes: transcodes, configuration: configuration)
+    let webhooks = WebhookDispatcher(
+        signer: WebhookSigner(secrets: configuration.webhookSecrets) ?? WebhookSigner(decoded: []),
+        downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhookFirstRetrySeconds,
+        maxRetrySeconds: configuration.webhookMaxRetrySeconds, logger: logger)
+    let services = AppServices(
+        cache: cache, pool: pool, transcodes: transcodes, webhooks: webhooks, configuration: configuration)
     let router = buildRouter(services: services)
     let application = Application(
         router: router,
@@ -72,7 +78,7 @@ func buildApplication(
                 ],
                 idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        services: [pool],
+        services: [pool, webhooks],
         onServerRunning: onServerRunning,
         logger: logger
     )
@@ -99,7 +105,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     TranscodeController<AppRequestContext>(
         service: services.transcodes, maxBodyBytes: configuration.maxRequestBodyBytes,
         bodyTimeout: .milliseconds(Int64(configuration.bodyTimeoutSeconds * 1000)),
-        temporaryDirectory: services.cache.temporaryDirectory, links: links
+        temporaryDirectory: services.cache.temporaryDirectory, links: links, webhooks: services.webhooks
     ).addRoutes(to: router, authenticator: authenticator)
     let media = MediaController<AppRequestContext>(
         cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) },

@@ -147,7 +147,8 @@ extension ServerConfiguration {
     /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `http.publicBaseURL`, `http.mediaMaxAgeSeconds`,
     /// `http.sourceMaxAgeSeconds`, `http.sourceAnswer`, `signing.keys`, `signing.salts`, `signing.disabled`,
     /// `cors.allowedOrigins`, `auth.tokens`, `log.level`, `log.format`,
-    /// `shutdown.graceSeconds`, `rewrite.maxBodyBytes`, `rewrite.maxGifs`, `storage.kind`, `storage.s3.endpoint`, `storage.s3.bucket`, `storage.s3.region`,
+    /// `shutdown.graceSeconds`, `rewrite.maxBodyBytes`, `rewrite.maxGifs`, `webhooks.secrets`,
+    /// `webhooks.firstRetrySeconds`, `webhooks.maxRetrySeconds`, `storage.kind`, `storage.s3.endpoint`, `storage.s3.bucket`, `storage.s3.region`,
     /// `storage.s3.pathStyle`, `storage.s3.timeoutSeconds`, `storage.s3.serve`, `storage.s3.presignSeconds`,
     /// `storage.s3.createBucket`, `storage.s3.tombstoneCheckSeconds`; S3 credentials from `environment`
     /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), never from a file or a flag.
@@ -320,6 +321,17 @@ extension ServerConfiguration {
             forKey: "shutdown.graceSeconds", default: configuration.shutdownGraceSeconds)
         check("shutdown.graceSeconds", configuration.shutdownGraceSeconds >= 0, "0 or more")
 
+        configuration.webhookSecrets = reader.stringArray(forKey: "webhooks.secrets", isSecret: true, default: [])
+            .filter { !$0.isEmpty }
+        if WebhookSigner(secrets: configuration.webhookSecrets) == nil {
+            invalid.append("webhooks.secrets: each must be whsec_ + base64 (or base64) of 16 bytes or more")
+        }
+        configuration.webhookFirstRetrySeconds = reader.double(
+            forKey: "webhooks.firstRetrySeconds", default: configuration.webhookFirstRetrySeconds)
+        check("webhooks.firstRetrySeconds", configuration.webhookFirstRetrySeconds > 0, "positive")
+        configuration.webhookMaxRetrySeconds = reader.double(
+            forKey: "webhooks.maxRetrySeconds", default: configuration.webhookMaxRetrySeconds)
+        check("webhooks.maxRetrySeconds", configuration.webhookMaxRetrySeconds >= 0, "0 or more")
         configuration.rewriteMaxBodyBytes = reader.int(
             forKey: "rewrite.maxBodyBytes", default: configuration.rewriteMaxBodyBytes)
         check("rewrite.maxBodyBytes", configuration.rewriteMaxBodyBytes > 0, "positive")

@@ -70,6 +70,14 @@ struct ServerConfiguration: Sendable {
     var logFormat = "text"
     /// Grace period for in-flight transcodes on SIGTERM. `shutdown.graceSeconds`, default 30.
     var shutdownGraceSeconds: Double = 30
+    /// Standard Webhooks signing secrets (`whsec_` + base64, or base64; 16 bytes or more), each signing every
+    /// delivery (rotation); empty: `callbackURL` is refused. `webhooks.secrets`.
+    var webhookSecrets: [String] = []
+    /// The first retry of a failed delivery after this, then twice as long each time (at most 5 minutes).
+    /// `webhooks.firstRetrySeconds`, default 1.
+    var webhookFirstRetrySeconds: Double = 1
+    /// A delivery is retried until this long after its first attempt. `webhooks.maxRetrySeconds`, default 3600.
+    var webhookMaxRetrySeconds: Double = 3600
     /// Largest document `POST /v1/rewrite` takes. `rewrite.maxBodyBytes`, default 5 MB.
     var rewriteMaxBodyBytes = 5_000_000
     /// Most GIFs one document may have; beyond, 422 `too-many-gifs`. `rewrite.maxGifs`, default 500.

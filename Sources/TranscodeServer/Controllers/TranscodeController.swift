@@ -14,6 +14,8 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     let temporaryDirectory: String
     /// Absolute URLs under `http.publicBaseURL`, and the signed GET URLs of a source.
     let links: PublicLinks
+    /// Where `callbackURL`s are delivered.
+    let webhooks: WebhookDispatcher
 
     func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
         router.group("transcode").add(middleware: authenticator).post(use: self.transcode)
@@ -23,12 +25,13 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     private struct URLRequestBody: Decodable {
         let url: String
         let background: String?
+        let callbackURL: String?
     }
 
     /// The fields of a JSON request (and, with `background` alone, the query of an upload). Anything else
     /// is refused by name, so a typo (`backgound`) or an option the service does not offer (`crf`) is not
     /// silently ignored.
-    static var requestFields: [String] { ["url", "background"] }
+    static var requestFields: [String] { ["url", "background", "callbackURL"] }
 
     /// The bodies taken as the animation itself. Which format it is, is told by its signature, not by this.
     static var uploadMediaTypes: [String] {
@@ -42,11 +45,15 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         if Self.uploadMediaTypes.contains(where: { contentType.hasPrefix($0) }) {
             let limit = min(self.service.defaultOptions.limits.maxInputBytes, self.maxBodyBytes)
             try Self.checkDeclaredLength(request, limit: limit)
-            for (name, _) in request.uri.queryParameters where String(name) != "background" {
-                throw ServiceError.badRequest("unknown query parameter \"\(name)\"; an upload takes only background")
+            for (name, _) in request.uri.queryParameters where !["background", "callbackURL"].contains(String(name)) {
+                throw ServiceError.badRequest(
+                    "unknown query parameter \"\(name)\"; an upload takes only background and callbackURL")
             }
             let background = try Self.background(request.uri.queryParameters.get("background"))
             let options = self.service.options(background: background)
+            let callback = try await request.uri.queryParameters.get("callbackURL").asyncMap {
+                try await self.webhooks.validate($0)
+            }
             // Turned away before a byte of the body is read when no job could start now.
             try self.service.pool.checkRoom()
             let path = try await UploadReceiver.receive(
@@ -57,6 +64,14 @@ struct TranscodeController<Context: RequestContext>: Sendable {
                     throw ServiceError.internal("the received upload vanished")
                 }
                 return [UInt8](data)
+            }
+            // The webhook is queued first: it reports a failure of the request too.
+            if let callback {
+                let service = self.service
+                let id = DiskCache.contentKey(gif: gif, options: options)
+                self.notify(callback, id: id, url: nil) {
+                    try await service.transcode(upload: gif, options: options, untilDone: true)
+                }
             }
             answer = try await self.service.transcode(upload: gif, options: options)
         } else if contentType.hasPrefix("application/json") {
@@ -75,6 +90,13 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             let url = try Downloader.validate(body.url)
             let background = try Self.background(body.background)
             let options = self.service.options(background: background)
+            let callback = try await body.callbackURL.asyncMap { try await self.webhooks.validate($0) }
+            if let callback {
+                let service = self.service
+                self.notify(callback, id: SourceKeys(url: url, options: options).urlKey, url: body.url) {
+                    try await service.transcode(url: url, options: options, untilDone: true)
+                }
+            }
             answer = try await self.service.transcode(url: url, options: options)
             signed = self.links.signed(sourceURL: body.url, background: background)
         } else {
@@ -114,6 +136,43 @@ struct TranscodeController<Context: RequestContext>: Sendable {
                 JobStatus(status: "failed", id: id, result: nil, error: .init(code: error.code, message: error.message))
             )
         }
+    }
+
+    /// The data of a `transcode.done` or `transcode.failed` webhook.
+    struct JobEvent: Encodable, Sendable {
+        let id: String
+        let url: String?
+        let status: String
+        let result: TranscodeResult?
+        let error: JobStatus.Failure?
+    }
+
+    /// Queues the webhook of job `id`: sent when `job` (joining the request's flight, or a cache hit) ends.
+    private func notify(
+        _ callback: URL, id: String, url: String?, job: @escaping @Sendable () async throws -> TranscodeAnswer
+    ) {
+        let baseURL = self.links.baseURL
+        self.webhooks.enqueue(
+            WebhookDelivery(url: callback) {
+                let event: JobEvent
+                do {
+                    guard case .done(let outcome, _) = try await job() else {
+                        throw ServiceError.internal("the job did not finish")
+                    }
+                    event = JobEvent(
+                        id: id, url: url, status: "done", result: TranscodeResult(outcome, baseURL: baseURL),
+                        error: nil)
+                } catch {
+                    let failure = ServiceError.from(error)
+                    event = JobEvent(
+                        id: id, url: url, status: "failed", result: nil,
+                        error: .init(code: failure.code, message: failure.message))
+                }
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                let data = (try? encoder.encode(event)).map { [UInt8]($0) } ?? Array("{}".utf8)
+                return (event.status == "done" ? "transcode.done" : "transcode.failed", data)
+            })
     }
 
     /// Refuses a body whose declared length is over `limit` before reading any of it.

@@ -147,6 +147,20 @@ struct Downloader: Sendable {
         let host = Self.bareHost(url)
         let address = try await self.checkDestination(url)
 
+        let client = self.pinnedClient(host: host, address: address)
+        do {
+            let hop = try await self.execute(url, conditions: conditions, client: client, deadline: deadline)
+            try? await client.shutdown()
+            return hop
+        } catch {
+            try? await client.shutdown()
+            throw Self.map(error, url: url)
+        }
+    }
+
+    /// A client that reaches `host` only at `address` (the one the policy checked: no second lookup an attacker
+    /// could answer differently), follows no redirect and tries each connection once. The caller shuts it down.
+    func pinnedClient(host: String, address: IPAddress) -> HTTPClient {
         var clientConfiguration = HTTPClient.Configuration()
         clientConfiguration.redirectConfiguration = .disallow
         clientConfiguration.decompression = .disabled
@@ -160,15 +174,7 @@ struct Downloader: Sendable {
         // a fluke to retry until the connect timeout (a closed port answered only after 5 s, and a bad
         // certificate cost 12 connections).
         clientConfiguration.connectionPool.retryConnectionEstablishment = false
-        let client = HTTPClient(eventLoopGroup: self.eventLoopGroup, configuration: clientConfiguration)
-        do {
-            let hop = try await self.execute(url, conditions: conditions, client: client, deadline: deadline)
-            try? await client.shutdown()
-            return hop
-        } catch {
-            try? await client.shutdown()
-            throw Self.map(error, url: url)
-        }
+        return HTTPClient(eventLoopGroup: self.eventLoopGroup, configuration: clientConfiguration)
     }
 
     private func execute(

@@ -135,6 +135,18 @@ final class ServiceMetrics: Sendable {
         self.snapshot.withLock { $0.transcodes += 1 }
     }
 
+    /// One webhook delivery's end (`delivered`, `failed` after the last retry, `refused` by the destination
+    /// policy) or one attempt that will be retried (`retried`).
+    func webhook(_ result: String) {
+        self.registry.makeCounter(
+            descriptor: .init(
+                namespace: "transcode", metricName: "webhook_deliveries", unitName: "total",
+                helpText: "Webhook deliveries by result (delivered, retried, failed, refused)."),
+            labels: [("result", result)]
+        ).increment()
+        self.snapshot.withLock { $0.webhooks[result, default: 0] += 1 }
+    }
+
     /// One operation on the shared result store (`pull`: an object copied to the local disk; `publish`: a
     /// transcode written to the store).
     func storage(_ operation: String) {

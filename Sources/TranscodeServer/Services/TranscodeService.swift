@@ -49,6 +49,8 @@ struct ServiceCounters: Sendable {
     var revalidations: [String: Int] = [:]
     /// Operations on the shared result store (`pull`, `publish`).
     var storage: [String: Int] = [:]
+    /// Webhook deliveries by result (`delivered`, `retried`, `failed`, `refused`).
+    var webhooks: [String: Int] = [:]
 }
 
 /// Turns requests into cached results: cache lookup, single-flight per request, download, content
@@ -230,7 +232,10 @@ final class TranscodeService: Sendable {
     }
 
     /// Converts an uploaded GIF.
-    func transcode(upload gif: [UInt8], options: TranscodeOptions) async throws -> TranscodeAnswer {
+    /// - Parameter untilDone: wait however long it takes (a webhook's event) instead of answering `pending`.
+    func transcode(upload gif: [UInt8], options: TranscodeOptions, untilDone: Bool = false) async throws
+        -> TranscodeAnswer
+    {
         let keys = try await NIOThreadPool.singleton.runIfActive { DiskCache.contentKeys(gif: gif, options: options) }
         if try await self.isBuried([.gif(keys.gifSha256), .object(keys.key)], recently: true) {
             throw ServiceError.takenDown("this GIF was taken down")
@@ -240,7 +245,7 @@ final class TranscodeService: Sendable {
             self.metrics.cacheHit()
             return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
         }
-        return try await self.run(requestKey: key, untilDone: false) {
+        return try await self.run(requestKey: key, untilDone: untilDone) {
             try await self.store(gif, key: key, options: options, requestKey: key)
         }
     }

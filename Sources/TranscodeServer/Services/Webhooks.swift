@@ -1,0 +1,206 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import Logging
+import NIOCore
+import ServiceLifecycle
+import Synchronization
+
+/// Standard Webhooks signatures (standardwebhooks.com): `webhook-signature` is `v1,` + base64 of
+/// HMAC-SHA256(secret, "<webhook-id>.<webhook-timestamp>.<body>"), one per secret, space-separated, so a
+/// receiver can rotate: it accepts any signature it can verify.
+struct WebhookSigner: Sendable {
+    let secrets: [[UInt8]]
+
+    /// `whsec_<base64>` (the Standard Webhooks form) or plain base64, at least 16 bytes each; nil when one is
+    /// not. - Parameter texts: the configured secrets (`webhooks.secrets`).
+    init?(secrets texts: [String]) {
+        var secrets: [[UInt8]] = []
+        for text in texts {
+            let encoded = text.hasPrefix("whsec_") ? String(text.dropFirst(6)) : text
+            guard let bytes = Data(base64Encoded: encoded), bytes.count >= 16 else { return nil }
+            secrets.append([UInt8](bytes))
+        }
+        self.secrets = secrets
+    }
+
+    /// Secrets already decoded (`[]`: webhooks off).
+    init(decoded secrets: [[UInt8]]) {
+        self.secrets = secrets
+    }
+
+    var canSign: Bool { !self.secrets.isEmpty }
+
+    func signature(id: String, timestamp: Int, body: [UInt8]) -> String {
+        let content = Array("\(id).\(timestamp).".utf8) + body
+        return self.secrets.map { secret in
+            let mac = HMAC<SHA256>.authenticationCode(for: content, using: SymmetricKey(data: secret))
+            return "v1," + Data(mac).base64EncodedString()
+        }.joined(separator: " ")
+    }
+}
+
+/// One webhook: where, and the event once it is known (a job's end, a batch's end).
+struct WebhookDelivery: Sendable {
+    let url: URL
+    /// Waits for the event (it may be a running job) and returns its type and JSON `data`.
+    let event: @Sendable () async -> (type: String, data: [UInt8])
+}
+
+/// Delivers webhooks in the Standard Webhooks format: a JSON body `{"type", "timestamp", "data"}` POSTed with
+/// `webhook-id` (the same on every retry), `webhook-timestamp` and `webhook-signature`. A delivery that fails
+/// (no answer, or not 2xx) is retried with exponential backoff (`firstRetrySeconds`, doubling, at most 5
+/// minutes apart) until `maxRetrySeconds` have passed. Every attempt first checks the destination with the
+/// downloads' SSRF policy, and connects to the address it checked. Deliveries live in memory: a restart loses
+/// the ones not yet made.
+final class WebhookDispatcher: Service, Sendable {
+    let signer: WebhookSigner
+    let downloader: Downloader
+    let metrics: ServiceMetrics
+    let firstRetrySeconds: Double
+    let maxRetrySeconds: Double
+    let logger: Logger
+    private let stream: AsyncStream<WebhookDelivery>
+    private let continuation: AsyncStream<WebhookDelivery>.Continuation
+
+    init(
+        signer: WebhookSigner, downloader: Downloader, metrics: ServiceMetrics, firstRetrySeconds: Double = 1,
+        maxRetrySeconds: Double = 3600, logger: Logger
+    ) {
+        self.signer = signer
+        self.downloader = downloader
+        self.metrics = metrics
+        self.firstRetrySeconds = firstRetrySeconds
+        self.maxRetrySeconds = maxRetrySeconds
+        self.logger = logger
+        (self.stream, self.continuation) = AsyncStream.makeStream(of: WebhookDelivery.self)
+    }
+
+    /// Checks `text` as a callback URL: an http(s) URL whose destination the SSRF policy allows.
+    /// - Throws: `invalid-url`, `destination-not-allowed`; `webhooks-not-configured` without secrets.
+    func validate(_ text: String) async throws -> URL {
+        guard self.signer.canSign else {
+            throw ServiceError(
+                "webhooks-not-configured", .notImplemented,
+                "callbackURL needs webhooks.secrets (Standard Webhooks signing secrets)")
+        }
+        let url = try Downloader.validate(text)
+        try await self.downloader.checkDestination(url)
+        return url
+    }
+
+    /// Queues a delivery; it is made once its event is known.
+    func enqueue(_ delivery: WebhookDelivery) {
+        self.continuation.yield(delivery)
+    }
+
+    /// Runs deliveries until shutdown; those still waiting to be retried then are dropped.
+    func run() async throws {
+        await withDiscardingTaskGroup { group in
+            await withGracefulShutdownHandler {
+                for await delivery in self.stream {
+                    group.addTask { await self.deliver(delivery) }
+                }
+                group.cancelAll()
+            } onGracefulShutdown: {
+                self.continuation.finish()
+            }
+        }
+    }
+
+    private func deliver(_ delivery: WebhookDelivery) async {
+        let (type, data) = await delivery.event()
+        let id = "msg_" + UUID().uuidString.lowercased()
+        let started = ContinuousClock.now
+        var wait = self.firstRetrySeconds
+        var attempt = 0
+        while !Task.isCancelled {
+            attempt += 1
+            let now = Date()
+            let timestamp = Int(now.timeIntervalSince1970)
+            let body = Self.payload(type: type, data: data, at: now)
+            let outcome = await self.attempt(delivery.url, id: id, timestamp: timestamp, body: body)
+            switch outcome {
+            case .delivered:
+                self.metrics.webhook("delivered")
+                return
+            case .refused(let reason):
+                self.metrics.webhook("refused")
+                self.logger.warning(
+                    "webhook refused by the destination policy",
+                    metadata: ["webhook.id": "\(id)", "error": "\(reason)"])
+                return
+            case .failed(let reason):
+                let elapsed = ContinuousClock.now - started
+                guard elapsed + .milliseconds(Int64(wait * 1000)) <= .milliseconds(Int64(self.maxRetrySeconds * 1000))
+                else {
+                    self.metrics.webhook("failed")
+                    self.logger.warning(
+                        "webhook given up",
+                        metadata: ["webhook.id": "\(id)", "webhook.attempts": "\(attempt)", "error": "\(reason)"])
+                    return
+                }
+                self.metrics.webhook("retried")
+                try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+                wait = min(wait * 2, 300)
+            }
+        }
+    }
+
+    private enum Outcome {
+        case delivered
+        case refused(String)
+        case failed(String)
+    }
+
+    private func attempt(_ url: URL, id: String, timestamp: Int, body: [UInt8]) async -> Outcome {
+        let address: IPAddress
+        do {
+            address = try await self.downloader.checkDestination(url)
+        } catch let error as ServiceError where error.code == "destination-not-allowed" {
+            return .refused(error.message)
+        } catch {
+            return .failed("\(error)")
+        }
+        let client = self.downloader.pinnedClient(host: Downloader.bareHost(url), address: address)
+        let outcome = await self.post(url, id: id, timestamp: timestamp, body: body, client: client)
+        try? await client.shutdown()
+        return outcome
+    }
+
+    private func post(_ url: URL, id: String, timestamp: Int, body: [UInt8], client: HTTPClient) async -> Outcome {
+        var request = HTTPClientRequest(url: url.absoluteString)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "User-Agent", value: "transcode-server/1 (+gif-to-mp4)")
+        request.headers.add(name: "webhook-id", value: id)
+        request.headers.add(name: "webhook-timestamp", value: String(timestamp))
+        request.headers.add(
+            name: "webhook-signature", value: self.signer.signature(id: id, timestamp: timestamp, body: body))
+        request.body = .bytes(ByteBuffer(bytes: body))
+        do {
+            let response = try await client.execute(request, timeout: .seconds(10))
+            _ = try? await response.body.collect(upTo: 64 * 1024)
+            return (200..<300).contains(Int(response.status.code))
+                ? .delivered : .failed("the receiver answered \(response.status.code)")
+        } catch {
+            return .failed("\(error)")
+        }
+    }
+
+    /// `{"type": …, "timestamp": …, "data": …}` with `data` as given (already JSON).
+    static func payload(type: String, data: [UInt8], at date: Date) -> [UInt8] {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let head = #"{"type":"\#(type)","timestamp":"\#(formatter.string(from: date))","data":"#
+        return Array(head.utf8) + data + Array("}".utf8)
+    }
+}
+
+extension Optional {
+    /// `map` with an async transform.
+    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let self else { return nil }
+        return try await transform(self)
+    }
+}
