@@ -12,6 +12,7 @@ struct AppServices: Sendable {
     let pool: TranscodePool
     let transcodes: TranscodeService
     let webhooks: WebhookDispatcher
+    let batches: BatchRunner
     let configuration: ServerConfiguration
 }
 
@@ -65,8 +66,12 @@ func buildApplication(
         signer: WebhookSigner(secrets: configuration.webhookSecrets) ?? WebhookSigner(decoded: []),
         downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhookFirstRetrySeconds,
         maxRetrySeconds: configuration.webhookMaxRetrySeconds, logger: logger)
+    let batches = try BatchRunner(
+        directory: cache.root + "/batches", service: transcodes, links: PublicLinks(configuration: configuration),
+        webhooks: webhooks, logger: logger)
     let services = AppServices(
-        cache: cache, pool: pool, transcodes: transcodes, webhooks: webhooks, configuration: configuration)
+        cache: cache, pool: pool, transcodes: transcodes, webhooks: webhooks, batches: batches,
+        configuration: configuration)
     let router = buildRouter(services: services)
     let application = Application(
         router: router,
@@ -78,7 +83,7 @@ func buildApplication(
                 ],
                 idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        services: [pool, webhooks],
+        services: [pool, webhooks, batches],
         onServerRunning: onServerRunning,
         logger: logger
     )
@@ -86,7 +91,8 @@ func buildApplication(
 }
 
 /// The routes: `GET /` (the demo page), `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`,
-/// `GET|HEAD /v1/{signature}/{options}/{source}.{ext}`, `POST /v1/rewrite`, `DELETE /v1/objects/{key}`,
+/// `GET|HEAD /v1/{signature}/{options}/{source}.{ext}`, `POST /v1/rewrite`, `POST /v1/batches`,
+/// `GET /v1/batches/{id}`, `GET /v1/batches/{id}/results`, `DELETE /v1/objects/{key}`,
 /// `DELETE /v1/sources`,
 /// `GET /player.js`, `GET /healthz`, `GET /readyz`, `GET /metrics`.
 func buildRouter(services: AppServices) -> Router<AppRequestContext> {
@@ -96,11 +102,8 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     router.add(middleware: CORSPolicyMiddleware(allowedOrigins: configuration.corsAllowedOrigins))
     router.add(middleware: ErrorMiddleware(metrics: services.transcodes.metrics))
     let authenticator = BearerAuthenticator<AppRequestContext>(tokens: configuration.authTokens)
-    let signer =
-        URLSigner(
-            hexKeys: configuration.signingKeys, hexSalts: configuration.signingSalts,
-            disabled: configuration.signingDisabled) ?? URLSigner(pairs: [], disabled: configuration.signingDisabled)
-    let links = PublicLinks(baseURL: configuration.publicBaseURL, signer: signer)
+    let links = PublicLinks(configuration: configuration)
+    let signer = links.signer
     OperationsController<AppRequestContext>(services: services).addRoutes(to: router)
     TranscodeController<AppRequestContext>(
         service: services.transcodes, maxBodyBytes: configuration.maxRequestBodyBytes,
@@ -115,6 +118,10 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         service: services.transcodes, signer: signer, media: media, links: links, answer: configuration.sourceAnswer,
         maxAgeSeconds: configuration.sourceMaxAgeSeconds
     ).addRoutes(to: router)
+    BatchController<AppRequestContext>(
+        runner: services.batches, webhooks: services.webhooks, links: links, maxURLs: configuration.batchMaxURLs,
+        maxBodyBytes: configuration.maxRequestBodyBytes
+    ).addRoutes(to: router, authenticator: authenticator)
     RewriteController<AppRequestContext>(
         service: services.transcodes, links: links, maxBodyBytes: configuration.rewriteMaxBodyBytes,
         maxGIFs: configuration.rewriteMaxGIFs

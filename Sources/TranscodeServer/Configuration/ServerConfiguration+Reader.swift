@@ -147,7 +147,7 @@ extension ServerConfiguration {
     /// `limits.maxTotalPixels`, `http.maxBodyBytes`, `http.idleTimeoutSeconds`, `http.headerTimeoutSeconds`, `http.bodyTimeoutSeconds`, `http.publicBaseURL`, `http.mediaMaxAgeSeconds`,
     /// `http.sourceMaxAgeSeconds`, `http.sourceAnswer`, `signing.keys`, `signing.salts`, `signing.disabled`,
     /// `cors.allowedOrigins`, `auth.tokens`, `log.level`, `log.format`,
-    /// `shutdown.graceSeconds`, `rewrite.maxBodyBytes`, `rewrite.maxGifs`, `webhooks.secrets`,
+    /// `shutdown.graceSeconds`, `rewrite.maxBodyBytes`, `rewrite.maxGifs`, `batch.maxUrls`, `webhooks.secrets`,
     /// `webhooks.firstRetrySeconds`, `webhooks.maxRetrySeconds`, `storage.kind`, `storage.s3.endpoint`, `storage.s3.bucket`, `storage.s3.region`,
     /// `storage.s3.pathStyle`, `storage.s3.timeoutSeconds`, `storage.s3.serve`, `storage.s3.presignSeconds`,
     /// `storage.s3.createBucket`, `storage.s3.tombstoneCheckSeconds`; S3 credentials from `environment`
@@ -332,6 +332,8 @@ extension ServerConfiguration {
         configuration.webhookMaxRetrySeconds = reader.double(
             forKey: "webhooks.maxRetrySeconds", default: configuration.webhookMaxRetrySeconds)
         check("webhooks.maxRetrySeconds", configuration.webhookMaxRetrySeconds >= 0, "0 or more")
+        configuration.batchMaxURLs = reader.int(forKey: "batch.maxUrls", default: configuration.batchMaxURLs)
+        check("batch.maxUrls", configuration.batchMaxURLs > 0, "positive")
         configuration.rewriteMaxBodyBytes = reader.int(
             forKey: "rewrite.maxBodyBytes", default: configuration.rewriteMaxBodyBytes)
         check("rewrite.maxBodyBytes", configuration.rewriteMaxBodyBytes > 0, "positive")

@@ -78,6 +78,8 @@ struct ServerConfiguration: Sendable {
     var webhookFirstRetrySeconds: Double = 1
     /// A delivery is retried until this long after its first attempt. `webhooks.maxRetrySeconds`, default 3600.
     var webhookMaxRetrySeconds: Double = 3600
+    /// Most URLs in one `POST /v1/batches`. `batch.maxUrls`, default 10000.
+    var batchMaxURLs = 10_000
     /// Largest document `POST /v1/rewrite` takes. `rewrite.maxBodyBytes`, default 5 MB.
     var rewriteMaxBodyBytes = 5_000_000
     /// Most GIFs one document may have; beyond, 422 `too-many-gifs`. `rewrite.maxGifs`, default 500.

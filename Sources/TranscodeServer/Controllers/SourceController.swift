@@ -125,6 +125,21 @@ struct PublicLinks: Sendable {
 
     func absolute(_ path: String) -> String { self.baseURL + path }
 
+    init(baseURL: String, signer: URLSigner) {
+        self.baseURL = baseURL
+        self.signer = signer
+    }
+
+    /// Under `http.publicBaseURL`, signing with `signing.keys`/`signing.salts`.
+    init(configuration: ServerConfiguration) {
+        let signer =
+            URLSigner(
+                hexKeys: configuration.signingKeys, hexSalts: configuration.signingSalts,
+                disabled: configuration.signingDisabled)
+            ?? URLSigner(pairs: [], disabled: configuration.signingDisabled)
+        self.init(baseURL: configuration.publicBaseURL, signer: signer)
+    }
+
     /// The signed URLs of `sourceURL`'s video, poster and metadata with `background`, when signing is
     /// configured; nil otherwise.
     func signed(sourceURL: String, background: RGBColor?) -> [String: String]? {

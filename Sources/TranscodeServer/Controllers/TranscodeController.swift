@@ -265,7 +265,7 @@ struct TranscodeResult: Encodable, Sendable {
 
 /// `GET /jobs/{id}`.
 struct JobStatus: Encodable, Sendable {
-    struct Failure: Encodable, Sendable {
+    struct Failure: Codable, Sendable {
         let code: String
         let message: String
     }

@@ -1,0 +1,96 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+
+/// `POST /v1/batches`, `GET /v1/batches/{id}` and `GET /v1/batches/{id}/results` (bearer token when tokens
+/// are configured): backfilling many GIFs (`BatchRunner`).
+struct BatchController<Context: RequestContext>: Sendable {
+    let runner: BatchRunner
+    let webhooks: WebhookDispatcher
+    let links: PublicLinks
+    /// Most URLs in one batch (`batch.maxURLs`).
+    let maxURLs: Int
+    let maxBodyBytes: Int
+
+    func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
+        let group = router.group("v1/batches").add(middleware: authenticator)
+        group.post(use: self.create)
+        group.get("{id}", use: self.status)
+        group.get("{id}/results", use: self.results)
+    }
+
+    private struct Body: Decodable {
+        let urls: [String]
+        let background: String?
+        let callbackURL: String?
+    }
+
+    @Sendable func create(_ request: Request, context: Context) async throws -> Response {
+        guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("application/json") else {
+            throw ServiceError(
+                "unsupported-media-type", .unsupportedMediaType,
+                #"send JSON (application/json): {"urls": ["https://..."], "callbackURL": "https://..."}"#)
+        }
+        let buffer = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
+        let fields = (try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView))) as? [String: Any]
+        if let unknown = fields?.keys.sorted().first(where: { !["urls", "background", "callbackURL"].contains($0) }) {
+            throw ServiceError.badRequest("unknown field \"\(unknown)\"; the fields are urls, background, callbackURL")
+        }
+        let body: Body
+        do {
+            body = try JSONDecoder().decode(Body.self, from: buffer)
+        } catch {
+            throw ServiceError.badRequest(#"expected JSON {"urls": ["https://..."]}"#)
+        }
+        guard !body.urls.isEmpty else { throw ServiceError.badRequest("urls is empty") }
+        guard body.urls.count <= self.maxURLs else {
+            throw ServiceError(
+                "too-many-urls", .contentTooLarge,
+                "\(body.urls.count) URLs; a batch takes at most \(self.maxURLs) (batch.maxURLs): split the list")
+        }
+        _ = try TranscodeController<Context>.background(body.background)
+        if let callback = body.callbackURL { _ = try await self.webhooks.validate(callback) }
+        let id = try self.runner.submit(
+            BatchRequest(urls: body.urls, background: body.background, callbackURL: body.callbackURL))
+        guard let status = self.runner.status(id) else { throw ServiceError.internal("the batch vanished") }
+        var response = try TranscodeController<Context>.json(status, status: .accepted)
+        response.headers[.location] = self.links.absolute("/v1/batches/\(id)")
+        return response
+    }
+
+    @Sendable func status(_ request: Request, context: Context) async throws -> Response {
+        let id = try context.parameters.require("id")
+        guard BatchRunner.isValidID(id), let status = self.runner.status(id) else {
+            throw ServiceError.notFound("no batch \(id)")
+        }
+        return try TranscodeController<Context>.json(status)
+    }
+
+    /// NDJSON, one finished URL per line in the order they finished; `offset` (0) and `limit` (1000, at most
+    /// 10000) page through them, `X-Next-Offset` says where the next page starts while there is one.
+    @Sendable func results(_ request: Request, context: Context) async throws -> Response {
+        let id = try context.parameters.require("id")
+        let offset = try Self.number(request, "offset", default: 0, range: 0...Int.max)
+        let limit = try Self.number(request, "limit", default: 1000, range: 1...10_000)
+        guard BatchRunner.isValidID(id), let page = self.runner.results(id, offset: offset, limit: limit) else {
+            throw ServiceError.notFound("no batch \(id)")
+        }
+        var body: [UInt8] = []
+        for line in page.lines { body += line + [UInt8(ascii: "\n")] }
+        var headers: HTTPFields = [.contentType: "application/x-ndjson", .cacheControl: "no-store"]
+        if offset + page.lines.count < page.total {
+            headers[HTTPField.Name("X-Next-Offset")!] = String(offset + page.lines.count)
+        }
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    private static func number(_ request: Request, _ name: String, default value: Int, range: ClosedRange<Int>) throws
+        -> Int
+    {
+        guard let text = request.uri.queryParameters.get(name) else { return value }
+        guard let number = Int(text), range.contains(number) else {
+            throw ServiceError.badRequest("\(name) must be an integer in \(range.lowerBound)...\(range.upperBound)")
+        }
+        return number
+    }
+}

@@ -1,0 +1,277 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+import Transcoder
+
+/// What a batch was asked to do: `POST /v1/batches`' body, kept as `batches/<id>/request.json`.
+struct BatchRequest: Codable, Sendable {
+    var urls: [String]
+    var background: String?
+    var callbackURL: String?
+    var createdAt: Double = Date().timeIntervalSince1970
+}
+
+/// One URL of a batch, finished: a line of `batches/<id>/results.ndjson` and of the results route.
+struct BatchResult: Codable, Sendable {
+    /// The URL's position in the batch.
+    var index: Int
+    var url: String
+    /// `done`, `kept-gif` (converted, but the GIF is the better file) or `failed`.
+    var status: String
+    var key: String?
+    var mp4: String?
+    var poster: String?
+    var recommendation: String?
+    var error: JobStatus.Failure?
+}
+
+/// The counts of `GET /v1/batches/{id}`.
+struct BatchStatus: Encodable, Sendable {
+    let id: String
+    let total: Int
+    let pending: Int
+    let done: Int
+    let failed: Int
+    let keptGif: Int
+    let complete: Bool
+    let createdAt: String
+}
+
+/// Backfill batches: many URLs converted through the same queue as interactive requests, without starving
+/// them, and surviving a restart.
+///
+/// A batch lives in `<cache>/batches/<id>/`: `request.json` (its URLs and options, written once) and
+/// `results.ndjson` (one line per finished URL, appended). At startup every batch is read back and its URLs
+/// without a result line are queued again; a line cut short by a crash is ignored (that URL runs again, and
+/// its result comes from the cache).
+///
+/// Batch jobs take only idle workers: an item starts only while fewer jobs are admitted than there are
+/// workers, and batches hold at most `workers - 1` of them (one, with a single worker), so an interactive
+/// request always finds a worker or, with one worker, waits for at most one batch item.
+final class BatchRunner: Service, Sendable {
+    let directory: String
+    let service: TranscodeService
+    let links: PublicLinks
+    let webhooks: WebhookDispatcher
+    let logger: Logger
+    private let state = Mutex(State())
+
+    private struct Batch {
+        var request: BatchRequest
+        var finished: Set<Int> = []
+        var running: Set<Int> = []
+        var counts: [String: Int] = [:]
+        var next = 0
+        var complete: Bool { self.finished.count == self.request.urls.count }
+    }
+
+    private struct State {
+        var batches: [String: Batch] = [:]
+        /// Batch ids in the order they arrived: older batches go first.
+        var order: [String] = []
+        var running = 0
+    }
+
+    /// Reads back every batch in `directory` (created if missing). - Throws: when it cannot be created.
+    init(
+        directory: String, service: TranscodeService, links: PublicLinks, webhooks: WebhookDispatcher,
+        logger: Logger
+    ) throws {
+        self.directory = directory
+        self.service = service
+        self.links = links
+        self.webhooks = webhooks
+        self.logger = logger
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var loaded: [(String, Batch)] = []
+        for id in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where Self.isValidID(id) {
+            guard let data = FileManager.default.contents(atPath: "\(directory)/\(id)/request.json"),
+                let request = try? JSONDecoder().decode(BatchRequest.self, from: data)
+            else { continue }
+            var batch = Batch(request: request)
+            for result in Self.readResults("\(directory)/\(id)/results.ndjson")
+            where !batch.finished.contains(result.index) {
+                batch.finished.insert(result.index)
+                batch.counts[result.status, default: 0] += 1
+            }
+            loaded.append((id, batch))
+        }
+        loaded.sort { $0.1.request.createdAt < $1.1.request.createdAt }
+        self.state.withLock { state in
+            for (id, batch) in loaded {
+                state.batches[id] = batch
+                state.order.append(id)
+            }
+        }
+    }
+
+    /// 32 lowercase hex digits.
+    static func isValidID(_ id: String) -> Bool {
+        id.utf8.count == 32 && id.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+
+    /// Records a new batch and queues its URLs. - Returns: its id.
+    func submit(_ request: BatchRequest) throws -> String {
+        let id = DiskCache.hex((0..<16).map { _ in UInt8.random(in: 0...255) })
+        let folder = "\(self.directory)/\(id)"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let data = try JSONEncoder().encode(request)
+        let temporary = "\(folder)/.request.json.tmp"
+        guard FileManager.default.createFile(atPath: temporary, contents: data),
+            rename(temporary, "\(folder)/request.json") == 0
+        else { throw ServiceError.insufficientStorage("cannot record the batch in \(folder)") }
+        self.state.withLock { state in
+            state.batches[id] = Batch(request: request)
+            state.order.append(id)
+        }
+        return id
+    }
+
+    func status(_ id: String) -> BatchStatus? {
+        self.state.withLock { state in
+            guard let batch = state.batches[id] else { return nil }
+            let formatter = ISO8601DateFormatter()
+            return BatchStatus(
+                id: id, total: batch.request.urls.count, pending: batch.request.urls.count - batch.finished.count,
+                done: batch.counts["done"] ?? 0, failed: batch.counts["failed"] ?? 0,
+                keptGif: batch.counts["kept-gif"] ?? 0, complete: batch.complete,
+                createdAt: formatter.string(from: Date(timeIntervalSince1970: batch.request.createdAt)))
+        }
+    }
+
+    /// Result lines `offset..<offset+limit` in the order they finished. - Returns: nil for an unknown batch.
+    func results(_ id: String, offset: Int, limit: Int) -> (lines: [[UInt8]], total: Int)? {
+        guard self.state.withLock({ $0.batches[id] != nil }) else { return nil }
+        let data = FileManager.default.contents(atPath: "\(self.directory)/\(id)/results.ndjson") ?? Data()
+        // Complete lines only (a line being appended has no newline yet).
+        let lines = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true)
+        let complete = data.last == UInt8(ascii: "\n") ? lines : lines.dropLast()
+        let slice = complete.dropFirst(offset).prefix(limit).map { [UInt8]($0) }
+        return (slice, complete.count)
+    }
+
+    // MARK: Running
+
+    /// Starts batch items whenever a worker is idle, until shutdown.
+    func run() async throws {
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled, !Task.isShuttingDownGracefully, self.service.pool.isAccepting {
+                if let (id, index) = self.nextItem() {
+                    group.addTask { await self.runItem(id: id, index: index) }
+                    continue
+                }
+                // Nothing to start now: the pool's load is polled (interactive jobs come and go).
+                try? await Task.sleep(for: .milliseconds(25))
+            }
+        }
+    }
+
+    /// The next item to start, claimed, when a worker is idle and batches hold fewer than their share.
+    private func nextItem() -> (String, Int)? {
+        let pool = self.service.pool
+        let share = max(1, pool.workers - 1)
+        guard pool.load < pool.workers else { return nil }
+        return self.state.withLock { state -> (String, Int)? in
+            guard state.running < share else { return nil }
+            for id in state.order {
+                guard var batch = state.batches[id] else { continue }
+                while batch.next < batch.request.urls.count, batch.finished.contains(batch.next) { batch.next += 1 }
+                guard batch.next < batch.request.urls.count else {
+                    state.batches[id] = batch
+                    continue
+                }
+                let index = batch.next
+                batch.next += 1
+                batch.running.insert(index)
+                state.batches[id] = batch
+                state.running += 1
+                return (id, index)
+            }
+            return nil
+        }
+    }
+
+    private func runItem(id: String, index: Int) async {
+        guard let request = self.state.withLock({ $0.batches[id]?.request }) else { return }
+        let text = request.urls[index]
+        var result = BatchResult(index: index, url: text, status: "failed")
+        do {
+            let url = try Downloader.validate(text)
+            let background = try request.background.map {
+                guard let color = RGBColor(hex: $0) else { throw ServiceError.badRequest("bad background") }
+                return color
+            }
+            let options = self.service.options(background: background)
+            guard
+                case .done(let outcome, _) = try await self.service.transcode(
+                    url: url, options: options, untilDone: true)
+            else { throw ServiceError.internal("the job did not finish") }
+            let signed = self.links.signed(sourceURL: text, background: background)
+            result.key = outcome.key
+            result.mp4 = signed?["mp4"] ?? self.links.absolute("/media/\(outcome.key).mp4")
+            result.poster = signed?["poster"] ?? self.links.absolute("/media/\(outcome.key).jpg")
+            result.recommendation = outcome.metadata.recommendation.rawValue
+            result.status = outcome.metadata.recommendation == .keepGIF ? "kept-gif" : "done"
+        } catch {
+            let failure = ServiceError.from(error)
+            // Shutting down is not the URL's failure: it runs again after the restart.
+            if failure.code == "shutting-down" || Task.isCancelled {
+                self.release(id: id, index: index)
+                return
+            }
+            result.error = .init(code: failure.code, message: failure.message)
+        }
+        self.record(result, batch: id)
+    }
+
+    private func record(_ result: BatchResult, batch id: String) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        if var line = try? encoder.encode(result) {
+            line.append(UInt8(ascii: "\n"))
+            let path = "\(self.directory)/\(id)/results.ndjson"
+            let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+            if descriptor >= 0 {
+                _ = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+                close(descriptor)
+            }
+        }
+        let completed = self.state.withLock { state -> BatchRequest? in
+            guard var batch = state.batches[id] else { return nil }
+            batch.running.remove(result.index)
+            state.running -= 1
+            let wasComplete = batch.complete
+            if batch.finished.insert(result.index).inserted { batch.counts[result.status, default: 0] += 1 }
+            state.batches[id] = batch
+            return !wasComplete && batch.complete ? batch.request : nil
+        }
+        if let completed, let callback = completed.callbackURL, let url = URL(string: callback),
+            let status = self.status(id)
+        {
+            self.webhooks.enqueue(
+                WebhookDelivery(url: url) {
+                    let data = (try? JSONEncoder().encode(status)).map { [UInt8]($0) } ?? Array("{}".utf8)
+                    return ("batch.done", data)
+                })
+        }
+    }
+
+    /// Gives an unfinished item back to the queue.
+    private func release(id: String, index: Int) {
+        self.state.withLock { state in
+            guard var batch = state.batches[id] else { return }
+            batch.running.remove(index)
+            batch.next = min(batch.next, index)
+            state.batches[id] = batch
+            state.running -= 1
+        }
+    }
+
+    private static func readResults(_ path: String) -> [BatchResult] {
+        guard let data = FileManager.default.contents(atPath: path) else { return [] }
+        return data.split(separator: UInt8(ascii: "\n")).compactMap {
+            try? JSONDecoder().decode(BatchResult.self, from: Data($0))
+        }
+    }
+}

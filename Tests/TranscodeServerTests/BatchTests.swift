@@ -1,0 +1,221 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+@testable import TranscodeServer
+
+/// Backfill batches: every URL accounted for, paged NDJSON results, a restart mid-way, and interactive
+/// requests never refused because of a batch.
+@Suite(.serialized) struct BatchTests {
+    /// The 50 smallest animated GIFs of the corpus that convert.
+    static let gifs: [String] = {
+        let manifest = (try? String(contentsOfFile: corpusDirectory + "/MANIFEST.tsv", encoding: .utf8)) ?? ""
+        var rows: [(Int, String)] = []
+        for line in manifest.split(separator: "\n").dropFirst() {
+            let fields = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+            guard fields.count > 6, fields[0].hasSuffix(".gif"), let bytes = Int(fields[1]),
+                let frames = Int(fields[5]), frames >= 2, bytes <= 600_000,
+                !["corrupt", "not-gif", "apng", "webp"].contains(fields[6])
+            else { continue }
+            rows.append((bytes, fields[0]))
+        }
+        return rows.sorted { $0.0 < $1.0 }.prefix(50).map(\.1)
+    }()
+
+    /// An origin that outlives the service's restarts.
+    func withOrigin(_ body: @Sendable (Int) async throws -> Void) async throws {
+        let application = Application(
+            router: Origin().router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await application.test(.live) { client in try await body(try #require(client.port)) }
+    }
+
+    /// 196 GIF URLs (49 GIFs x 4 query variants: the same bytes, converted once each) and 4 that fail.
+    static func urls(origin port: Int) -> [String] {
+        var urls: [String] = []
+        for variant in 0..<4 {
+            for name in Self.gifs.prefix(49) { urls.append("http://127.0.0.1:\(port)/corpus/\(name)?v=\(variant)") }
+            urls.append("http://127.0.0.1:\(port)/corpus/no-such-\(variant).gif")
+        }
+        return urls
+    }
+
+    static func submit(_ harness: Harness, _ urls: [String], callbackURL: String? = nil) async throws -> String {
+        var object: [String: Any] = ["urls": urls]
+        if let callbackURL { object["callbackURL"] = callbackURL }
+        let reply = try await harness.request(
+            .POST, "/v1/batches", headers: [("Content-Type", "application/json")],
+            body: Array(try JSONSerialization.data(withJSONObject: object)))
+        #expect(reply.status == 202, "\(reply.text)")
+        #expect(reply.headers.first(name: "Location")?.hasPrefix("/v1/batches/") == true)
+        return try #require(try reply.json()["id"] as? String)
+    }
+
+    static func status(_ harness: Harness, _ id: String) async throws -> [String: Any] {
+        let reply = try await harness.request(.GET, "/v1/batches/\(id)")
+        #expect(reply.status == 200)
+        return try reply.json()
+    }
+
+    /// Polls until `condition` holds on the batch's status (or 5 minutes pass).
+    static func wait(
+        _ harness: Harness, _ id: String, until condition: ([String: Any]) -> Bool
+    ) async throws -> [String: Any] {
+        for _ in 0..<3000 {
+            let status = try await Self.status(harness, id)
+            if condition(status) { return status }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        Issue.record("the batch did not get there in 5 minutes: \(try await Self.status(harness, id))")
+        return try await Self.status(harness, id)
+    }
+
+    /// Every result line, paged `limit` at a time.
+    static func results(_ harness: Harness, _ id: String, limit: Int) async throws -> [[String: Any]] {
+        var lines: [[String: Any]] = []
+        var offset = 0
+        while true {
+            let page = try await harness.request(.GET, "/v1/batches/\(id)/results?offset=\(offset)&limit=\(limit)")
+            #expect(page.status == 200)
+            #expect(page.headers.first(name: "Content-Type") == "application/x-ndjson")
+            for line in page.text.split(separator: "\n") {
+                lines.append(try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]))
+            }
+            guard let next = page.headers.first(name: "X-Next-Offset").flatMap(Int.init) else { break }
+            #expect(next == offset + limit)
+            offset = next
+        }
+        return lines
+    }
+
+    @Test func aBatchAccountsForEveryURL() async throws {
+        let receiver = WebhookReceiver()
+        try await withReceiver(receiver) { hookPort in
+            try await withOrigin { port in
+                try await withHarness(configure: {
+                    $0.webhookSecrets = [WebhookTests.secret]
+                    $0.signingKeys = [RewriteTests.key]
+                    $0.signingSalts = [RewriteTests.salt]
+                }) { harness in
+                    let urls = Self.urls(origin: port)
+                    #expect(urls.count == 200)
+                    let id = try await Self.submit(harness, urls, callbackURL: "http://127.0.0.1:\(hookPort)/hook")
+                    let status = try await Self.wait(harness, id) { $0["complete"] as? Bool == true }
+                    #expect(status["total"] as? Int == 200)
+                    #expect(status["pending"] as? Int == 0)
+                    #expect(status["failed"] as? Int == 4)
+                    #expect((status["done"] as? Int ?? 0) + (status["keptGif"] as? Int ?? 0) == 196)
+                    let lines = try await Self.results(harness, id, limit: 64)
+                    #expect(lines.count == 200)
+                    #expect(Set(lines.compactMap { $0["index"] as? Int }) == Set(0..<200))
+                    for line in lines {
+                        let index = try #require(line["index"] as? Int)
+                        #expect(line["url"] as? String == urls[index])
+                        if line["status"] as? String == "failed" {
+                            #expect(urls[index].contains("no-such"))
+                            #expect((line["error"] as? [String: Any])?["code"] as? String == "origin-not-found")
+                        } else {
+                            #expect((line["mp4"] as? String)?.hasPrefix("/v1/") == true)
+                            #expect(line["key"] as? String != nil)
+                        }
+                    }
+                    // Each distinct GIF converted once, whatever its URL.
+                    #expect(harness.services.transcodes.counters.transcodes == 49)
+                    try await receiver.wait(for: 1)
+                    let delivery = try #require(receiver.deliveries.first)
+                    let event = try #require(
+                        try JSONSerialization.jsonObject(with: Data(delivery.body)) as? [String: Any])
+                    #expect(event["type"] as? String == "batch.done")
+                    #expect((event["data"] as? [String: Any])?["failed"] as? Int == 4)
+                }
+            }
+        }
+    }
+
+    @Test func aBatchSurvivesARestart() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = directory + "/cache"
+            try await withOrigin { port in
+                let urls = Self.urls(origin: port)
+                let id = try await Self.first(cache: cache, urls: urls)
+                try await withHarness(cacheDirectory: cache) { harness in
+                    let before = try await Self.status(harness, id)
+                    #expect((before["pending"] as? Int ?? 0) > 0, "\(before)")
+                    let status = try await Self.wait(harness, id) { $0["complete"] as? Bool == true }
+                    #expect(status["total"] as? Int == 200)
+                    #expect(status["failed"] as? Int == 4)
+                    let lines = try await Self.results(harness, id, limit: 1000)
+                    #expect(lines.count == 200)
+                    #expect(Set(lines.compactMap { $0["index"] as? Int }) == Set(0..<200))
+                }
+            }
+        }
+    }
+
+    /// Submits the batch and stops the service once some (not all) of it is done.
+    static func first(cache: String, urls: [String]) async throws -> String {
+        let result = ResultBox()
+        try await withHarness(cacheDirectory: cache) { harness in
+            let id = try await Self.submit(harness, urls)
+            let status = try await Self.wait(harness, id) {
+                ($0["total"] as? Int ?? 0) - ($0["pending"] as? Int ?? 0) >= 20
+            }
+            #expect(status["complete"] as? Bool == false, "the batch finished before the restart: \(status)")
+            result.set(id)
+        }
+        return try #require(result.value)
+    }
+
+    /// A batch holds at most `workers - 1` workers: an interactive request never finds the queue full because
+    /// of it.
+    @Test func interactiveRequestsAreNotStarved() async throws {
+        try await withOrigin { port in
+            try await withHarness(configure: {
+                $0.transcodeWorkers = 2
+                $0.transcodeQueueLength = 0
+            }) { harness in
+                let slow = (0..<12).map { "http://127.0.0.1:\(port)/delayed/300/\(Self.gifs[$0])" }
+                let id = try await Self.submit(harness, slow)
+                _ = try await Self.wait(harness, id) { ($0["pending"] as? Int ?? 0) < 12 }
+                for name in Self.gifs.suffix(5) {
+                    let reply = try await harness.upload(try corpusBytes(name))
+                    #expect(reply.status == 200, "\(reply.text)")
+                    #expect(harness.services.pool.load <= 2)
+                }
+                let status = try await Self.status(harness, id)
+                #expect(status["complete"] as? Bool == false)
+            }
+        }
+    }
+
+    @Test func limitsAndBadRequests() async throws {
+        try await withHarness(configure: { $0.batchMaxURLs = 3 }) { harness in
+            func post(_ body: String, _ type: String = "application/json") async throws -> Reply {
+                try await harness.request(
+                    .POST, "/v1/batches", headers: [("Content-Type", type)], body: Array(body.utf8))
+            }
+            let many = try await post(
+                #"{"urls": ["https://a.example/1.gif", "https://a.example/2.gif", "https://a.example/3.gif", "https://a.example/4.gif"]}"#
+            )
+            #expect(many.status == 413)
+            #expect(many.errorCode == "too-many-urls")
+            #expect(try await post(#"{"urls": []}"#).status == 400)
+            #expect(try await post(#"{"urls": ["https://a.example/1.gif"], "crf": 20}"#).status == 400)
+            #expect(try await post("urls", "text/plain").status == 415)
+            #expect(try await harness.request(.GET, "/v1/batches/\(String(repeating: "a", count: 32))").status == 404)
+            #expect(try await harness.request(.GET, "/v1/batches/not-a-batch-id/results").status == 404)
+        }
+    }
+
+    func withReceiver(_ receiver: WebhookReceiver, _ body: @Sendable (Int) async throws -> Void) async throws {
+        try await WebhookTests().withReceiver(receiver, body)
+    }
+}
+
+/// A value set inside a `@Sendable` closure and read after it.
+final class ResultBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: String?
+    func set(_ value: String) { self.lock.withLock { self.stored = value } }
+    var value: String? { self.lock.withLock { self.stored } }
+}
