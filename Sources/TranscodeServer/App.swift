@@ -10,7 +10,9 @@ struct TranscodeServerCommand: AsyncParsableCommand {
         commandName: "transcode-server",
         abstract: "Turns animated GIFs into looping, muted H.264 MP4s with a JPEG poster.",
         version: TranscodeServerCommand.version,
-        subcommands: [ServeCommand.self, ConvertCommand.self, CacheCommand.self, SignCommand.self],
+        subcommands: [
+            ServeCommand.self, ConvertCommand.self, CacheCommand.self, SignCommand.self, BackfillCommand.self,
+        ],
         defaultSubcommand: ServeCommand.self
     )
 }

@@ -106,6 +106,9 @@ final class BatchRunner: Service, Sendable {
         }
     }
 
+    /// Batches known (tests read it).
+    var count: Int { self.state.withLock { $0.batches.count } }
+
     /// 32 lowercase hex digits.
     static func isValidID(_ id: String) -> Bool {
         id.utf8.count == 32 && id.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }

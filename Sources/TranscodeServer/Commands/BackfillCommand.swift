@@ -1,0 +1,221 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+
+/// `transcode-server backfill --server URL [--token T] FILE`: converts every GIF URL of FILE (one per line)
+/// through a running service's batches, with a progress bar, resuming where it stopped, and writes a CSV of
+/// URL → MP4 URL, poster URL and recommendation.
+struct BackfillCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backfill",
+        abstract: "Convert a file of GIF URLs through a running service (batches), writing a CSV of the results.",
+        discussion: """
+            FILE has one URL per line (blank lines and lines starting with # are skipped). The URLs go to \
+            POST /v1/batches in chunks; the batch ids are kept in a state file (FILE.backfill.json), so running \
+            the same command again resumes: submitted chunks are not submitted again. Progress (done, rate, ETA) \
+            goes to standard error. The CSV (FILE.csv) has url,status,mp4,poster,recommendation,error in the \
+            order of FILE; status is done, kept-gif or failed.
+            """)
+
+    @Option(name: .long, help: "The service, e.g. https://media.example.com")
+    var server: String
+
+    @Option(name: .long, help: "A bearer token of the service (auth.tokens).")
+    var token: String?
+
+    @Argument(help: "The file of GIF URLs.")
+    var file: String
+
+    @Option(name: .long, help: "The CSV written at the end (default: FILE.csv).")
+    var out: String?
+
+    @Option(name: .long, help: "The state file (default: FILE.backfill.json).")
+    var state: String?
+
+    @Option(name: .long, help: "URLs per batch (at most the service's batch.maxUrls).")
+    var chunk = 10_000
+
+    @Option(name: .long, help: "Seconds between progress polls.")
+    var pollSeconds = 1.0
+
+    /// The batches submitted so far: what lets a second run resume.
+    struct State: Codable {
+        struct Chunk: Codable {
+            var start: Int
+            var count: Int
+            var id: String
+        }
+        var server: String
+        var total: Int
+        var chunks: [Chunk] = []
+    }
+
+    func validate() throws {
+        guard let url = URL(string: self.server), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
+            throw ValidationError("--server must be an http(s) URL, got \(self.server)")
+        }
+        guard self.chunk > 0 else { throw ValidationError("--chunk must be positive") }
+    }
+
+    func run() async throws {
+        guard let text = try? String(contentsOfFile: self.file, encoding: .utf8) else {
+            throw ValidationError("cannot read \(self.file)")
+        }
+        let urls = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        guard !urls.isEmpty else { throw ValidationError("\(self.file) has no URLs") }
+        let statePath = self.state ?? self.file + ".backfill.json"
+        let server = self.server.hasSuffix("/") ? String(self.server.dropLast()) : self.server
+        var state = State(server: server, total: urls.count)
+        if let data = FileManager.default.contents(atPath: statePath),
+            let saved = try? JSONDecoder().decode(State.self, from: data), saved.server == server,
+            saved.total == urls.count
+        {
+            state = saved
+            Self.say("resuming: \(saved.chunks.count) batch(es) already submitted")
+        }
+        // Submit the chunks not submitted yet, saving the state after each.
+        for start in stride(from: 0, to: urls.count, by: self.chunk)
+        where !state.chunks.contains(where: { $0.start == start }) {
+            let count = min(self.chunk, urls.count - start)
+            let id = try await self.submit(Array(urls[start..<(start + count)]), server: server)
+            state.chunks.append(.init(start: start, count: count, id: id))
+            try Self.save(state, to: statePath)
+        }
+        try Self.save(state, to: statePath)
+        try await self.follow(state, server: server)
+        // Every batch complete: the CSV, in the file's order.
+        var rows = [[String]](repeating: [], count: urls.count)
+        for chunk in state.chunks {
+            for result in try await self.results(chunk.id, server: server) where result.index < chunk.count {
+                rows[chunk.start + result.index] = [
+                    result.url, result.status, result.mp4 ?? "", result.poster ?? "", result.recommendation ?? "",
+                    result.error.map { "\($0.code): \($0.message)" } ?? "",
+                ]
+            }
+        }
+        var csv = "url,status,mp4,poster,recommendation,error\n"
+        for (index, row) in rows.enumerated() {
+            let fields = row.isEmpty ? [urls[index], "missing", "", "", "", ""] : row
+            csv += fields.map(Self.csvField).joined(separator: ",") + "\n"
+        }
+        let outPath = self.out ?? self.file + ".csv"
+        try Data(csv.utf8).write(to: URL(fileURLWithPath: outPath), options: .atomic)
+        let statuses = rows.map { $0.count > 1 ? $0[1] : "missing" }
+        let summary = ["done", "kept-gif", "failed"].map { status in
+            "\(statuses.filter { $0 == status }.count) \(status)"
+        }.joined(separator: ", ")
+        Self.say("\(urls.count) URLs: \(summary); results in \(outPath)")
+    }
+
+    // MARK: -
+
+    private func submit(_ urls: [String], server: String) async throws -> String {
+        let body = try JSONSerialization.data(withJSONObject: ["urls": urls])
+        let (status, bytes) = try await self.send("POST", "\(server)/v1/batches", body: [UInt8](body))
+        guard status == 202,
+            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+            let id = object["id"] as? String
+        else { throw Self.failure("POST /v1/batches", status, bytes) }
+        return id
+    }
+
+    /// Polls every batch until all are complete, drawing the progress bar.
+    private func follow(_ state: State, server: String) async throws {
+        let started = ContinuousClock.now
+        var first: Int?
+        while true {
+            var finished = 0
+            var complete = true
+            for chunk in state.chunks {
+                let (status, bytes) = try await self.send("GET", "\(server)/v1/batches/\(chunk.id)")
+                guard status == 200, let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+                else { throw Self.failure("GET /v1/batches/\(chunk.id)", status, bytes) }
+                finished += (object["total"] as? Int ?? 0) - (object["pending"] as? Int ?? 0)
+                complete = complete && object["complete"] as? Bool == true
+            }
+            if first == nil { first = finished }
+            let elapsed = Double((ContinuousClock.now - started).components.seconds) + 0.001
+            let rate = Double(finished - (first ?? 0)) / elapsed
+            Self.progress(finished: finished, total: state.total, rate: rate, final: complete)
+            if complete { return }
+            try await Task.sleep(for: .milliseconds(Int64(self.pollSeconds * 1000)))
+        }
+    }
+
+    private func results(_ id: String, server: String) async throws -> [BatchResult] {
+        var results: [BatchResult] = []
+        var offset = 0
+        while true {
+            let (status, bytes, next) = try await self.page(id, offset: offset, server: server)
+            guard status == 200 else { throw Self.failure("GET /v1/batches/\(id)/results", status, bytes) }
+            for line in bytes.split(separator: UInt8(ascii: "\n")) {
+                if let result = try? JSONDecoder().decode(BatchResult.self, from: Data(line)) { results.append(result) }
+            }
+            guard let next else { return results }
+            offset = next
+        }
+    }
+
+    private func page(_ id: String, offset: Int, server: String) async throws -> (Int, [UInt8], Int?) {
+        let response = try await self.execute("GET", "\(server)/v1/batches/\(id)/results?offset=\(offset)&limit=10000")
+        let bytes = Array(buffer: try await response.body.collect(upTo: 64 << 20))
+        return (Int(response.status.code), bytes, response.headers.first(name: "X-Next-Offset").flatMap(Int.init))
+    }
+
+    private func send(_ method: String, _ url: String, body: [UInt8]? = nil) async throws -> (Int, [UInt8]) {
+        let response = try await self.execute(method, url, body: body)
+        return (Int(response.status.code), Array(buffer: try await response.body.collect(upTo: 16 << 20)))
+    }
+
+    private func execute(_ method: String, _ url: String, body: [UInt8]? = nil) async throws -> HTTPClientResponse {
+        var request = HTTPClientRequest(url: url)
+        request.method = .init(rawValue: method)
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: body))
+        }
+        do {
+            return try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+        } catch {
+            throw ValidationError("\(method) \(url): \(error)")
+        }
+    }
+
+    private static func failure(_ what: String, _ status: Int, _ bytes: [UInt8]) -> ValidationError {
+        ValidationError("\(what) answered \(status): \(String(decoding: bytes.prefix(300), as: UTF8.self))")
+    }
+
+    private static func save(_ state: State, to path: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(state).write(to: URL(fileURLWithPath: path), options: .atomic)
+    }
+
+    /// `[#####.....] 1234/5000 24.7%  12.3/s  ETA 5m06s`, redrawn in place.
+    private static func progress(finished: Int, total: Int, rate: Double, final: Bool) {
+        let width = 30
+        let filled = total > 0 ? min(width, finished * width / total) : width
+        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+        let percent = total > 0 ? Double(finished) * 100 / Double(total) : 100
+        var eta = "--"
+        if rate > 0 {
+            let seconds = Int(Double(total - finished) / rate)
+            eta = seconds >= 60 ? "\(seconds / 60)m\(String(format: "%02d", seconds % 60))s" : "\(seconds)s"
+        }
+        let line = String(
+            format: "\r[%@] %d/%d %.1f%%  %.1f/s  ETA %@", bar, finished, total, percent, rate, eta)
+        FileHandle.standardError.write(Data((line + (final ? "\n" : "")).utf8))
+    }
+
+    private static func say(_ text: String) {
+        FileHandle.standardError.write(Data("transcode-server backfill: \(text)\n".utf8))
+    }
+
+    static func csvField(_ text: String) -> String {
+        guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
+        return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+}

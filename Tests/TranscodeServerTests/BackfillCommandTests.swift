@@ -1,0 +1,58 @@
+import Foundation
+import Testing
+
+@testable import TranscodeServer
+
+@Suite struct BackfillCommandTests {
+    /// A file of URLs through a running service: a CSV in the file's order; run again, it resumes from its
+    /// state file instead of submitting again.
+    @Test func backfillsAndResumes() async throws {
+        try await withTemporaryDirectory { directory in
+            try await withHarness(configure: {
+                $0.authTokens = ["backfill-token-0123456789"]
+            }) { harness in
+                let names = Array(BatchTests.gifs.prefix(6))
+                var lines = ["# a comment", ""]
+                lines += names.map { harness.originURL("/corpus/\($0)") }
+                lines.append(harness.originURL("/corpus/missing,\"quoted\".gif"))
+                lines += names.prefix(2).map { harness.originURL("/corpus/\($0)?again") }
+                let file = directory + "/urls.txt"
+                try lines.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
+                let arguments = [
+                    "--server", "http://127.0.0.1:\(harness.appPort)", "--token", "backfill-token-0123456789", file,
+                    "--chunk", "4", "--poll-seconds", "0.1",
+                ]
+                try await BackfillCommand.parse(arguments).run()
+                #expect(harness.services.batches.count == 3)
+                let csv = try String(contentsOfFile: file + ".csv", encoding: .utf8)
+                let rows = csv.split(separator: "\n").map(String.init)
+                #expect(rows.first == "url,status,mp4,poster,recommendation,error")
+                #expect(rows.count == 1 + 9)
+                for (row, name) in zip(rows.dropFirst(), names) {
+                    #expect(row.hasPrefix(harness.originURL("/corpus/\(name)") + ","))
+                    #expect(row.contains(",done,") || row.contains(",kept-gif,"), "\(row)")
+                    #expect(row.contains("/media/"))
+                }
+                // The quoted URL is escaped as CSV asks, and failed.
+                #expect(
+                    rows[7].hasPrefix("\"" + harness.originURL("/corpus/missing,\"\"quoted\"\".gif") + "\",failed,"))
+                let state = try #require(FileManager.default.contents(atPath: file + ".backfill.json"))
+                let saved = try JSONDecoder().decode(BackfillCommand.State.self, from: state)
+                #expect(saved.chunks.map(\.count) == [4, 4, 1])
+
+                // Again: the saved batches are followed, none submitted.
+                try FileManager.default.removeItem(atPath: file + ".csv")
+                try await BackfillCommand.parse(arguments).run()
+                #expect(harness.services.batches.count == 3)
+                #expect(try String(contentsOfFile: file + ".csv", encoding: .utf8) == csv)
+
+                // Without the token, the service refuses it, and the command says so.
+                await #expect(throws: (any Error).self) {
+                    try await BackfillCommand.parse([
+                        "--server", "http://127.0.0.1:\(harness.appPort)", file, "--state", directory + "/other.json",
+                    ]).run()
+                }
+            }
+        }
+    }
+}
