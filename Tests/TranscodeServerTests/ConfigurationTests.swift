@@ -75,6 +75,18 @@ import Transcoder
         }
     }
 
+    /// Keys with an acronym are set by flag and environment as swift-configuration spells them (a word starts at
+    /// an upper-case letter after a lower-case one): `--http-public-base-url`, `TRANSCODE_CACHE_URL_TTLSECONDS`.
+    @Test func acronymKeysAsFlagsAndVariables() async throws {
+        let configuration = try await ServerConfiguration.load(
+            filePath: nil,
+            arguments: ["--http-public-base-url", "https://media.example.com", "--transcode-min-ssim", "0.9"],
+            environment: ["TRANSCODE_CACHE_URL_TTLSECONDS": "5"])
+        #expect(configuration.publicBaseURL == "https://media.example.com")
+        #expect(configuration.urlTTLSeconds == 5)
+        #expect(configuration.transcodeOptions.minSSIM == 0.9)
+    }
+
     /// S3 storage takes its credentials from the environment only; without them, startup stops.
     @Test func s3CredentialsComeFromTheEnvironment() async throws {
         let flags = [

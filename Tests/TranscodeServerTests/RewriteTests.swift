@@ -151,6 +151,84 @@ import Transcoder
         }
     }
 
+    /// One tricky place a document: how many videos it must come out with, and every other byte kept.
+    @Test(arguments: [
+        ("split across lines", "<p>a</p><img\n  src=\"/x.gif\"\n  alt=\"x\"\n><p>b</p>", 1),
+        ("unquoted", "<img src=/x.gif alt=unquoted width=10>", 1),
+        ("upper case", "<IMG SRC=\"/X.GIF\" ALT=\"Up\">", 1),
+        ("srcset only", "<img src=\"/x.png\" srcset=\"/x.gif 1x, /y.gif 2x\">", 1),
+        ("picture", "<picture><source srcset=\"/x.gif\" type=\"image/gif\"><img src=\"/x.png\"></picture>", 1),
+        ("comment", "<!-- <img src=\"/x.gif\"> --><p>kept</p>", 0),
+        ("script", "<script>document.write('<img src=\"/x.gif\">')</script>", 0),
+        ("template", "<template><img src=\"/x.gif\"></template>", 0),
+        ("noscript", "<noscript><img src=\"/x.gif\"></noscript><img src=\"/y.gif\" loading=\"lazy\">", 1),
+        ("entities", "<p>&lt;img src=\"/x.gif\"&gt; &amp;&nbsp;&#233;</p><img src=\"/a&amp;b.gif\" alt=\"&quot;\">", 1),
+        ("no GIF", "<img src=\"/x.jpg\"><img src=\"/x.gif.jpg\">", 0),
+    ])
+    func trickyPlaces(name: String, body: String, videos expected: Int) async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let document = "<!doctype html><html><body>\(body)</body></html>"
+            let reply = try await harness.request(
+                .POST, "/v1/rewrite?base=https://blog.example.com/", headers: [("Content-Type", "text/html")],
+                body: Array(document.utf8))
+            #expect(reply.status == 200, "\(name)")
+            let videos = try Self.videos(in: reply.text)
+            #expect(videos.count == expected, "\(name): \(reply.text)")
+            // Every byte outside the rewritten tags: the output without its videos is the input without its GIFs.
+            var stripped = reply.text
+            for video in videos { stripped = stripped.replacingOccurrences(of: video, with: "") }
+            var original = document
+            for element in HTMLGIFScanner.scan(Array(document.utf8)).elements.reversed() {
+                let bytes = Array(original.utf8)
+                original = String(
+                    decoding: bytes[..<element.range.lowerBound] + bytes[element.range.upperBound...], as: UTF8.self)
+            }
+            #expect(stripped == original, "\(name)")
+            // Another parser (Python's html.parser) sees the same number of <video> and <source> elements.
+            let count = try await runProcess(
+                "/usr/bin/python3",
+                [
+                    "-c",
+                    """
+                    import sys, html.parser
+                    class P(html.parser.HTMLParser):
+                        videos = 0
+                        sources = 0
+                        def handle_starttag(self, tag, attrs):
+                            if tag == "video": P.videos += 1
+                            if tag == "source" and ("type", "video/mp4") in attrs: P.sources += 1
+                    P().feed(sys.argv[1])
+                    print(P.videos, P.sources)
+                    """, reply.text,
+                ], timeout: .seconds(30))
+            #expect(
+                count.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "\(expected) \(expected)", "\(name)")
+        }
+    }
+
+    /// A rewritten `<img loading="lazy">` in Chromium: nothing loaded below the fold, played in view (through
+    /// the signed GET route, converting on that first view), paused out of view.
+    @Test func aLazyVideoPlaysWhenInView() async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let document = #"<img src="/corpus/cartoon_hotdog.gif" loading="lazy" alt="hotdog">"#
+            let reply = try await harness.request(
+                .POST, "/v1/rewrite?base=" + harness.originURL("/"), headers: [("Content-Type", "text/html")],
+                body: Array(document.utf8))
+            let snippet = try #require(try Self.videos(in: reply.text).first)
+            let run = try await runBrowserScript(
+                PlayerScriptTests.oracle,
+                ["lazy", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", snippet, "--timeout", "30"],
+                timeout: .seconds(150))
+            #expect(run.result["ok"] as? Bool == true, "\(run.output)")
+            let before = run.result["beforeScroll"] as? [String: Any]
+            #expect(before?["paused"] as? Bool == true, "\(run.output)")
+            #expect(before?["readyState"] as? Int == 0, "\(run.output)")
+            #expect(before?["autoplay"] as? Bool == false, "\(run.output)")
+            #expect((run.result["inView"] as? [String: Any])?["paused"] as? Bool == false, "\(run.output)")
+            #expect((run.result["afterScroll"] as? [String: Any])?["paused"] as? Bool == true, "\(run.output)")
+        }
+    }
+
     @Test func limitsAndBadRequests() async throws {
         try await withHarness(configure: {
             Self.configure(&$0)

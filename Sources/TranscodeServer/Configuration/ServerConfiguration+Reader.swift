@@ -116,10 +116,14 @@ extension ServerConfiguration {
 
     private static func words(_ key: String) -> [String] {
         key.split(separator: ".").flatMap { component in
+            // A word starts at an upper-case letter that follows a lower-case one, as swift-configuration's
+            // providers read keys (`publicBaseURL` is `--http-public-base-url`, `HTTP_PUBLIC_BASE_URL`).
             var words: [String] = [""]
+            var previous: Character?
             for character in component {
-                if character.isUppercase, !(words.last ?? "").isEmpty { words.append("") }
+                if character.isUppercase, previous?.isLowercase == true { words.append("") }
                 words[words.count - 1].append(character)
+                previous = character
             }
             return words
         }

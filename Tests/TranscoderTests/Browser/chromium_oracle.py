@@ -806,6 +806,66 @@ def run_snippet(arguments):
     report(result, 0 if result["ok"] else 1)
 
 
+LAZY_PAGE = """<!doctype html><html><head><meta http-equiv="Content-Security-Policy" content="default-src 'none'; \
+script-src {source}; media-src {source}; img-src {source}; style-src 'unsafe-inline'"><base href="{base}"></head>\
+<body style="margin:0"><div style="height:4000px">above the fold</div>{snippet}<div style="height:4000px"></div>\
+</body></html>"""
+
+
+def run_lazy(arguments):
+    """A rewritten <img loading=lazy> (<video data-gif2mp4-lazy preload=none>) below the fold: nothing loaded
+    and not playing at first; playing once scrolled into view; paused again once scrolled away."""
+    app = urllib.parse.urlsplit(arguments.app)
+    if app.scheme not in ("http", "https") or app.hostname != "127.0.0.1" or re.search(r"[\s;,'\"<>]", arguments.app):
+        report({"ok": False, "error": "--app must be an http(s)://127.0.0.1 URL without spaces or ;,'\"<>"}, 2)
+    base = arguments.app.rstrip("/") + "/"
+    probe = ("const v = document.querySelector('video');"
+             "return v && {paused: v.paused, readyState: v.readyState, currentTime: v.currentTime,"
+             " preload: v.preload, autoplay: v.autoplay, error: v.error && v.error.message};")
+    result = {"ok": False, "cspViolations": []}
+    with Server() as server:
+        server.pages["/lazy.html"] = LAZY_PAGE.format(source=base, base=base, snippet=arguments.html)
+        browser = Browser(record_csp=True, page_load_timeout=arguments.timeout)
+        try:
+            try:
+                driver = browser.start()
+            except Exception as error:  # noqa: BLE001
+                report(dict(result, error="Chromium did not start: " + describe(error)), 1)
+            try:
+                driver.get(server.origin + "/lazy.html")
+                time.sleep(1.5)
+                result["beforeScroll"] = driver.execute_script(probe)
+                driver.execute_script("document.querySelector('video').scrollIntoView()")
+                deadline = time.monotonic() + arguments.timeout
+                while True:
+                    state = driver.execute_script(probe)
+                    if state and not state["paused"] and state["currentTime"] > 0.05:
+                        break
+                    if time.monotonic() > deadline:
+                        raise CheckFailed("the video did not play once in view: %s" % state)
+                    time.sleep(0.05)
+                result["inView"] = state
+                driver.execute_script("window.scrollTo(0, 0)")
+                deadline = time.monotonic() + arguments.timeout
+                while True:
+                    state = driver.execute_script(probe)
+                    if state and state["paused"]:
+                        break
+                    if time.monotonic() > deadline:
+                        raise CheckFailed("the video did not pause out of view: %s" % state)
+                    time.sleep(0.05)
+                result["afterScroll"] = state
+                result["cspViolations"] = driver.execute_script("return window.__cspViolations || []")
+            except Exception as error:  # noqa: BLE001 - reported with whatever was observed
+                result["error"] = describe(error)
+        finally:
+            browser.quit()
+    if "error" not in result and result["cspViolations"]:
+        result["error"] = "Content-Security-Policy violations"
+    result["ok"] = "error" not in result
+    report(result, 0 if result["ok"] else 1)
+
+
 def watch_until_ended(driver, deadline, timeout, result):
     probe = (
         "const w = window.__videoWatch, v = window.__watchedVideo;"
@@ -855,6 +915,11 @@ def parse_arguments():
     snippet.add_argument("--html", required=True, help="the snippet: a <video> and maybe a <script src>")
     snippet.add_argument("--timeout", type=float, default=60, help="seconds to wait for the end (default 60)")
 
+    lazy = commands.add_parser("lazy", help="a lazy <video> plays in view and pauses out of it")
+    lazy.add_argument("--app", required=True, help="the app's base URL (http://127.0.0.1:PORT)")
+    lazy.add_argument("--html", required=True, help="the <video data-gif2mp4-lazy> and its <script src>")
+    lazy.add_argument("--timeout", type=float, default=30, help="seconds for each step (default 30)")
+
     arguments = parser.parse_args()
     if arguments.command == "frames" and not re.fullmatch(r"[0-9A-Fa-f]{6}", arguments.background):
         parser.error("--background must be six hex digits, RRGGBB")
@@ -866,7 +931,7 @@ def main():
     missing = Browser.missing_tools()
     if missing:
         report({"ok": False, "error": "missing %s; install with: %s" % (", ".join(missing), PACKAGES)}, 2)
-    {"frames": run_frames, "video": run_video, "snippet": run_snippet}[arguments.command](arguments)
+    {"frames": run_frames, "video": run_video, "snippet": run_snippet, "lazy": run_lazy}[arguments.command](arguments)
 
 
 if __name__ == "__main__":
