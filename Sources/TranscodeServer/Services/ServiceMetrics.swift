@@ -135,38 +135,37 @@ final class ServiceMetrics: Sendable {
         self.snapshot.withLock { $0.transcodes += 1 }
     }
 
+    /// Increments the labelled counter `transcode_<name>_total`, made on first use.
+    private func increment(_ name: String, _ help: String, labels: [(String, String)]) {
+        self.registry.makeCounter(
+            descriptor: .init(namespace: "transcode", metricName: name, unitName: "total", helpText: help),
+            labels: labels
+        ).increment()
+    }
+
     /// One webhook delivery's end (`delivered`, `failed` after the last retry, `refused` by the destination
     /// policy) or one attempt that will be retried (`retried`).
     func webhook(_ result: String) {
-        self.registry.makeCounter(
-            descriptor: .init(
-                namespace: "transcode", metricName: "webhook_deliveries", unitName: "total",
-                helpText: "Webhook deliveries by result (delivered, retried, failed, refused)."),
-            labels: [("result", result)]
-        ).increment()
+        self.increment(
+            "webhook_deliveries", "Webhook deliveries by result (delivered, retried, failed, refused).",
+            labels: [("result", result)])
         self.snapshot.withLock { $0.webhooks[result, default: 0] += 1 }
     }
 
     /// One operation on the shared result store (`pull`: an object copied to the local disk; `publish`: a
     /// transcode written to the store).
     func storage(_ operation: String) {
-        self.registry.makeCounter(
-            descriptor: .init(
-                namespace: "transcode", metricName: "storage_operations", unitName: "total",
-                helpText: "Objects pulled from or published to the shared result store, by operation."),
-            labels: [("operation", operation)]
-        ).increment()
+        self.increment(
+            "storage_operations", "Objects pulled from or published to the shared result store, by operation.",
+            labels: [("operation", operation)])
         self.snapshot.withLock { $0.storage[operation, default: 0] += 1 }
     }
 
     /// One request answered, by route template and status, and how long it took to its response head.
     func request(route: String, status: Int, duration: Duration) {
-        self.registry.makeCounter(
-            descriptor: .init(
-                namespace: "transcode", metricName: "requests", unitName: "total",
-                helpText: "HTTP requests answered, by route template and status code."),
-            labels: [("route", route), ("status", String(status))]
-        ).increment()
+        self.increment(
+            "requests", "HTTP requests answered, by route template and status code.",
+            labels: [("route", route), ("status", String(status))])
         self.registry.makeDurationHistogram(
             descriptor: .init(
                 namespace: "transcode", metricName: "request_duration", unitName: "seconds",
@@ -189,23 +188,15 @@ final class ServiceMetrics: Sendable {
 
     /// One revalidation of a stale URL with its origin.
     func revalidated(_ result: Revalidation) {
-        self.registry.makeCounter(
-            descriptor: .init(
-                namespace: "transcode", metricName: "revalidations", unitName: "total",
-                helpText: "Stale URLs revalidated with their origin, by result."),
-            labels: [("result", result.rawValue)]
-        ).increment()
+        self.increment(
+            "revalidations", "Stale URLs revalidated with their origin, by result.",
+            labels: [("result", result.rawValue)])
         self.snapshot.withLock { $0.revalidations[result.rawValue, default: 0] += 1 }
     }
 
     /// One error answered, by its code.
     func error(code: String) {
-        self.registry.makeCounter(
-            descriptor: .init(
-                namespace: "transcode", metricName: "errors", unitName: "total",
-                helpText: "Error answers, by error code."),
-            labels: [("code", code)]
-        ).increment()
+        self.increment("errors", "Error answers, by error code.", labels: [("code", code)])
     }
 
     /// The Prometheus text exposition (format 0.0.4), with the gauges read at scrape time.

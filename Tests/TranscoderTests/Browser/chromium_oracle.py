@@ -755,18 +755,21 @@ def play_once(driver, origin, key, rate, metadata_only, probe_times, result):
         raise CheckFailed("not ended after %.1f s (duration / rate + 10 s)" % bound)
 
 
+def app_base(url):
+    """The app's URL as "URL/", after checking it: it goes into a CSP source list and an HTML attribute as it is.
+    A CSP source ending in "/" allows everything below it, and it is the base relative addresses resolve against."""
+    app = urllib.parse.urlsplit(url)
+    if app.scheme not in ("http", "https") or app.hostname != "127.0.0.1" or re.search(r"[\s;,'\"<>]", url):
+        report({"ok": False, "error": "--app must be an http(s)://127.0.0.1 URL without spaces or ;,'\"<>"}, 2)
+    return url.rstrip("/") + "/"
+
+
 def run_snippet(arguments):
     from selenium.common.exceptions import TimeoutException
 
     if not arguments.timeout > 0:
         report({"ok": False, "error": "--timeout must be positive"}, 2)
-    app = urllib.parse.urlsplit(arguments.app)
-    # The URL goes into a CSP source list and an HTML attribute as it is.
-    if app.scheme not in ("http", "https") or app.hostname != "127.0.0.1" or re.search(r"[\s;,'\"<>]", arguments.app):
-        report({"ok": False, "error": "--app must be an http(s)://127.0.0.1 URL without spaces or ;,'\"<>"}, 2)
-    # "URL/": a CSP source ending in "/" allows everything below it, and it is the base the snippet's
-    # relative addresses resolve against.
-    base = arguments.app.rstrip("/") + "/"
+    base = app_base(arguments.app)
     result = {"ok": False, "plays": 0, "ended": False, "paused": None, "currentTime": None, "duration": None,
               "loopAttribute": None, "lastMediaTime": None, "cspViolations": [], "console": []}
     with Server() as server:
@@ -815,10 +818,7 @@ script-src {source}; media-src {source}; img-src {source}; style-src 'unsafe-inl
 def run_lazy(arguments):
     """A rewritten <img loading=lazy> (<video data-gif2mp4-lazy preload=none>) below the fold: nothing loaded
     and not playing at first; playing once scrolled into view; paused again once scrolled away."""
-    app = urllib.parse.urlsplit(arguments.app)
-    if app.scheme not in ("http", "https") or app.hostname != "127.0.0.1" or re.search(r"[\s;,'\"<>]", arguments.app):
-        report({"ok": False, "error": "--app must be an http(s)://127.0.0.1 URL without spaces or ;,'\"<>"}, 2)
-    base = arguments.app.rstrip("/") + "/"
+    base = app_base(arguments.app)
     probe = ("const v = document.querySelector('video');"
              "return v && {paused: v.paused, readyState: v.readyState, currentTime: v.currentTime,"
              " preload: v.preload, autoplay: v.autoplay, error: v.error && v.error.message};")
