@@ -46,6 +46,11 @@ import Testing
                 #expect(harness.services.batches.count == 3)
                 #expect(try String(contentsOfFile: file + ".csv", encoding: .utf8) == csv)
 
+                // Another cut of the same list does not resume from this state.
+                await #expect(throws: (any Error).self) {
+                    try await BackfillCommand.parse(Array(arguments.dropLast(4)) + ["--chunk", "5"]).run()
+                }
+
                 // Without the token, the service refuses it, and the command says so.
                 await #expect(throws: (any Error).self) {
                     try await BackfillCommand.parse([

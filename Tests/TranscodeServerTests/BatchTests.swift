@@ -127,6 +127,15 @@ import Testing
                         try JSONSerialization.jsonObject(with: Data(delivery.body)) as? [String: Any])
                     #expect(event["type"] as? String == "batch.done")
                     #expect((event["data"] as? [String: Any])?["failed"] as? Int == 4)
+                    // Marked delivered, so a restart does not send it again.
+                    for _ in 0..<50
+                    where !FileManager.default.fileExists(
+                        atPath: harness.services.batches.directory + "/\(id)/notified")
+                    {
+                        try await Task.sleep(for: .milliseconds(100))
+                    }
+                    #expect(
+                        FileManager.default.fileExists(atPath: harness.services.batches.directory + "/\(id)/notified"))
                 }
             }
         }
@@ -138,6 +147,11 @@ import Testing
             try await withOrigin { port in
                 let urls = Self.urls(origin: port)
                 let id = try await Self.first(cache: cache, urls: urls)
+                // A line cut short by a crash mid-write: cut off at startup, the next line starts afresh.
+                let handle = try #require(FileHandle(forWritingAtPath: cache + "/batches/\(id)/results.ndjson"))
+                try handle.seekToEnd()
+                try handle.write(contentsOf: Data(#"{"index":3,"ur"#.utf8))
+                try handle.close()
                 try await withHarness(cacheDirectory: cache) { harness in
                     let before = try await Self.status(harness, id)
                     #expect((before["pending"] as? Int ?? 0) > 0, "\(before)")

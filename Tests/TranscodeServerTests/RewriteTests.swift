@@ -229,6 +229,62 @@ import Transcoder
         }
     }
 
+    /// A `"` followed by a combining mark is one Swift `Character`: escaped all the same, so an attribute value
+    /// cannot end early and smuggle an event handler onto the video.
+    @Test func attributeValuesCannotBreakOut() async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let document = #"<img src="/a.gif" alt="x&quot;&#x301; onplay=alert(1) " title='"&#x301;>'>"#
+            let reply = try await harness.request(
+                .POST, "/v1/rewrite?base=https://blog.example.com/", headers: [("Content-Type", "text/html")],
+                body: Array(document.utf8))
+            let video = try #require(try Self.videos(in: reply.text).first, "\(reply.text)")
+            #expect(video.contains("aria-label=\"x&quot;\u{301} onplay=alert(1) \""), "\(video)")
+            #expect(video.contains("title=\"&quot;\u{301}&gt;\""), "\(video)")
+            // Python's parser sees no attribute but those written.
+            let run = try await runProcess(
+                "/usr/bin/python3",
+                [
+                    "-c",
+                    """
+                    import sys, html.parser
+                    class P(html.parser.HTMLParser):
+                        def handle_starttag(self, tag, attrs):
+                            if tag == "video": print(",".join(sorted(name for name, _ in attrs)))
+                    P().feed(sys.argv[1])
+                    """, video,
+                ], timeout: .seconds(30))
+            #expect(
+                run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+                    == "aria-label,autoplay,loop,muted,playsinline,poster,role,title", "\(run.stdout)")
+        }
+    }
+
+    /// Deep nesting costs the parser the square of the depth: refused (422 too-deep) before parsing, at once;
+    /// as deep as browsers nest is parsed, and walked without the thread's stack.
+    @Test(arguments: [
+        (String(repeating: "<div>", count: 100_000), String(repeating: "</div>", count: 100_000), 422),
+        (String(repeating: "<b>", count: 40_000), "", 422),
+        (String(repeating: "<span class='a>b'>", count: 2_000), "", 422),
+        (String(repeating: "<div>", count: 1_000), String(repeating: "</div>", count: 1_000), 200),
+        (String(repeating: "<p>x<li>y<td>z<br><img src=a.jpg>", count: 50_000), "", 200),
+        (String(repeating: "<div><!-- <b><b><b> --><script>'<b><b>'</script></div>", count: 5_000), "", 200),
+    ])
+    func deepNesting(open: String, close: String, status: Int) async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let document = open + #"<img src="https://example.com/deep.gif">"# + close
+            let reply = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(document.utf8),
+                timeout: .seconds(120))
+            #expect(reply.status == status)
+            if status == 200 {
+                #expect(reply.headers.first(name: "X-GIFs-Rewritten") == "1")
+            } else {
+                #expect(reply.errorCode == "too-deep")
+            }
+            #expect(try await harness.request(.GET, "/healthz").status == 200)
+        }
+    }
+
     @Test func limitsAndBadRequests() async throws {
         try await withHarness(configure: {
             Self.configure(&$0)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import AsyncHTTPClient
+import Crypto
 import Foundation
 import NIOCore
 
@@ -48,6 +49,8 @@ struct BackfillCommand: AsyncParsableCommand {
         }
         var server: String
         var total: Int
+        /// SHA-256 of the URL list and the chunk size: a state is resumed only for the same list, cut the same way.
+        var fingerprint: String = ""
         var chunks: [Chunk] = []
     }
 
@@ -67,11 +70,17 @@ struct BackfillCommand: AsyncParsableCommand {
         guard !urls.isEmpty else { throw ValidationError("\(self.file) has no URLs") }
         let statePath = self.state ?? self.file + ".backfill.json"
         let server = self.server.hasSuffix("/") ? String(self.server.dropLast()) : self.server
-        var state = State(server: server, total: urls.count)
-        if let data = FileManager.default.contents(atPath: statePath),
-            let saved = try? JSONDecoder().decode(State.self, from: data), saved.server == server,
-            saved.total == urls.count
-        {
+        let fingerprint = DiskCache.hex(
+            SHA256.hash(data: Array((urls + ["chunk \(self.chunk)"]).joined(separator: "\n").utf8)))
+        var state = State(server: server, total: urls.count, fingerprint: fingerprint)
+        if let data = FileManager.default.contents(atPath: statePath) {
+            guard let saved = try? JSONDecoder().decode(State.self, from: data), saved.server == server,
+                saved.fingerprint == fingerprint
+            else {
+                throw ValidationError(
+                    "\(statePath) is the state of another run (another server, list or --chunk): remove it to start "
+                        + "afresh, or give --state another file")
+            }
             state = saved
             Self.say("resuming: \(saved.chunks.count) batch(es) already submitted")
         }
@@ -173,6 +182,8 @@ struct BackfillCommand: AsyncParsableCommand {
         var request = HTTPClientRequest(url: url)
         request.method = .init(rawValue: method)
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        // Behind a fleet's balancer every batch request must reach the node that holds the batches.
+        request.headers.add(name: "X-Route-Key", value: "/v1/batches")
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(bytes: body))

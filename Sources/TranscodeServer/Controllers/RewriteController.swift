@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import NIOPosix
 import Transcoder
 
 /// `POST /v1/rewrite` (bearer token when tokens are configured): an HTML document in, the same document out
@@ -56,7 +57,16 @@ struct RewriteController<Context: RequestContext>: Sendable {
         }
         let body = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
         let html = Array(body.readableBytesView)
-        let scan = HTMLGIFScanner.scan(html)
+        // Parsing is CPU work: on the I/O pool, not the executor; and never of a document nested so deep that
+        // the parser's quadratic cost would hold a thread for minutes.
+        let scan = try await NIOThreadPool.singleton.runIfActive {
+            if HTMLGIFScanner.nestsDeeper(html, than: HTMLGIFScanner.maxDepth) {
+                throw ServiceError(
+                    "too-deep", .unprocessableContent,
+                    "the document nests elements more than \(HTMLGIFScanner.maxDepth) deep (browsers stop at 512)")
+            }
+            return HTMLGIFScanner.scan(html)
+        }
         guard scan.elements.count <= self.maxGIFs else {
             throw ServiceError(
                 "too-many-gifs", .unprocessableContent,

@@ -56,6 +56,7 @@ final class BatchRunner: Service, Sendable {
     let webhooks: WebhookDispatcher
     let logger: Logger
     private let state = Mutex(State())
+    private let pendingNotifications: [String]
 
     private struct Batch {
         var request: BatchRequest
@@ -71,6 +72,8 @@ final class BatchRunner: Service, Sendable {
         /// Batch ids in the order they arrived: older batches go first.
         var order: [String] = []
         var running = 0
+        /// No item starts before this (after an item failed for a passing reason: the store or the queue).
+        var pausedUntil: ContinuousClock.Instant?
     }
 
     /// Reads back every batch in `directory` (created if missing). - Throws: when it cannot be created.
@@ -90,6 +93,7 @@ final class BatchRunner: Service, Sendable {
                 let request = try? JSONDecoder().decode(BatchRequest.self, from: data)
             else { continue }
             var batch = Batch(request: request)
+            Self.dropPartialLine("\(directory)/\(id)/results.ndjson")
             for result in Self.readResults("\(directory)/\(id)/results.ndjson")
             where !batch.finished.contains(result.index) {
                 batch.finished.insert(result.index)
@@ -98,6 +102,11 @@ final class BatchRunner: Service, Sendable {
             loaded.append((id, batch))
         }
         loaded.sort { $0.1.request.createdAt < $1.1.request.createdAt }
+        // A batch that completed but whose batch.done was not delivered (the process stopped first).
+        self.pendingNotifications = loaded.filter { id, batch in
+            batch.complete && batch.request.callbackURL != nil
+                && !FileManager.default.fileExists(atPath: "\(directory)/\(id)/notified")
+        }.map(\.0)
         self.state.withLock { state in
             for (id, batch) in loaded {
                 state.batches[id] = batch
@@ -158,13 +167,14 @@ final class BatchRunner: Service, Sendable {
 
     /// Starts batch items whenever a worker is idle, until shutdown.
     func run() async throws {
+        for id in self.pendingNotifications { self.notify(id) }
         await withDiscardingTaskGroup { group in
             while !Task.isCancelled, !Task.isShuttingDownGracefully, self.service.pool.isAccepting {
                 if let (id, index) = self.nextItem() {
                     group.addTask { await self.runItem(id: id, index: index) }
-                    continue
                 }
-                // Nothing to start now: the pool's load is polled (interactive jobs come and go).
+                // One item per tick, so that the pool's load counts the item just started (admitted within
+                // a millisecond) before the next is considered; interactive jobs come and go in between.
                 try? await Task.sleep(for: .milliseconds(25))
             }
         }
@@ -177,6 +187,7 @@ final class BatchRunner: Service, Sendable {
         guard pool.load < pool.workers else { return nil }
         return self.state.withLock { state -> (String, Int)? in
             guard state.running < share else { return nil }
+            if let until = state.pausedUntil, ContinuousClock.now < until { return nil }
             for id in state.order {
                 guard var batch = state.batches[id] else { continue }
                 while batch.next < batch.request.urls.count, batch.finished.contains(batch.next) { batch.next += 1 }
@@ -218,9 +229,11 @@ final class BatchRunner: Service, Sendable {
             result.status = outcome.metadata.recommendation == .keepGIF ? "kept-gif" : "done"
         } catch {
             let failure = ServiceError.from(error)
-            // Shutting down is not the URL's failure: it runs again after the restart.
-            if failure.code == "shutting-down" || Task.isCancelled {
+            // Not the URL's failure: shutting down (it runs again after the restart), the shared store down, the
+            // queue full. The item goes back, and no item starts for a while.
+            if ["shutting-down", "storage-unavailable", "queue-full"].contains(failure.code) || Task.isCancelled {
                 self.release(id: id, index: index)
+                self.state.withLock { $0.pausedUntil = ContinuousClock.now + .seconds(2) }
                 return
             }
             result.error = .init(code: failure.code, message: failure.message)
@@ -235,9 +248,15 @@ final class BatchRunner: Service, Sendable {
             line.append(UInt8(ascii: "\n"))
             let path = "\(self.directory)/\(id)/results.ndjson"
             let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
-            if descriptor >= 0 {
-                _ = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-                close(descriptor)
+            let written = descriptor < 0 ? -1 : line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+            if descriptor >= 0 { close(descriptor) }
+            guard written == line.count else {
+                // Not recorded (a full disk): the item runs again, here or after a restart; a partial line is
+                // cut off at startup.
+                self.logger.error("cannot record a batch result", metadata: ["batch.id": "\(id)", "file": "\(path)"])
+                self.release(id: id, index: result.index)
+                self.state.withLock { $0.pausedUntil = ContinuousClock.now + .seconds(5) }
+                return
             }
         }
         let completed = self.state.withLock { state -> BatchRequest? in
@@ -249,15 +268,21 @@ final class BatchRunner: Service, Sendable {
             state.batches[id] = batch
             return !wasComplete && batch.complete ? batch.request : nil
         }
-        if let completed, let callback = completed.callbackURL, let url = URL(string: callback),
-            let status = self.status(id)
-        {
-            self.webhooks.enqueue(
-                WebhookDelivery(url: url) {
-                    let data = (try? JSONEncoder().encode(status)).map { [UInt8]($0) } ?? Array("{}".utf8)
-                    return ("batch.done", data)
-                })
-        }
+        if completed != nil { self.notify(id) }
+    }
+
+    /// Queues the `batch.done` webhook of a complete batch; `notified` is written once it is over, so a
+    /// restart before then sends it again.
+    private func notify(_ id: String) {
+        guard let request = self.state.withLock({ $0.batches[id]?.request }), let callback = request.callbackURL,
+            let url = URL(string: callback), let status = self.status(id)
+        else { return }
+        let marker = "\(self.directory)/\(id)/notified"
+        self.webhooks.enqueue(
+            WebhookDelivery(url: url, onEnd: { FileManager.default.createFile(atPath: marker, contents: nil) }) {
+                let data = (try? JSONEncoder().encode(status)).map { [UInt8]($0) } ?? Array("{}".utf8)
+                return ("batch.done", data)
+            })
     }
 
     /// Gives an unfinished item back to the queue.
@@ -269,6 +294,15 @@ final class BatchRunner: Service, Sendable {
             state.batches[id] = batch
             state.running -= 1
         }
+    }
+
+    /// Cuts a line left without its newline (a crash mid-write) off the end of `path`: the next append must
+    /// start a line of its own.
+    private static func dropPartialLine(_ path: String) {
+        guard let data = FileManager.default.contents(atPath: path), let last = data.last, last != UInt8(ascii: "\n")
+        else { return }
+        let keep = data.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0
+        truncate(path, off_t(keep))
     }
 
     private static func readResults(_ path: String) -> [BatchResult] {

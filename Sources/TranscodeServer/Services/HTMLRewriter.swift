@@ -71,18 +71,19 @@ enum HTMLRewriter {
         return "<video \(opening)><source src=\"\(Self.escape(target.mp4URL))\" type=\"video/mp4\"></video>" + script
     }
 
-    /// An attribute value, quoted with `"`.
+    /// An attribute value, quoted with `"`. By Unicode scalar, not by `Character`: a `"` followed by a combining
+    /// mark is one `Character` that is not `"`, and would close the attribute unescaped.
     static func escape(_ text: String) -> String {
-        var escaped = ""
-        for character in text {
-            switch character {
-            case "&": escaped += "&amp;"
-            case "\"": escaped += "&quot;"
-            case "<": escaped += "&lt;"
-            case ">": escaped += "&gt;"
-            default: escaped.append(character)
+        var escaped = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "&": escaped.append(contentsOf: "&amp;".unicodeScalars)
+            case "\"": escaped.append(contentsOf: "&quot;".unicodeScalars)
+            case "<": escaped.append(contentsOf: "&lt;".unicodeScalars)
+            case ">": escaped.append(contentsOf: "&gt;".unicodeScalars)
+            default: escaped.append(scalar)
             }
         }
-        return escaped
+        return String(escaped)
     }
 }

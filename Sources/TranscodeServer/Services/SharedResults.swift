@@ -19,6 +19,8 @@ final class SharedResults: Sendable {
     let redirect: Redirect?
     private let checked = Mutex<[String: ContinuousClock.Instant]>([:])
     private let downUntil = Mutex<ContinuousClock.Instant?>(nil)
+    /// Objects converted here whose publish failed: published again when next asked for.
+    private let unpublished = Mutex<Set<String>>([])
     private let metrics: ServiceMetrics
 
     /// How clients are sent to the shared store.
@@ -58,8 +60,22 @@ final class SharedResults: Sendable {
     /// Writes object `key` (already in the local cache) to the shared store, the JSON last.
     func publish(_ key: String) async throws {
         let directory = (self.cache.objectPath(key, "json") as NSString).deletingLastPathComponent
-        try await self.guarded { try await self.store.putObject(key, from: directory) }
+        do {
+            try await self.guarded { try await self.store.putObject(key, from: directory) }
+        } catch {
+            // The object is complete on this disk: the next request for it publishes it (a retry must not find
+            // it locally and leave the fleet without it).
+            self.unpublished.withLock { _ = $0.insert(key) }
+            throw error
+        }
+        self.unpublished.withLock { _ = $0.remove(key) }
         self.metrics.storage("publish")
+    }
+
+    /// Publishes `key` if an earlier publish of it failed. - Throws: `storage-unavailable` when it fails again.
+    func publishIfPending(_ key: String) async throws {
+        guard self.unpublished.withLock({ $0.contains(key) }) else { return }
+        try await self.publish(key)
     }
 
     /// The shared link of `urlKey`.

@@ -129,6 +129,7 @@ final class TranscodeService: Sendable {
             try await self.checkNotTakenDown(key: key, metadata: object.metadata, recently: true)
             // The policy of today decides, not the one the URL was fetched under.
             try await self.downloader.checkCachedDestination(url)
+            try await self.shared?.publishIfPending(key)
             if let age = self.cache.linkAge(urlKey: urlKey), age < self.urlTTLSeconds {
                 self.metrics.cacheHit()
                 return .done(TranscodeOutcome(key: key, metadata: object.metadata, object: object), cacheHit: true)
@@ -139,6 +140,8 @@ final class TranscodeService: Sendable {
         return try await self.run(requestKey: urlKey, untilDone: untilDone) {
             var stale = storedResult
             if stale == nil, let shared = self.shared, let link = try await shared.link(urlKey: urlKey) {
+                // Another node fetched it under its policy; this node's decides here too.
+                try await self.downloader.checkCachedDestination(url)
                 // Another node (or this one, before a restart) converted this URL: its result, unless the URL
                 // is due for revalidation.
                 if let outcome = try await self.adopt(link, urlKey: urlKey) {
@@ -190,7 +193,12 @@ final class TranscodeService: Sendable {
             // A takedown of the URL that arrived while this flight downloaded and converted: what it made goes
             // too, and is refused from now on.
             if try await self.isBuried([.source(sourceHash)]) {
-                _ = try? self.cache.purge(key: outcome.key, takedown: "taken down while being converted")
+                let reason = "taken down while being converted"
+                if var report = try? self.cache.purge(key: outcome.key, takedown: reason) {
+                    // Published already: the fleet's copy goes too.
+                    try? await self.shared?.purge(
+                        objects: [outcome.key], links: [], source: sourceHash, takedown: reason, into: &report)
+                }
                 throw ServiceError.takenDown("this URL was taken down")
             }
             let source = DiskCache.SourceRecord(
@@ -242,6 +250,7 @@ final class TranscodeService: Sendable {
         }
         let key = keys.key
         if let metadata = self.cache.metadata(key) {
+            try await self.shared?.publishIfPending(key)
             self.metrics.cacheHit()
             return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
         }
@@ -374,6 +383,7 @@ final class TranscodeService: Sendable {
         _ gif: [UInt8], key: String, options: TranscodeOptions, requestKey: String
     ) async throws -> TranscodeOutcome {
         if let metadata = self.cache.metadata(key) {
+            try await self.shared?.publishIfPending(key)
             return TranscodeOutcome(key: key, metadata: metadata)
         }
         let (task, _) = try await self.contents.task(for: key, admit: {}) { _ in

@@ -41,10 +41,28 @@ struct WebhookSigner: Sendable {
 }
 
 /// One webhook: where, and the event once it is known (a job's end, a batch's end).
-struct WebhookDelivery: Sendable {
+final class WebhookDelivery: Sendable {
     let url: URL
-    /// Waits for the event (it may be a running job) and returns its type and JSON `data`.
-    let event: @Sendable () async -> (type: String, data: [UInt8])
+    /// Waits for the event (it may be a running job) and returns its type and JSON `data`. Taken (and so
+    /// released) once called: what it holds (an upload's bytes) is not kept through an hour of retries.
+    private let event: Mutex<(@Sendable () async -> (type: String, data: [UInt8]))?>
+    /// Called once the delivery is over: delivered, given up or refused.
+    let onEnd: @Sendable () -> Void
+
+    init(
+        url: URL, onEnd: @escaping @Sendable () -> Void = {},
+        event: @escaping @Sendable () async -> (type: String, data: [UInt8])
+    ) {
+        self.url = url
+        self.onEnd = onEnd
+        self.event = Mutex(event)
+    }
+
+    /// The event, computed once.
+    func resolve() async -> (type: String, data: [UInt8])? {
+        guard let event = self.event.withLock({ $0.take() }) else { return nil }
+        return await event()
+    }
 }
 
 /// Delivers webhooks in the Standard Webhooks format: a JSON body `{"type", "timestamp", "data"}` POSTed with
@@ -109,7 +127,8 @@ final class WebhookDispatcher: Service, Sendable {
     }
 
     private func deliver(_ delivery: WebhookDelivery) async {
-        let (type, data) = await delivery.event()
+        defer { delivery.onEnd() }
+        guard let (type, data) = await delivery.resolve() else { return }
         let id = "msg_" + UUID().uuidString.lowercased()
         let started = ContinuousClock.now
         var wait = self.firstRetrySeconds
