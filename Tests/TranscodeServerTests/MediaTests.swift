@@ -60,6 +60,28 @@ import Testing
         }
     }
 
+    /// Small files are served from memory after their first read, but only while the file is the one read: a
+    /// file rewritten in place (same size, new bytes) is read again, never answered from a stale copy.
+    @Test func smallFilesInMemoryFollowTheFile() async throws {
+        try await self.withObject { harness, key, mp4 in
+            #expect(mp4.count <= DiskCache.smallFileLimit)
+            let first = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=4-11")])
+            #expect(first.body == Array(mp4[4...11]))
+            let again = try await harness.request(.GET, "/media/\(key).mp4")
+            #expect(again.body == mp4)
+            let path = harness.services.cache.objectPath(key, "mp4")
+            var changed = mp4
+            changed[4] ^= 0xFF
+            // A new modification time: the identity the memory copy was kept under no longer matches.
+            try await Task.sleep(for: .milliseconds(20))
+            let handle = try #require(FileHandle(forWritingAtPath: path))
+            try handle.write(contentsOf: Data(changed))
+            try handle.close()
+            let after = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=4-11")])
+            #expect(after.body == Array(changed[4...11]))
+        }
+    }
+
     @Test func rangesAsSafariAndAVPlayerSendThem() async throws {
         try await self.withObject { harness, key, mp4 in
             let size = mp4.count

@@ -116,6 +116,27 @@ struct MediaController<Context: RequestContext>: Sendable {
         guard includeBody, let bytes else {
             return Response(status: status, headers: headers, body: .init())
         }
+        if file.size <= DiskCache.smallFileLimit {
+            // A small file is read whole once, then served from memory.
+            var whole = self.cache.cachedBytes(file, key: key, fileExtension: fileExtension)
+            if whole == nil {
+                let size = file.size
+                whole = try await NIOThreadPool.singleton.runIfActive {
+                    var buffer = ByteBuffer()
+                    let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: max(1, size)) { pointer in
+                        max(0, pread(file.descriptor, pointer.baseAddress, size, 0))
+                    }
+                    guard read == size else { throw ServiceError.notFound("the file shrank while being served") }
+                    return buffer
+                }
+                if let whole { self.cache.keepBytes(whole, of: file, key: key, fileExtension: fileExtension) }
+            }
+            guard let slice = whole?.getSlice(at: bytes.lowerBound, length: length) else {
+                throw ServiceError.notFound("the file shrank while being served")
+            }
+            self.bytesServed(length)
+            return Response(status: status, headers: headers, body: .init(byteBuffer: slice))
+        }
         released = true
         let cache = self.cache
         let counted = self.bytesServed

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import NIOCore
 import Synchronization
 import Transcoder
 
@@ -30,6 +31,7 @@ final class DiskCache: Sendable {
     let maxBytes: Int64
     private let state: Mutex<State>
     private let decoded = Mutex<[String: (identity: [Int], metadata: TranscodeMetadata)]>([:])
+    private let smallFiles = Mutex(SmallFiles())
     private let onEviction: @Sendable (Int) -> Void
     private let onQuarantine: @Sendable (String) -> Void
 
@@ -367,6 +369,50 @@ final class DiskCache: Sendable {
 
     /// Decoded metadata kept in memory: a few hundred bytes each.
     static var decodedCapacity: Int { 16_384 }
+
+    // MARK: Small files in memory
+
+    /// The bytes of object files of at most `smallFileLimit` bytes, by file identity (objects are immutable; a
+    /// file replaced or rewritten has another identity, so what is kept is what was checked), up to
+    /// `smallFilesCapacity` bytes in all, the least recently used dropped first. A hit on a small file then
+    /// costs no read at all: every read is a hop to the I/O thread pool, which cost most of a hit's time.
+    private struct SmallFiles {
+        var entries: [String: (identity: [Int], bytes: ByteBuffer, lastUse: UInt64)] = [:]
+        var total = 0
+        var clock: UInt64 = 0
+    }
+
+    static var smallFileLimit: Int { 256 * 1024 }
+    static var smallFilesCapacity: Int { 64 * 1024 * 1024 }
+
+    /// The bytes of `file` (object `key`'s `.fileExtension`) if they are in memory.
+    func cachedBytes(_ file: OpenFile, key: String, fileExtension: String) -> ByteBuffer? {
+        let name = key + "." + fileExtension
+        return self.smallFiles.withLock { cache in
+            guard let entry = cache.entries[name], entry.identity == file.identity else { return nil }
+            cache.clock += 1
+            cache.entries[name]?.lastUse = cache.clock
+            return entry.bytes
+        }
+    }
+
+    /// Keeps the bytes just read of a small file.
+    func keepBytes(_ bytes: ByteBuffer, of file: OpenFile, key: String, fileExtension: String) {
+        guard file.size <= Self.smallFileLimit, bytes.readableBytes == file.size, !file.identity.isEmpty else { return }
+        let name = key + "." + fileExtension
+        self.smallFiles.withLock { cache in
+            if let old = cache.entries.removeValue(forKey: name) { cache.total -= old.bytes.readableBytes }
+            while cache.total + bytes.readableBytes > Self.smallFilesCapacity,
+                let oldest = cache.entries.min(by: { $0.value.lastUse < $1.value.lastUse })
+            {
+                cache.total -= oldest.value.bytes.readableBytes
+                cache.entries[oldest.key] = nil
+            }
+            cache.clock += 1
+            cache.entries[name] = (file.identity, bytes, cache.clock)
+            cache.total += bytes.readableBytes
+        }
+    }
 
     static func readAll(_ file: OpenFile) -> [UInt8]? {
         // Metadata is a few hundred bytes; anything much larger was not written by the cache.
