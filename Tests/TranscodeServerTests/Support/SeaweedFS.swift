@@ -9,14 +9,20 @@ import Testing
 /// directory: a real distributed object store with an S3 gateway. Stopped (SIGKILL) when `stop` is called
 /// or the process that started it ends.
 final class SeaweedFS: @unchecked Sendable {
-    let s3Port: Int
-    let masterPort: Int
+    private(set) var s3Port = 0
+    private(set) var masterPort = 0
     let directory: String
-    private let grpcPorts: [Int]
+    private var grpcPorts: [Int] = []
     static let accessKey = "test-access-key"
     static let secretKey = "test-secret-key-0123456789"
     private var process: Process?
-    private let arguments: [String]
+    private var arguments: [String] = []
+
+    /// The process ended while starting: most often a port taken between `freePort` and its bind (other tests
+    /// bind port 0 at the same time).
+    private struct Exited: Error {
+        let output: String
+    }
 
     /// `weed` from the PATH or `~/.local/bin` (where `scripts/install-deps --test` puts it); the test fails,
     /// never skips, without it.
@@ -39,6 +45,22 @@ final class SeaweedFS: @unchecked Sendable {
             "secretKey":"\(Self.secretKey)"}],"actions":["Admin","Read","Write","List","Tagging"]}]}
             """
         try #require(FileManager.default.createFile(atPath: directory + "/s3.json", contents: Data(identities.utf8)))
+        var output = ""
+        for _ in 0..<3 {
+            try self.choosePorts()
+            do {
+                try await self.start()
+                return
+            } catch let exited as Exited {
+                output = exited.output
+            }
+        }
+        Issue.record("SeaweedFS exited while starting, three times:\n\(output.suffix(4000))")
+        throw CancellationError()
+    }
+
+    private func choosePorts() throws {
+        let directory = self.directory
         let ports = try (0..<8).map { _ in try freePort() }
         self.s3Port = ports[6]
         self.masterPort = ports[0]
@@ -54,7 +76,6 @@ final class SeaweedFS: @unchecked Sendable {
             "-volume.max=0", "-volume.preStopSeconds=0", "-filer.localSocket=\(directory)/filer.sock",
             "-s3.localSocket=\(directory)/s3.sock",
         ]
-        try await self.start()
     }
 
     var endpoint: URL { URL(string: "http://127.0.0.1:\(self.s3Port)")! }
@@ -81,6 +102,11 @@ final class SeaweedFS: @unchecked Sendable {
         let client = S3Client(configuration: self.configuration())
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
+            if !process.isRunning {
+                self.stop()
+                throw Exited(
+                    output: String(decoding: FileManager.default.contents(atPath: log) ?? Data(), as: UTF8.self))
+            }
             // Ready for writes once a volume server has registered with the master (the S3 port answers
             // earlier) and the gateway answers a signed request for the bucket.
             do {
