@@ -21,8 +21,10 @@ typealias AppRequestContext = BasicRequestContext
 /// Builds the whole application: cache, downloader, transcode pool, router and server. Tests build the
 /// real thing with this same function (against a temporary cache directory and port 0).
 /// - Throws: when the cache directory cannot be created.
+/// - Parameter sharedStore: the store a fleet shares, instead of the S3 bucket `storage.s3` names (tests put a
+///   store that fails on purpose here).
 func buildApplication(
-    configuration: ServerConfiguration, logger: Logger? = nil,
+    configuration: ServerConfiguration, logger: Logger? = nil, sharedStore: (any ResultStore)? = nil,
     onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) throws -> (application: some ApplicationProtocol, services: AppServices) {
     var logger = logger ?? Logger(label: "transcode-server")
@@ -56,6 +58,11 @@ func buildApplication(
         shared = SharedResults(
             store: S3ResultStore(client: client), cache: cache, tombstoneCheckSeconds: storage.tombstoneCheckSeconds,
             redirect: redirect, metrics: metrics)
+    }
+    if let sharedStore {
+        shared = SharedResults(
+            store: sharedStore, cache: cache, tombstoneCheckSeconds: configuration.storage.tombstoneCheckSeconds,
+            metrics: metrics)
     }
     let transcodes = TranscodeService(
         cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcodeOptions,

@@ -57,7 +57,98 @@ enum ResultStoreContract {
     }
 }
 
+/// A shared store whose object writes fail the first `failures` times, as an S3 store answering 500 would.
+final class FailingPuts: ResultStore, @unchecked Sendable {
+    let inner: any ResultStore
+    private let lock = NSLock()
+    private var failures: Int
+
+    init(_ inner: any ResultStore, failures: Int) {
+        self.inner = inner
+        self.failures = failures
+    }
+
+    func putObject(_ key: String, from directory: String) async throws {
+        let fail = self.lock.withLock {
+            self.failures -= 1
+            return self.failures >= 0
+        }
+        if fail { throw S3Error(status: 500, code: "InternalError", message: "a failure on purpose") }
+        try await self.inner.putObject(key, from: directory)
+    }
+
+    func metadata(_ key: String) async throws -> TranscodeMetadata? { try await self.inner.metadata(key) }
+    func getObject(_ key: String, into directory: String) async throws -> TranscodeMetadata? {
+        try await self.inner.getObject(key, into: directory)
+    }
+    func deleteObject(_ key: String) async throws -> Bool { try await self.inner.deleteObject(key) }
+    func link(urlKey: String) async throws -> ResultLink? { try await self.inner.link(urlKey: urlKey) }
+    func putLink(urlKey: String, _ link: ResultLink) async throws { try await self.inner.putLink(urlKey: urlKey, link) }
+    func deleteLink(urlKey: String) async throws { try await self.inner.deleteLink(urlKey: urlKey) }
+    func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
+        try await self.inner.isBuried(tombstones)
+    }
+    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
+        try await self.inner.bury(tombstones, reason: reason)
+    }
+}
+
 @Suite struct ResultStoreTests {
+    /// A conversion whose publish fails answers 503 and keeps the object on this disk; the next request for it
+    /// publishes it, so the fleet is not left without it. (The shared store here is a second disk cache:
+    /// SharedResults works with any ResultStore.)
+    @Test func aFailedPublishIsPublishedOnTheNextRequest() async throws {
+        try await withTemporaryDirectory { directory in
+            // Copies, not moves: the shared disk's putObject moves the files it is given.
+            final class Copying: ResultStore, @unchecked Sendable {
+                let disk: DiskCache
+                init(_ disk: DiskCache) { self.disk = disk }
+                func putObject(_ key: String, from directory: String) async throws {
+                    let staging = self.disk.temporaryDirectory + "/put-\(UUID().uuidString)"
+                    try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+                    defer { try? FileManager.default.removeItem(atPath: staging) }
+                    for ext in ["mp4", "jpg", "json"] {
+                        try FileManager.default.copyItem(
+                            atPath: "\(directory)/\(key).\(ext)", toPath: "\(staging)/\(key).\(ext)")
+                    }
+                    try await self.disk.putObject(key, from: staging)
+                }
+                func metadata(_ key: String) async throws -> TranscodeMetadata? { self.disk.metadata(key) }
+                func getObject(_ key: String, into directory: String) async throws -> TranscodeMetadata? {
+                    try await self.disk.getObject(key, into: directory)
+                }
+                func deleteObject(_ key: String) async throws -> Bool { self.disk.remove(key) }
+                func link(urlKey: String) async throws -> ResultLink? { try await self.disk.link(urlKey: urlKey) }
+                func putLink(urlKey: String, _ link: ResultLink) async throws {
+                    try await self.disk.putLink(urlKey: urlKey, link)
+                }
+                func deleteLink(urlKey: String) async throws { try await self.disk.deleteLink(urlKey: urlKey) }
+                func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
+                    try await self.disk.isBuried(tombstones)
+                }
+                func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
+                    try self.disk.bury(tombstones, reason: reason)
+                }
+            }
+            let sharedDisk = try DiskCache(root: directory + "/shared", maxBytes: 1 << 30)
+            let store = FailingPuts(Copying(sharedDisk), failures: 1)
+            try await withHarness(sharedStore: store) { harness in
+                let gif = try corpusBytes("loop_1.gif")
+                let key = DiskCache.contentKey(gif: gif, options: harness.services.configuration.transcodeOptions)
+                let first = try await harness.upload(gif)
+                #expect(first.status == 503)
+                #expect(first.errorCode == "storage-unavailable")
+                #expect(harness.services.cache.contains(key))
+                #expect(!sharedDisk.contains(key))
+                let second = try await harness.upload(gif)
+                #expect(second.status == 200)
+                #expect(sharedDisk.contains(key))
+                #expect(harness.services.transcodes.counters.transcodes == 1)
+                #expect(harness.services.transcodes.counters.storage["publish"] == 1)
+            }
+        }
+    }
+
     @Test func theLocalDiskKeepsTheContract() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory + "/cache", maxBytes: 1 << 30)

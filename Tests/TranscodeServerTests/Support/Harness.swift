@@ -92,7 +92,7 @@ func withTemporaryDirectory<Result>(_ body: (String) async throws -> Result) asy
 ///   - origin: reuse an origin's counters across restarts.
 func withHarness(
     cacheDirectory: String? = nil, origin: Origin = Origin(), logger: Logger? = nil,
-    configure: (inout ServerConfiguration) -> Void = { _ in },
+    sharedStore: (any ResultStore)? = nil, configure: (inout ServerConfiguration) -> Void = { _ in },
     _ body: @Sendable (Harness) async throws -> Void
 ) async throws {
     try await withTemporaryDirectory { temporary in
@@ -105,7 +105,8 @@ func withHarness(
         configuration.transcodeWorkers = 2
         configuration.logLevel = .warning
         configure(&configuration)
-        let (application, services) = try buildApplication(configuration: configuration, logger: logger)
+        let (application, services) = try buildApplication(
+            configuration: configuration, logger: logger, sharedStore: sharedStore)
         let originApplication = Application(
             router: origin.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)))
         try await originApplication.test(.live) { originClient in
