@@ -100,7 +100,10 @@ final class SeaweedFS: @unchecked Sendable {
         try process.run()
         self.process = process
         let client = S3Client(configuration: self.configuration())
-        let deadline = ContinuousClock.now + .seconds(60)
+        // Generous: under the full suite's load (Chromium, x264 on both cores) its start once took most of a
+        // minute.
+        let deadline = ContinuousClock.now + .seconds(150)
+        var lastError = "the master has no volume server yet"
         while ContinuousClock.now < deadline {
             if !process.isRunning {
                 self.stop()
@@ -115,12 +118,14 @@ final class SeaweedFS: @unchecked Sendable {
                     try await client.createBucket()
                     return
                 }
-            } catch {}
+            } catch {
+                lastError = "\(error)"
+            }
             try await Task.sleep(for: .milliseconds(100))
         }
         let output = String(decoding: FileManager.default.contents(atPath: log) ?? Data(), as: UTF8.self)
         self.stop()
-        Issue.record("SeaweedFS did not answer within 60 s:\n\(output.suffix(4000))")
+        Issue.record("SeaweedFS was not ready within 150 s (last: \(lastError)):\n\(output.suffix(4000))")
         throw CancellationError()
     }
 
