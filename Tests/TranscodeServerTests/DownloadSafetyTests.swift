@@ -241,23 +241,8 @@ import Testing
     @Test func aRefusedConnectionFailsAtOnce() async throws {
         // A port bound but not listening refuses connections, and stays ours for the whole test (a port closed
         // again could be taken by another test's server meanwhile: seen once in make test).
-        let refusing = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(refusing >= 0)
+        let (refusing, port) = try boundLoopbackSocket()
         defer { close(refusing) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(refusing, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        try #require(bound == 0)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(refusing, $0, &length) }
-        }
-        let port = Int(UInt16(bigEndian: address.sin_port))
         try await withHarness(configure: {
             $0.download.connectTimeoutSeconds = 120
             $0.download.timeoutSeconds = 120

@@ -156,7 +156,8 @@ import Transcoder
                     let refused = try await second.upload(other)
                     #expect(refused.status == 451)
                     let gone = try await second.request(.GET, "/media/\(otherKey).mp4")
-                    #expect(gone.status == 451 || gone.status == 404)
+                    #expect(gone.status == 451)
+                    #expect(gone.errorCode == "taken-down")
                 }
             }
         }

@@ -72,11 +72,7 @@ struct MediaController<Context: RequestContext>: Sendable {
         } else {
             guard let verified = self.cache.verifiedObject(key) else { throw ServiceError.notFound("no such media") }
             try self.cache.checkNotTakenDown(key: key, metadata: verified.metadata)
-            let tombstones: [DiskCache.Tombstone] =
-                [.object(key)] + (verified.metadata.sourceSha256.map { [.gif($0)] } ?? [])
-            if try await self.shared?.isBuried(tombstones, recently: true) == true {
-                throw ServiceError.takenDown("this media was taken down")
-            }
+            try await self.shared?.checkNotTakenDown(key: key, metadata: verified.metadata, recently: true)
             object = verified
         }
         guard let file = object.file(fileExtension) else { throw ServiceError.notFound("no such media") }
@@ -188,8 +184,7 @@ extension MediaController {
     ) async throws -> Response {
         if let redirect = shared.redirect {
             guard let metadata = try await shared.metadata(key) else { throw ServiceError.notFound("no such media") }
-            let tombstones: [DiskCache.Tombstone] = [.object(key)] + (metadata.sourceSha256.map { [.gif($0)] } ?? [])
-            if try await shared.isBuried(tombstones) { throw ServiceError.takenDown("this media was taken down") }
+            try await shared.checkNotTakenDown(key: key, metadata: metadata)
             return Response(
                 status: .found,
                 headers: [

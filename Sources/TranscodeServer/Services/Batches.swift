@@ -174,8 +174,10 @@ final class BatchRunner: Service, Sendable {
                     group.addTask { await self.runItem(id: id, index: index) }
                 }
                 // One item per tick, so that the pool's load counts the item just started (admitted within
-                // a millisecond) before the next is considered; interactive jobs come and go in between.
-                try? await Task.sleep(for: .milliseconds(25))
+                // a millisecond) before the next is considered; interactive jobs come and go in between. With
+                // no batch unfinished, a slower tick: an idle server need not wake 40 times a second.
+                let busy = self.state.withLock { $0.batches.values.contains { !$0.complete } }
+                try? await Task.sleep(for: .milliseconds(busy ? 25 : 250))
             }
         }
     }

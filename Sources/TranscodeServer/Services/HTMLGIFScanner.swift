@@ -68,7 +68,7 @@ enum HTMLGIFScanner {
             guard needle.count <= count else { return nil }
             var position = start
             while position + needle.count <= count {
-                if html[position] == needle[0], Array(html[position..<(position + needle.count)]) == needle {
+                if html[position] == needle[0], html[position..<(position + needle.count)].elementsEqual(needle) {
                     return position
                 }
                 position += 1

@@ -103,6 +103,16 @@ final class SharedResults: Sendable {
         try await self.guarded { try await self.store.bury(tombstones, reason: reason) }
     }
 
+    /// Throws `taken-down` when object `key`, or the GIF it was made from, is buried in the shared store.
+    /// - Parameter recently: a cache hit (see `isBuried`).
+    func checkNotTakenDown(key: String, metadata: TranscodeMetadata, recently: Bool = false) async throws {
+        var tombstones: [DiskCache.Tombstone] = [.object(key)]
+        if let hash = metadata.sourceSha256 { tombstones.append(.gif(hash)) }
+        if try await self.isBuried(tombstones, recently: recently) {
+            throw ServiceError.takenDown("this was taken down")
+        }
+    }
+
     /// Whether any of `tombstones` is recorded in the shared store (then also locally, from now on).
     /// - Parameter recently: trust a "no" given less than `tombstoneCheckSeconds` ago (cache hits).
     func isBuried(_ tombstones: [DiskCache.Tombstone], recently: Bool = false) async throws -> Bool {

@@ -299,10 +299,7 @@ final class TranscodeService: Sendable {
     /// `DiskCache.checkNotTakenDown`, and the same tombstones in the shared store.
     func checkNotTakenDown(key: String, metadata: TranscodeMetadata, recently: Bool = false) async throws {
         try self.cache.checkNotTakenDown(key: key, metadata: metadata)
-        let tombstones: [DiskCache.Tombstone] = [.object(key)] + (metadata.sourceSha256.map { [.gif($0)] } ?? [])
-        if try await self.shared?.isBuried(tombstones, recently: recently) == true {
-            throw ServiceError.takenDown("this was taken down")
-        }
+        try await self.shared?.checkNotTakenDown(key: key, metadata: metadata, recently: recently)
     }
 
     /// Follows a link of the shared store: the object onto the local disk, the link beside it.

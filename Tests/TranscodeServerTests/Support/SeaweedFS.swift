@@ -157,11 +157,11 @@ extension S3Client {
     }
 }
 
-/// A TCP port nothing listens on now (bound, read and released).
-func freePort() throws -> Int {
+/// A TCP socket bound to a free loopback port and not listening: connections to it are refused, and the port
+/// stays taken until the descriptor is closed. - Returns: the descriptor (the caller closes it) and the port.
+func boundLoopbackSocket() throws -> (descriptor: CInt, port: Int) {
     let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     try #require(descriptor >= 0)
-    defer { close(descriptor) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -171,12 +171,22 @@ func freePort() throws -> Int {
             bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
         }
     }
-    try #require(bound == 0)
+    guard bound == 0 else {
+        close(descriptor)
+        throw POSIXError(.EADDRINUSE)
+    }
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     _ = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
     }
-    return Int(UInt16(bigEndian: address.sin_port))
+    return (descriptor, Int(UInt16(bigEndian: address.sin_port)))
+}
+
+/// A TCP port nothing listens on now (bound, read and released: another process may take it before use).
+func freePort() throws -> Int {
+    let (descriptor, port) = try boundLoopbackSocket()
+    close(descriptor)
+    return port
 }
 
 /// Runs `body` with a SeaweedFS started for it, and stops it afterwards.

@@ -755,6 +755,14 @@ def play_once(driver, origin, key, rate, metadata_only, probe_times, result):
         raise CheckFailed("not ended after %.1f s (duration / rate + 10 s)" % bound)
 
 
+def report_page(result):
+    """Reports a page check: failed by its own error, or by any Content-Security-Policy violation."""
+    if "error" not in result and result["cspViolations"]:
+        result["error"] = "Content-Security-Policy violations"
+    result["ok"] = "error" not in result
+    report(result, 0 if result["ok"] else 1)
+
+
 def app_base(url):
     """The app's URL as "URL/", after checking it: it goes into a CSP source list and an HTML attribute as it is.
     A CSP source ending in "/" allows everything below it, and it is the base relative addresses resolve against."""
@@ -803,10 +811,7 @@ def run_snippet(arguments):
                 pass
         finally:
             browser.quit()
-    if "error" not in result and result["cspViolations"]:
-        result["error"] = "Content-Security-Policy violations"
-    result["ok"] = "error" not in result
-    report(result, 0 if result["ok"] else 1)
+    report_page(result)
 
 
 LAZY_PAGE = """<!doctype html><html><head><meta http-equiv="Content-Security-Policy" content="default-src 'none'; \
@@ -835,35 +840,27 @@ def run_lazy(arguments):
                 driver.get(server.origin + "/lazy.html")
                 time.sleep(1.5)
                 result["beforeScroll"] = driver.execute_script(probe)
+                def until(condition, failure):
+                    deadline = time.monotonic() + arguments.timeout
+                    while True:
+                        state = driver.execute_script(probe)
+                        if state and condition(state):
+                            return state
+                        if time.monotonic() > deadline:
+                            raise CheckFailed("%s: %s" % (failure, state))
+                        time.sleep(0.05)
+
                 driver.execute_script("document.querySelector('video').scrollIntoView()")
-                deadline = time.monotonic() + arguments.timeout
-                while True:
-                    state = driver.execute_script(probe)
-                    if state and not state["paused"] and state["currentTime"] > 0.05:
-                        break
-                    if time.monotonic() > deadline:
-                        raise CheckFailed("the video did not play once in view: %s" % state)
-                    time.sleep(0.05)
-                result["inView"] = state
+                result["inView"] = until(lambda state: not state["paused"] and state["currentTime"] > 0.05,
+                                         "the video did not play once in view")
                 driver.execute_script("window.scrollTo(0, 0)")
-                deadline = time.monotonic() + arguments.timeout
-                while True:
-                    state = driver.execute_script(probe)
-                    if state and state["paused"]:
-                        break
-                    if time.monotonic() > deadline:
-                        raise CheckFailed("the video did not pause out of view: %s" % state)
-                    time.sleep(0.05)
-                result["afterScroll"] = state
+                result["afterScroll"] = until(lambda state: state["paused"], "the video did not pause out of view")
                 result["cspViolations"] = driver.execute_script("return window.__cspViolations || []")
             except Exception as error:  # noqa: BLE001 - reported with whatever was observed
                 result["error"] = describe(error)
         finally:
             browser.quit()
-    if "error" not in result and result["cspViolations"]:
-        result["error"] = "Content-Security-Policy violations"
-    result["ok"] = "error" not in result
-    report(result, 0 if result["ok"] else 1)
+    report_page(result)
 
 
 def watch_until_ended(driver, deadline, timeout, result):

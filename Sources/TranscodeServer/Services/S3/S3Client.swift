@@ -219,12 +219,9 @@ struct S3Client: Sendable {
             throw S3Error(status: nil, code: "unavailable", message: "\(method) \(path): \(error)")
         }
         if expecting.contains(response.status.code) { return (response, bytes) }
-        if response.status == .notFound, name != nil {
-            let parsed = S3ErrorBody(bytes)
-            // A missing bucket is a configuration error, not a missing object.
-            if parsed?.code != "NoSuchBucket" { return nil }
-        }
         let parsed = S3ErrorBody(bytes)
+        // A missing bucket is a configuration error, not a missing object.
+        if response.status == .notFound, name != nil, parsed?.code != "NoSuchBucket" { return nil }
         throw S3Error(
             status: Int(response.status.code), code: parsed?.code ?? "HTTP\(response.status.code)",
             message: parsed?.message ?? "\(method) \(path) answered \(response.status.code)")
