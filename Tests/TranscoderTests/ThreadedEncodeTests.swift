@@ -9,11 +9,30 @@ import Testing
 /// pictures' start shows that picture (`requestVideoFrameCallback`'s `mediaTime`), and the pictures match
 /// Chromium's own decoding of the GIF (WebCodecs `ImageDecoder`) as closely as the one-thread encode's do.
 @Suite struct ThreadedEncodeTests {
-    static let name = "screenrec_terminalizer_wide.gif"  // 1776x764: 1.36 MP, 55 frames
+    /// 800x720 (0.58 MP: over the memory bound's half megapixel), 12 frames of moving 40 px blocks with mixed
+    /// delays: light enough not to slow the rest of the suite (a 1.36 MP corpus GIF here starved other tests'
+    /// downloads past their deadline once).
+    static func gif() throws -> [UInt8] {
+        let (width, height) = (800, 720)
+        var gif = GIFBuilder(width: width, height: height)
+        gif.frames = (0..<12).map { frame in
+            var pixels = [UInt8](repeating: 0, count: width * height)
+            for y in 0..<height {
+                for x in 0..<width { pixels[y * width + x] = UInt8((x / 40 + y / 40 + frame) % 8) }
+            }
+            return GIFBuilder.Frame(
+                width: width, height: height, pixels: pixels, delay: [2, 5, 10, 20][frame % 4])
+        }
+        return try gif.build()
+    }
+
+    static let name = "blocks.gif"
 
     @Test func frameThreadsPlayAndLookLikeTheGIFInChromium() throws {
-        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: CorpusTests.corpusDirectory + "/" + Self.name)))
+        let bytes = try Self.gif()
         try withTemporaryDirectory { directory in
+            let source = directory + "/" + Self.name
+            try Data(bytes).write(to: URL(fileURLWithPath: source))
             let single = try Transcoder(encoderThreads: 1).convert(bytes, directory: directory, name: "one")
             let threaded = try Transcoder(encoderThreads: 2).convert(bytes, directory: directory, name: "two")
             #expect(threaded.durationMs == single.durationMs)
@@ -35,8 +54,7 @@ import Testing
             // Pixels against Chromium's ImageDecoder, frame by frame, for both encodes.
             let chromiumDirectory = directory + "/chromium"
             try FileManager.default.createDirectory(atPath: chromiumDirectory, withIntermediateDirectories: true)
-            try ChromiumOracle.decode(
-                [CorpusTests.corpusDirectory + "/" + Self.name], background: 0xFFFFFF, into: chromiumDirectory)
+            try ChromiumOracle.decode([source], background: 0xFFFFFF, into: chromiumDirectory)
             let chromium = try ChromiumOracle.decoding(of: Self.name, in: chromiumDirectory)
             #expect(chromium.width == threaded.sourceWidth && chromium.height == threaded.sourceHeight)
             func meanPSNR(_ video: MP4Probe) throws -> Double {
