@@ -101,7 +101,9 @@ func withHarness(
         configuration.port = 0
         configuration.cacheDirectory = cacheDirectory ?? temporary + "/cache"
         configuration.download.allowLoopback = true
-        configuration.download.timeoutSeconds = 10
+        // Generous: under the whole suite the origin (a Hummingbird app on the same starved cooperative pool)
+        // once took longer than 10 s to serve a 1 MB GIF. Tests of the deadline set their own.
+        configuration.download.timeoutSeconds = 60
         configuration.transcodeWorkers = 2
         configuration.logLevel = .warning
         configure(&configuration)
