@@ -417,11 +417,16 @@ import Transcoder
             let posted = try await harness.transcode(
                 url: url, headers: [("Origin", "https://cms.example.com"), ("Authorization", "Bearer \(Self.token)")])
             #expect(posted.headers.first(name: "Access-Control-Allow-Origin") == "https://cms.example.com")
+            // Exposed on the answer itself, where a page reads them (not only on the preflight).
+            #expect(posted.headers.first(name: "Access-Control-Expose-Headers")?.contains("X-Cache") == true)
             let key = try #require(try posted.json()["key"] as? String)
             for path in ["/media/\(key).mp4", Self.signed(url), "/v1/bad/" + SourcePath(sourceURL: url).path] {
                 let reply = try await harness.request(.GET, path, headers: [("Origin", "https://anyone.example")])
                 #expect(reply.headers.first(name: "Access-Control-Allow-Origin") == "*", "\(path)")
                 #expect(reply.headers.first(name: "Vary") == nil, "\(path)")
+                #expect(
+                    reply.headers.first(name: "Access-Control-Expose-Headers")?.contains("Content-Range") == true,
+                    "\(path)")
             }
             let mediaPreflight = try await harness.request(
                 .OPTIONS, "/media/\(key).mp4",

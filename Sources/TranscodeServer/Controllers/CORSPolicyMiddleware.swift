@@ -16,13 +16,13 @@ struct CORSPolicyMiddleware<Context: RequestContext>: RouterMiddleware {
 
     init(allowedOrigins: [String]) {
         self.allowedOrigins = allowedOrigins
-        let exposed = ["Content-Length", "Content-Range", "Accept-Ranges", "ETag", "X-Error-Code", "Retry-After"]
+        let exposed = Self.exposedHeaders
         self.publicPolicy = CORSMiddleware(
             allowOrigin: .all, allowHeaders: [.range, .ifNoneMatch, .ifRange, .ifModifiedSince],
             allowMethods: [.get, .head, .options], exposedHeaders: exposed, maxAge: .seconds(86400))
         self.apiPolicy = CORSMiddleware(
             allowOrigin: .originBased, allowHeaders: [.authorization, .contentType],
-            allowMethods: [.post, .get, .options], exposedHeaders: exposed + ["Location", "X-Cache"],
+            allowMethods: [.post, .get, .options], exposedHeaders: exposed + Self.apiExposedHeaders,
             maxAge: .seconds(600))
     }
 
@@ -30,16 +30,32 @@ struct CORSPolicyMiddleware<Context: RequestContext>: RouterMiddleware {
         -> Response
     {
         let path = request.uri.path
+        let policy: CORSMiddleware<Context>
+        let exposed: [String]
         if path.hasPrefix("/media/") || (path.hasPrefix("/v1/") && request.method != .delete && !Self.isAdmin(path)) {
-            return try await self.publicPolicy.handle(request, context: context, next: next)
-        }
-        if path == "/transcode" || path.hasPrefix("/jobs/"), let origin = request.headers[.origin],
+            (policy, exposed) = (self.publicPolicy, Self.exposedHeaders)
+        } else if path == "/transcode" || path.hasPrefix("/jobs/"), let origin = request.headers[.origin],
             self.allowedOrigins.contains("*") || self.allowedOrigins.contains(origin)
         {
-            return try await self.apiPolicy.handle(request, context: context, next: next)
+            (policy, exposed) = (self.apiPolicy, Self.exposedHeaders + Self.apiExposedHeaders)
+        } else {
+            return try await next(request, context)
         }
-        return try await next(request, context)
+        var response = try await policy.handle(request, context: context, next: next)
+        // CORSMiddleware lists exposed headers on preflights only; a page reads them on the answer itself
+        // (`fetch(...).headers.get("Content-Range")`).
+        if request.method != .options, request.headers.contains(.origin) {
+            response.headers[.accessControlExposeHeaders] = exposed.joined(separator: ", ")
+        }
+        return response
     }
+
+    /// The headers a page on another origin may read.
+    static var exposedHeaders: [String] {
+        ["Content-Length", "Content-Range", "Accept-Ranges", "ETag", "X-Error-Code", "Retry-After", "X-Request-Id"]
+    }
+
+    private static var apiExposedHeaders: [String] { ["Location", "X-Cache"] }
 
     /// The purge routes, which no page calls.
     private static func isAdmin(_ path: String) -> Bool {
