@@ -21,6 +21,13 @@ import Testing
         ("items=0-9", .whole),
         ("bytes=0-1,5-6", .whole),
         ("bytes= 0-9", .partial(0...9)),
+        ("  Bytes=0-9\t", .partial(0...9)),
+        ("BYTES=5-", .partial(5...99)),
+        ("bytes=0-١", .whole),
+        ("bytes=+1-2", .whole),
+        ("bytes=0-999999999999999999", .partial(0...99)),
+        ("bytes=0-9999999999999999999", .whole),
+        ("bytes=0 - 9", .whole),
     ])
     func parse(header: String, expected: ByteRange) {
         #expect(ByteRange(header: header, size: 100) == expected)

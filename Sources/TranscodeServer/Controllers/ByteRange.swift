@@ -11,27 +11,42 @@ enum ByteRange: Equatable, Sendable {
     ///   - header: the `Range` field value, if any.
     ///   - size: the representation's length.
     init(header: String?, size: Int) {
-        guard let header else {
+        // Read as bytes: Foundation's trimming and Character comparisons were a tenth of a cache hit's time.
+        guard var bytes = header?.utf8[...] else {
             self = .whole
             return
         }
-        let trimmed = header.trimmingCharacters(in: .whitespaces)
-        guard trimmed.lowercased().hasPrefix("bytes=") else {
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+        func trim(_ text: inout Substring.UTF8View) {
+            while let first = text.first, isSpace(first) { text.removeFirst() }
+            while let last = text.last, isSpace(last) { text.removeLast() }
+        }
+        trim(&bytes)
+        let unit = "bytes=".utf8
+        guard bytes.count >= unit.count,
+            zip(bytes.prefix(unit.count), unit).allSatisfy({ ((0x41...0x5A).contains($0) ? $0 | 0x20 : $0) == $1 })
+        else {
             self = .whole
             return
         }
-        let spec = trimmed.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        var spec = bytes.dropFirst(unit.count)
+        trim(&spec)
         // Several ranges may be answered with the whole representation (RFC 9110 §14.2: a server MAY ignore
         // Range), which every player handles.
-        guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else {
+        guard !spec.contains(0x2C), let dash = spec.firstIndex(of: 0x2D) else {
             self = .whole
             return
         }
         let first = spec[..<dash]
         let last = spec[spec.index(after: dash)...]
-        func number(_ text: Substring) -> Int? {
-            guard !text.isEmpty, text.count <= 18, text.allSatisfy(\.isASCIIDigit) else { return nil }
-            return Int(text)
+        func number(_ text: Substring.UTF8View) -> Int? {
+            guard !text.isEmpty, text.count <= 18 else { return nil }
+            var value = 0
+            for byte in text {
+                guard (0x30...0x39).contains(byte) else { return nil }
+                value = value * 10 + Int(byte - 0x30)
+            }
+            return value
         }
         if first.isEmpty {
             // Suffix range: the last n bytes.
@@ -64,8 +79,4 @@ enum ByteRange: Equatable, Sendable {
         }
         self = .partial(start...end)
     }
-}
-
-extension Character {
-    fileprivate var isASCIIDigit: Bool { self >= "0" && self <= "9" }
 }
