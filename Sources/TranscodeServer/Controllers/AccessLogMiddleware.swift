@@ -28,22 +28,29 @@ struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
             response = ErrorMiddleware<Context>.serviceError(error).response()
         }
         response.headers[Self.requestIDField] = id
-        let elapsed = ContinuousClock.now - started
-        let route = context.endpointPath ?? "unmatched"
+        Self.record(
+            method: request.method, route: context.endpointPath ?? "unmatched", status: response.status,
+            bytes: response.body.contentLength, errorCode: response.headers[ServiceError.errorCodeField],
+            elapsed: ContinuousClock.now - started, logger: context.logger, metrics: self.metrics)
+        return response
+    }
+
+    /// The line and the request metrics of one answer; `MediaHitHandler` records its answers here too.
+    static func record(
+        method: HTTPRequest.Method, route: String, status: HTTPResponse.Status, bytes: Int?, errorCode: String?,
+        elapsed: Duration, logger: Logger, metrics: ServiceMetrics
+    ) {
+        metrics.request(route: route, status: Int(status.code), duration: elapsed)
+        guard logger.logLevel <= .info else { return }
         var metadata: Logger.Metadata = [
-            "http.method": "\(request.method)",
+            "http.method": "\(method)",
             "http.route": "\(route)",
-            "http.status": "\(response.status.code)",
-            "http.bytes": "\(response.body.contentLength.map(String.init) ?? "-")",
+            "http.status": "\(status.code)",
+            "http.bytes": "\(bytes.map(String.init) ?? "-")",
             "http.ms": "\(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)",
         ]
-        if let code = response.headers[ServiceError.errorCodeField] {
-            metadata["error.code"] = "\(code)"
-        }
-        self.metrics.request(
-            route: route, status: Int(response.status.code), duration: elapsed)
-        context.logger.info("request", metadata: metadata)
-        return response
+        if let errorCode { metadata["error.code"] = "\(errorCode)" }
+        logger.info("request", metadata: metadata)
     }
 
     static func wellFormed(_ id: String) -> String? {

@@ -14,12 +14,13 @@ struct MediaController<Context: RequestContext>: Sendable {
     var shared: SharedResults? = nil
     /// `Cache-Control` of `/media`: content-addressed, so immutable (`http.mediaMaxAgeSeconds`).
     var maxAgeSeconds = 31_536_000
+    /// `Cache-Control` of `/media`.
+    static func cacheControl(maxAgeSeconds: Int) -> String {
+        "public, max-age=\(maxAgeSeconds), immutable"
+    }
+
     /// Bytes read from disk per write to the client.
     static var chunkLength: Int { 128 * 1024 }
-
-    static var contentTypes: [String: String] {
-        ["mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json; charset=utf-8"]
-    }
 
     func addRoutes(to router: Router<Context>) {
         router.get("media/{file}", use: self.get)
@@ -38,13 +39,14 @@ struct MediaController<Context: RequestContext>: Sendable {
         let file = try context.parameters.require("file")
         // The key is validated as 64 lowercase hex digits before anything touches the disk.
         let parts = file.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, DiskCache.isValidKey(parts[0]), let contentType = Self.contentTypes[String(parts[1])]
+        guard parts.count == 2, DiskCache.isValidKey(parts[0]),
+            let contentType = MediaAnswer.contentTypes[String(parts[1])]
         else {
             throw ServiceError.notFound("no such media")
         }
         return try await self.respond(
             key: String(parts[0]), fileExtension: String(parts[1]), contentType: contentType, request: request,
-            includeBody: includeBody, cacheControl: "public, max-age=\(self.maxAgeSeconds), immutable")
+            includeBody: includeBody, cacheControl: Self.cacheControl(maxAgeSeconds: self.maxAgeSeconds))
     }
 
     /// Answers with one file of the object `key`: ETag and `304`, byte ranges, HEAD. Shared by `/media` and
@@ -76,40 +78,13 @@ struct MediaController<Context: RequestContext>: Sendable {
             object = verified
         }
         guard let file = object.file(fileExtension) else { throw ServiceError.notFound("no such media") }
-        let size = file.size
-        let etag = "\"\(key).\(fileExtension)\""
-        var headers: HTTPFields = [
-            .contentType: contentType,
-            .eTag: etag,
-            .cacheControl: cacheControl,
-            .acceptRanges: "bytes",
-            HTTPField.Name("X-Content-Type-Options")!: "nosniff",
-        ]
-        if let match = request.headers[.ifNoneMatch], EntityTag.matches(match, etag) {
-            return Response(status: .notModified, headers: headers)
-        }
-        var range = ByteRange(header: request.headers[.range], size: size)
-        // If-Range with another validator: the client's partial copy is stale, send everything.
-        if let ifRange = request.headers[.ifRange], ifRange != etag { range = .whole }
-
-        let status: HTTPResponse.Status
-        let bytes: ClosedRange<Int>?
-        switch range {
-        case .whole:
-            status = .ok
-            bytes = size > 0 ? 0...(size - 1) : nil
-        case .partial(let partial):
-            status = .partialContent
-            bytes = partial
-            headers[.contentRange] = "bytes \(partial.lowerBound)-\(partial.upperBound)/\(size)"
-        case .unsatisfiable:
-            headers[.contentRange] = "bytes */\(size)"
-            headers[.contentLength] = "0"
-            return Response(status: .rangeNotSatisfiable, headers: headers)
-        }
-        let length = bytes.map { $0.count } ?? 0
-        headers[.contentLength] = String(length)
-        guard includeBody, let bytes else {
+        let answer = MediaAnswer(
+            key: key, fileExtension: fileExtension, contentType: contentType, size: file.size,
+            request: request.headers, cacheControl: cacheControl)
+        let (status, headers) = (answer.status, answer.headers)
+        guard answer.sendsBody else { return Response(status: status, headers: headers) }
+        let length = answer.bytes.map { $0.count } ?? 0
+        guard includeBody, let bytes = answer.bytes else {
             return Response(status: status, headers: headers, body: .init())
         }
         if file.size <= DiskCache.smallFileLimit {

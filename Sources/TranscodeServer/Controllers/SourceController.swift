@@ -68,7 +68,7 @@ struct SourceController<Context: RequestContext>: Sendable {
         case .bytes:
             return try await self.media.respond(
                 key: outcome.key, fileExtension: source.fileExtension,
-                contentType: MediaController<Context>.contentTypes[source.fileExtension] ?? "application/octet-stream",
+                contentType: MediaAnswer.contentTypes[source.fileExtension] ?? "application/octet-stream",
                 request: request, includeBody: includeBody, cacheControl: cacheControl, checked: outcome.object)
         }
     }

@@ -106,10 +106,32 @@ final class SharedResults: Sendable {
     /// Throws `taken-down` when object `key`, or the GIF it was made from, is buried in the shared store.
     /// - Parameter recently: a cache hit (see `isBuried`).
     func checkNotTakenDown(key: String, metadata: TranscodeMetadata, recently: Bool = false) async throws {
+        if try await self.isBuried(Self.tombstones(key: key, metadata: metadata), recently: recently) {
+            throw ServiceError.takenDown("this was taken down")
+        }
+    }
+
+    /// Whether the store said, less than `tombstoneCheckSeconds` ago, that neither object `key` nor its GIF is
+    /// buried: a hit can then be answered without an `await` (`MediaHitHandler`).
+    func notBuriedRecently(key: String, metadata: TranscodeMetadata) -> Bool {
+        self.unchecked(Self.tombstones(key: key, metadata: metadata), at: .now).isEmpty
+    }
+
+    private static func tombstones(key: String, metadata: TranscodeMetadata) -> [DiskCache.Tombstone] {
         var tombstones: [DiskCache.Tombstone] = [.object(key)]
         if let hash = metadata.sourceSha256 { tombstones.append(.gif(hash)) }
-        if try await self.isBuried(tombstones, recently: recently) {
-            throw ServiceError.takenDown("this was taken down")
+        return tombstones
+    }
+
+    /// Those of `tombstones` not found absent in the last `tombstoneCheckSeconds`.
+    private func unchecked(_ tombstones: [DiskCache.Tombstone], at now: ContinuousClock.Instant)
+        -> [DiskCache.Tombstone]
+    {
+        self.checked.withLock { checked in
+            tombstones.filter { tombstone in
+                guard let at = checked[tombstone.fileName] else { return true }
+                return now - at > .milliseconds(Int64(self.tombstoneCheckSeconds * 1000))
+            }
         }
     }
 
@@ -117,14 +139,7 @@ final class SharedResults: Sendable {
     /// - Parameter recently: trust a "no" given less than `tombstoneCheckSeconds` ago (cache hits).
     func isBuried(_ tombstones: [DiskCache.Tombstone], recently: Bool = false) async throws -> Bool {
         let now = ContinuousClock.now
-        let asked: [DiskCache.Tombstone] =
-            recently
-            ? self.checked.withLock { checked in
-                tombstones.filter { tombstone in
-                    guard let at = checked[tombstone.fileName] else { return true }
-                    return now - at > .milliseconds(Int64(self.tombstoneCheckSeconds * 1000))
-                }
-            } : tombstones
+        let asked = recently ? self.unchecked(tombstones, at: now) : tombstones
         guard !asked.isEmpty else { return false }
         for tombstone in asked {
             let buried: Bool

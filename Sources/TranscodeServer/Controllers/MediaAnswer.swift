@@ -1,0 +1,57 @@
+import HTTPTypes
+
+/// What is answered for one stored file of `size` bytes, before any byte is read: status, headers (ETag,
+/// `304`, byte ranges, `If-Range`) and which bytes to send. Shared by the `/media` route, `GET /v1/...` and
+/// `MediaHitHandler`, so the three cannot answer the same request differently.
+struct MediaAnswer {
+    var status: HTTPResponse.Status
+    var headers: HTTPFields
+    /// The bytes of the file to send (`nil` for an empty file, `304` and `416`).
+    var bytes: ClosedRange<Int>?
+
+    /// The content type of each file of an object, by extension.
+    static var contentTypes: [String: String] {
+        ["mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json; charset=utf-8"]
+    }
+
+    /// `false` for `304` and `416`, whose answers have no body even for `GET`.
+    var sendsBody: Bool { self.status == .ok || self.status == .partialContent }
+
+    init(
+        key: String, fileExtension: String, contentType: String, size: Int, request: HTTPFields, cacheControl: String
+    ) {
+        let etag = "\"\(key).\(fileExtension)\""
+        self.headers = [
+            .contentType: contentType,
+            .eTag: etag,
+            .cacheControl: cacheControl,
+            .acceptRanges: "bytes",
+            HTTPField.Name("X-Content-Type-Options")!: "nosniff",
+        ]
+        if let match = request[.ifNoneMatch], EntityTag.matches(match, etag) {
+            self.status = .notModified
+            self.bytes = nil
+            return
+        }
+        var range = ByteRange(header: request[.range], size: size)
+        // If-Range with another validator: the client's partial copy is stale, send everything.
+        if let ifRange = request[.ifRange], ifRange != etag { range = .whole }
+
+        switch range {
+        case .whole:
+            self.status = .ok
+            self.bytes = size > 0 ? 0...(size - 1) : nil
+        case .partial(let partial):
+            self.status = .partialContent
+            self.bytes = partial
+            self.headers[.contentRange] = "bytes \(partial.lowerBound)-\(partial.upperBound)/\(size)"
+        case .unsatisfiable:
+            self.status = .rangeNotSatisfiable
+            self.bytes = nil
+            self.headers[.contentRange] = "bytes */\(size)"
+            self.headers[.contentLength] = "0"
+            return
+        }
+        self.headers[.contentLength] = String(self.bytes.map { $0.count } ?? 0)
+    }
+}
