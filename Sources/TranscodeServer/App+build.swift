@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
 import NIOPosix
@@ -80,15 +81,19 @@ func buildApplication(
         cache: cache, pool: pool, transcodes: transcodes, webhooks: webhooks, batches: batches,
         configuration: configuration)
     let router = buildRouter(services: services)
+    let http1 = HTTP1Channel.Configuration(
+        additionalChannelHandlers: [
+            RequestHeadTimeoutHandler(timeout: .milliseconds(Int64(configuration.headerTimeoutSeconds * 1000)))
+        ],
+        idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))
+    let hits = MediaHitHandler.Source(
+        cache: cache, shared: shared, metrics: metrics, logger: logger,
+        cacheControl: MediaController<AppRequestContext>.cacheControl(maxAgeSeconds: configuration.mediaMaxAgeSeconds))
     let application = Application(
         router: router,
-        server: .http1(
-            configuration: .init(
-                additionalChannelHandlers: [
-                    RequestHeadTimeoutHandler(
-                        timeout: .milliseconds(Int64(configuration.headerTimeoutSeconds * 1000)))
-                ],
-                idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))),
+        server: HTTPServerBuilder { responder in
+            MediaHitChannel(http1: HTTP1Channel(responder: responder, configuration: http1), source: hits)
+        },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
         services: [pool, webhooks, batches],
         onServerRunning: onServerRunning,

@@ -230,13 +230,19 @@ final class DiskCache: Sendable {
                 files[fileExtension] = .foreign
                 continue
             }
-            let identity = [
-                Int(info.st_dev), Int(info.st_ino), Int(info.st_size), Int(info.st_mtim.tv_sec),
-                Int(info.st_mtim.tv_nsec), Int(info.st_ctim.tv_sec), Int(info.st_ctim.tv_nsec),
-            ]
-            files[fileExtension] = .file(OpenFile(descriptor: descriptor, size: Int(info.st_size), identity: identity))
+            files[fileExtension] = .file(
+                OpenFile(descriptor: descriptor, size: Int(info.st_size), identity: Self.identity(info)))
         }
         return files
+    }
+
+    /// Device, inode, size, modification and change times: the same identity means the very file that was
+    /// checked, unchanged (a rename, a new link or a write changes the change time).
+    private static func identity(_ info: stat) -> [Int] {
+        [
+            Int(info.st_dev), Int(info.st_ino), Int(info.st_size), Int(info.st_mtim.tv_sec),
+            Int(info.st_mtim.tv_nsec), Int(info.st_ctim.tv_sec), Int(info.st_ctim.tv_nsec),
+        ]
     }
 
     /// An object whose files passed the checks, held open: what is served or hashed is what was checked.
@@ -387,13 +393,36 @@ final class DiskCache: Sendable {
 
     /// The bytes of `file` (object `key`'s `.fileExtension`) if they are in memory.
     func cachedBytes(_ file: OpenFile, key: String, fileExtension: String) -> ByteBuffer? {
-        let name = key + "." + fileExtension
-        return self.smallFiles.withLock { cache in
-            guard let entry = cache.entries[name], entry.identity == file.identity else { return nil }
+        self.keptBytes(key + "." + fileExtension, identity: file.identity)
+    }
+
+    private func keptBytes(_ name: String, identity: [Int]) -> ByteBuffer? {
+        self.smallFiles.withLock { cache in
+            guard let entry = cache.entries[name], entry.identity == identity else { return nil }
             cache.clock += 1
             cache.entries[name]?.lastUse = cache.clock
             return entry.bytes
         }
+    }
+
+    /// A hit answered from memory alone: the metadata of `key` and the bytes of its `.fileExtension`, when both
+    /// were checked and read before and the files at their paths are still those very files (`lstat`, the same
+    /// identity). Two `lstat`s instead of opening and checking the three files: what is served are bytes read
+    /// from a checked descriptor, so a link or another file put at the path is not followed but misses.
+    /// `nil` sends the request the long way (`verifiedObject`), which reads and keeps what is missing.
+    func memoryHit(_ key: String, fileExtension: String) -> (metadata: TranscodeMetadata, bytes: ByteBuffer)? {
+        func currentIdentity(_ path: String) -> [Int]? {
+            var info = stat()
+            guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else { return nil }
+            return Self.identity(info)
+        }
+        guard Self.isValidKey(key), let json = currentIdentity(self.objectPath(key, "json")),
+            let metadata = self.decoded.withLock({ $0[key] }).flatMap({ $0.identity == json ? $0.metadata : nil }),
+            let file = currentIdentity(self.objectPath(key, fileExtension))
+        else { return nil }
+        guard let bytes = self.keptBytes(key + "." + fileExtension, identity: file) else { return nil }
+        self.touch(key)
+        return (metadata, bytes)
     }
 
     /// Keeps the bytes just read of a small file.

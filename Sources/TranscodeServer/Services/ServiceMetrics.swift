@@ -11,6 +11,9 @@ final class ServiceMetrics: Sendable {
     let registry: PrometheusCollectorRegistry
     private let snapshot = Mutex(ServiceCounters())
     private let cpuSecondsReported = Mutex(0.0)
+    /// The request metrics made so far: building the labels and asking the registry cost a twentieth of a
+    /// cache hit.
+    private let requestMetrics = Mutex<[RequestLabel: (Counter, DurationHistogram)]>([:])
 
     private let cacheHits: Counter
     private let cacheMisses: Counter
@@ -19,6 +22,7 @@ final class ServiceMetrics: Sendable {
     private let dedupeJoins: Counter
     private let downloadBytes: Counter
     private let servedBytes: Counter
+    private let memoryAnswers: Counter
     private let savedBytes: Counter
     private let conversions: Counter
     private let reencodes: Counter
@@ -58,6 +62,9 @@ final class ServiceMetrics: Sendable {
         self.dedupeJoins = counter("dedupe_joins", "total", "Requests that joined a download or conversion in flight.")
         self.downloadBytes = counter("download_bytes", "total", "Bytes of GIFs downloaded from origins.")
         self.servedBytes = counter("served_bytes", "total", "Bytes of media sent to clients.")
+        self.memoryAnswers = counter(
+            "media_memory_answers", "total",
+            "Media requests answered from memory on the event loop, before the router (included in requests_total).")
         self.savedBytes = counter("saved_bytes", "total", "Bytes saved: GIF size minus MP4 size, per conversion.")
         self.conversions = counter("conversions", "total", "GIFs converted.")
         self.reencodes = counter(
@@ -127,6 +134,11 @@ final class ServiceMetrics: Sendable {
         self.servedBytes.increment(by: Int64(bytes))
     }
 
+    /// One `/media` request answered by `MediaHitHandler`.
+    func answeredFromMemory() {
+        self.memoryAnswers.increment()
+    }
+
     func transcoded(duration: Duration, savedBytes: Int, reencodes: Int = 0) {
         self.conversions.increment()
         self.reencodes.increment(by: Int64(reencodes))
@@ -163,15 +175,33 @@ final class ServiceMetrics: Sendable {
 
     /// One request answered, by route template and status, and how long it took to its response head.
     func request(route: String, status: Int, duration: Duration) {
-        self.increment(
-            "requests", "HTTP requests answered, by route template and status code.",
-            labels: [("route", route), ("status", String(status))])
-        self.registry.makeDurationHistogram(
-            descriptor: .init(
-                namespace: "transcode", metricName: "request_duration", unitName: "seconds",
-                helpText: "Time from a request to its response head, by route template."),
-            labels: [("route", route)], buckets: Self.requestBuckets
-        ).record(duration)
+        let label = RequestLabel(route: route, status: status)
+        let (count, time) =
+            self.requestMetrics.withLock { $0[label] }
+            ?? {
+                let made = (
+                    self.registry.makeCounter(
+                        descriptor: .init(
+                            namespace: "transcode", metricName: "requests", unitName: "total",
+                            helpText: "HTTP requests answered, by route template and status code."),
+                        labels: [("route", route), ("status", String(status))]),
+                    self.registry.makeDurationHistogram(
+                        descriptor: .init(
+                            namespace: "transcode", metricName: "request_duration", unitName: "seconds",
+                            helpText: "Time from a request to its response head, by route template."),
+                        labels: [("route", route)], buckets: Self.requestBuckets)
+                )
+                self.requestMetrics.withLock { $0[label] = made }
+                return made
+            }()
+        count.increment()
+        time.record(duration)
+    }
+
+    /// A request metric's labels (bounded: route templates and status codes).
+    private struct RequestLabel: Hashable {
+        let route: String
+        let status: Int
     }
 
     /// How a stale URL's revalidation ended: the metric's `result` label.

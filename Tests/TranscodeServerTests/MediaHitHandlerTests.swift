@@ -1,0 +1,279 @@
+import Foundation
+import Logging
+import Testing
+
+@testable import TranscodeServer
+
+/// `/media` hits answered from memory on the event loop (`MediaHitHandler`) are the router's answers, in
+/// request order, and see takedowns and files changed on disk at once.
+@Suite struct MediaHitHandlerTests {
+    /// One answer read off a raw connection.
+    struct RawResponse {
+        var status: Int
+        var headers: [(name: String, value: String)]
+        var body: [UInt8]
+
+        func header(_ name: String) -> String? {
+            self.headers.first { $0.name.lowercased() == name.lowercased() }?.value
+        }
+    }
+
+    /// Sends `requests` in one write (pipelined) and reads `bodiless.count` answers; `bodiless[i]` says the
+    /// i-th answers a HEAD (no body whatever its Content-Length). Stops early when the server closes; with
+    /// `awaitingClose`, waits up to 2 s after the last answer to see whether it does.
+    /// Runs on a dispatch thread: its blocking reads must not hold one of the cooperative pool's threads, which
+    /// the router's answers need (two such reads at once stalled every router answer).
+    static func exchange(port: Int, _ requests: String, bodiless: [Bool], awaitingClose: Bool = false) async throws
+        -> (answers: [RawResponse], closed: Bool)
+    {
+        try await Self.exchange(port: port, Array(requests.utf8), bodiless: bodiless, awaitingClose: awaitingClose)
+    }
+
+    static func exchange(port: Int, _ requests: [UInt8], bodiless: [Bool], awaitingClose: Bool = false) async throws
+        -> (answers: [RawResponse], closed: Bool)
+    {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(
+                    with: Result {
+                        try Self.blockingExchange(
+                            port: port, requests, bodiless: bodiless, awaitingClose: awaitingClose)
+                    })
+            }
+        }
+    }
+
+    private static func blockingExchange(port: Int, _ requests: [UInt8], bodiless: [Bool], awaitingClose: Bool) throws
+        -> (answers: [RawResponse], closed: Bool)
+    {
+        let socket = try RawSocket(port: port)
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(socket.descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        #expect(socket.send(requests))
+        var buffer: [UInt8] = []
+        var answers: [RawResponse] = []
+        var closed = false
+        func receive() -> Bool {
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let count = recv(socket.descriptor, &chunk, chunk.count, 0)
+            guard count > 0 else {
+                closed = count == 0
+                return false
+            }
+            buffer += chunk[0..<count]
+            return true
+        }
+        let separator = Array("\r\n\r\n".utf8)
+        while answers.count < bodiless.count {
+            guard let end = buffer.firstRange(of: separator) else {
+                if !receive() { break }
+                continue
+            }
+            let lines = String(decoding: buffer[..<end.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
+            let status = Int(lines[0].split(separator: " ")[1]) ?? 0
+            let headers = lines.dropFirst().map { line in
+                let colon = line.firstIndex(of: ":") ?? line.endIndex
+                return (
+                    String(line[..<colon]),
+                    String(line[colon...].dropFirst()).trimmingCharacters(in: .whitespaces)
+                )
+            }
+            let length =
+                bodiless[answers.count]
+                ? 0 : headers.first { $0.0.lowercased() == "content-length" }.flatMap { Int($0.1) } ?? 0
+            while buffer.count < end.upperBound + length, receive() {}
+            guard buffer.count >= end.upperBound + length else { break }
+            answers.append(
+                RawResponse(
+                    status: status, headers: headers, body: Array(buffer[end.upperBound..<(end.upperBound + length)])))
+            buffer.removeFirst(end.upperBound + length)
+        }
+        if awaitingClose, answers.count == bodiless.count, !closed {
+            var byte: UInt8 = 0
+            var short = timeval(tv_sec: 2, tv_usec: 0)
+            setsockopt(socket.descriptor, SOL_SOCKET, SO_RCVTIMEO, &short, socklen_t(MemoryLayout<timeval>.size))
+            closed = recv(socket.descriptor, &byte, 1, 0) == 0
+        }
+        return (answers, closed)
+    }
+
+    static func memoryAnswers(_ harness: Harness) async throws -> Int {
+        let text = try await harness.request(.GET, "/metrics").text
+        let line = text.split(separator: "\n").first { $0.hasPrefix("transcode_media_memory_answers_total ") }
+        return Int(line?.split(separator: " ").last ?? "") ?? -1
+    }
+
+    /// Converts the corpus's cartoon_hotdog.gif and reads each of its files once (which keeps them in memory).
+    private func withWarmObject(
+        logger: Logger? = nil, _ body: @Sendable (Harness, String) async throws -> Void
+    ) async throws {
+        try await withHarness(logger: logger, configure: { $0.logLevel = .info }) { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
+            let key = try #require(try reply.json()["key"] as? String)
+            for ext in ["mp4", "jpg", "json"] {
+                #expect(try await harness.request(.GET, "/media/\(key).\(ext)").status == 200)
+            }
+            try await body(harness, key)
+        }
+    }
+
+    /// Each request is sent twice: with a one-byte body (which the handler leaves to the router) and without.
+    /// Both answers are the same but for `Date` and `X-Request-Id`, and only the second came from memory.
+    @Test func answersAreTheRoutersByteForByte() async throws {
+        let recorder = AccessLogTests.Recorder()
+        try await self.withWarmObject(logger: recorder.logger) { harness, key in
+            let etag = "\"\(key).mp4\""
+            let cases: [(method: String, path: String, headers: [String])] = [
+                ("GET", "/media/\(key).mp4", []),
+                ("GET", "/media/\(key).jpg", []),
+                ("GET", "/media/\(key).json", []),
+                ("GET", "/media/\(key).mp4?t=1", []),
+                ("GET", "/media/\(key).mp4", ["Range: bytes=4-11"]),
+                ("GET", "/media/\(key).mp4", ["Range: bytes=-10"]),
+                ("GET", "/media/\(key).mp4", ["Range: bytes=100-"]),
+                ("GET", "/media/\(key).mp4", ["Range: bytes=99999999-"]),
+                ("GET", "/media/\(key).mp4", ["Range: bytes=0-1,4-5"]),
+                ("GET", "/media/\(key).mp4", ["If-None-Match: \(etag)"]),
+                ("GET", "/media/\(key).mp4", ["If-None-Match: \"other\", W/\(etag)"]),
+                ("GET", "/media/\(key).mp4", ["Range: bytes=0-1", "If-Range: \"other\""]),
+                ("GET", "/media/\(key).mp4", ["Range: bytes=0-1", "If-Range: \(etag)"]),
+                ("GET", "/media/\(key).mp4", ["Origin: https://pages.example", "Range: bytes=0-1"]),
+                ("HEAD", "/media/\(key).mp4", []),
+                ("HEAD", "/media/\(key).jpg", ["Range: bytes=0-9"]),
+            ]
+            let before = try await Self.memoryAnswers(harness)
+            var viaMemory: [Int] = []
+            for (index, request) in cases.enumerated() {
+                let head =
+                    "\(request.method) \(request.path) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    + request.headers.map { $0 + "\r\n" }.joined()
+                let viaRouter = head + "X-Request-Id: router-\(index)\r\nContent-Length: 1\r\n\r\nx"
+                let fromMemory = head + "X-Request-Id: memory-\(index)\r\n\r\n"
+                // Two connections, one after the other: pipelined behind the first, the second would wait for the
+                // router and be answered by it too.
+                let bodiless = [request.method == "HEAD"]
+                let router = try #require(
+                    try await Self.exchange(port: harness.appPort, viaRouter, bodiless: bodiless).answers.first)
+                let memory = try #require(
+                    try await Self.exchange(port: harness.appPort, fromMemory, bodiless: bodiless).answers.first)
+                viaMemory.append(try await Self.memoryAnswers(harness) - before)
+                func comparable(_ answer: RawResponse) -> [String] {
+                    answer.headers.filter { !["date", "x-request-id"].contains($0.name.lowercased()) }
+                        .map { "\($0.name.lowercased()): \($0.value)" }.sorted()
+                }
+                #expect(memory.status == router.status, "\(request)")
+                #expect(comparable(memory) == comparable(router), "\(request)")
+                #expect(memory.body == router.body, "\(request)")
+                #expect(memory.header("X-Request-Id") == "memory-\(index)")
+                #expect(memory.header("Date") != nil)
+                let line = try #require(recorder.requests(withID: "memory-\(index)").first)
+                #expect(line.metadata["http.route"] == "/media/{file}")
+                #expect(line.metadata["http.status"] == String(memory.status))
+                #expect(line.metadata["http.method"] == request.method)
+                #expect(line.metadata["http.bytes"] == String(memory.body.count))
+            }
+            // Each request once from memory, none of those with a body.
+            #expect(viaMemory == Array(1...cases.count))
+            // Spot checks, so that two wrong answers cannot agree.
+            let (answers, _) = try await Self.exchange(
+                port: harness.appPort,
+                "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\nRange: bytes=4-11\r\nOrigin: https://a.example\r\n\r\n",
+                bodiless: [false])
+            let ranged = try #require(answers.first)
+            #expect(ranged.status == 206)
+            #expect(ranged.header("Content-Range")?.hasPrefix("bytes 4-11/") == true)
+            #expect(
+                ranged.body
+                    == Array(
+                        try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4")))[
+                            4...11]))
+            #expect(ranged.header("Access-Control-Allow-Origin") == "*")
+            #expect(ranged.header("Access-Control-Expose-Headers")?.contains("Content-Range") == true)
+        }
+    }
+
+    /// HTTP/1.1 answers in request order: a hit behind a request the router is still answering waits for it.
+    @Test func pipelinedAnswersKeepRequestOrder() async throws {
+        try await self.withWarmObject { harness, key in
+            let gif = TinyGIF(width: 96, height: 64, loopCount: 0, frames: (0..<40).map { (UInt8($0 % 4), 4) }).bytes
+            let upload =
+                Array(
+                    "POST /transcode HTTP/1.1\r\nHost: x\r\nContent-Type: image/gif\r\nContent-Length: \(gif.count)\r\n\r\n"
+                        .utf8) + gif
+            let hit = Array("GET /media/\(key).json HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+            let health = Array("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+            let before = try await Self.memoryAnswers(harness)
+            let (answers, closed) = try await Self.exchange(
+                port: harness.appPort, hit + upload + hit + health + hit + hit,
+                bodiless: Array(repeating: false, count: 6),
+                awaitingClose: true)
+            try #require(answers.count == 6)
+            #expect(!closed)
+            let stored = try await harness.request(.GET, "/media/\(key).json").body
+            #expect(answers[0].body == stored)
+            let converted = try #require(
+                try JSONSerialization.jsonObject(with: Data(answers[1].body)) as? [String: Any])
+            #expect(converted["key"] as? String != nil, "the upload's answer must come second")
+            #expect(converted["key"] as? String != key)
+            #expect(answers[2].body == stored)
+            #expect(String(decoding: answers[3].body, as: UTF8.self).hasPrefix("ok"))
+            #expect(answers[4].body == stored && answers[5].body == stored)
+            // The first hit from memory; those behind the upload waited for the router (read while it was busy).
+            #expect(try await Self.memoryAnswers(harness) - before >= 1)
+        }
+    }
+
+    /// `Connection: close` ends the connection after the answer; a request pipelined behind it is not read.
+    @Test func connectionCloseEndsTheConnection() async throws {
+        try await self.withWarmObject { harness, key in
+            let (answers, closed) = try await Self.exchange(
+                port: harness.appPort,
+                "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    + "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\n\r\n",
+                bodiless: [false, false], awaitingClose: true)
+            #expect(answers.count == 1)
+            #expect(answers.first?.status == 200)
+            #expect(answers.first?.header("Connection") == "close")
+            #expect(closed)
+        }
+    }
+
+    /// Bytes kept in memory are answered only while the files on disk are the ones read: a takedown, files
+    /// removed by another process (`cache purge` beside the server), or a link put in a file's place are seen
+    /// by the very next request.
+    @Test func takedownsAndChangedFilesAreSeenAtOnce() async throws {
+        try await self.withWarmObject { harness, key in
+            let cache = harness.services.cache
+            func status(_ ext: String) async throws -> Int {
+                let (answers, _) = try await Self.exchange(
+                    port: harness.appPort, "GET /media/\(key).\(ext) HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])
+                return answers.first?.status ?? 0
+            }
+            #expect(try await status("mp4") == 200)
+            // A link to an identical copy in the poster's place: not followed, the object quarantined.
+            let poster = cache.objectPath(key, "jpg")
+            let copy = harness.services.cache.root + "/poster-copy.jpg"
+            try FileManager.default.copyItem(atPath: poster, toPath: copy)
+            try FileManager.default.removeItem(atPath: poster)
+            try FileManager.default.createSymbolicLink(atPath: poster, withDestinationPath: copy)
+            #expect(try await status("jpg") == 404)
+            #expect(try await status("mp4") == 404)
+        }
+        try await self.withWarmObject { harness, key in
+            let cache = harness.services.cache
+            try cache.bury([.object(key)], reason: "test")
+            let (answers, _) = try await Self.exchange(
+                port: harness.appPort, "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])
+            #expect(answers.first?.status == 451)
+        }
+        try await self.withWarmObject { harness, key in
+            // What `cache purge` does from another process: the files go, the server is not told.
+            for ext in ["json", "mp4", "jpg"] {
+                try FileManager.default.removeItem(atPath: harness.services.cache.objectPath(key, ext))
+            }
+            let (answers, _) = try await Self.exchange(
+                port: harness.appPort, "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])
+            #expect(answers.first?.status == 404)
+        }
+    }
+}
