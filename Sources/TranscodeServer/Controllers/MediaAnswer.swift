@@ -9,6 +9,8 @@ struct MediaAnswer {
     /// The bytes of the file to send (`nil` for an empty file, `304` and `416`).
     var bytes: ClosedRange<Int>?
 
+    private static let contentTypeOptions = HTTPField.Name("X-Content-Type-Options")!
+
     /// The content type of each file of an object, by extension.
     static var contentTypes: [String: String] {
         ["mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json; charset=utf-8"]
@@ -26,7 +28,7 @@ struct MediaAnswer {
             .eTag: etag,
             .cacheControl: cacheControl,
             .acceptRanges: "bytes",
-            HTTPField.Name("X-Content-Type-Options")!: "nosniff",
+            Self.contentTypeOptions: "nosniff",
         ]
         if let match = request[.ifNoneMatch], EntityTag.matches(match, etag) {
             self.status = .notModified

@@ -55,6 +55,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private typealias AccessLog = AccessLogMiddleware<BasicRequestContext>
+    private static let requestIDField = AccessLog.requestIDField
+    private static let exposedHeaders = CORSPolicyMiddleware<BasicRequestContext>.exposedHeaders.joined(separator: ", ")
 
     private let source: Source
     private var state = State.idle
@@ -151,13 +153,12 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             body = whole.getSlice(at: whole.readerIndex + bytes.lowerBound, length: bytes.count)
         }
 
-        let id = request.headerFields[AccessLog.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
-        answer.headers[AccessLog.requestIDField] = id
+        let id = request.headerFields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
+        answer.headers[Self.requestIDField] = id
         if request.headerFields.contains(.origin) {
             // The public policy of CORSPolicyMiddleware.
             answer.headers[.accessControlAllowOrigin] = "*"
-            answer.headers[.accessControlExposeHeaders] = CORSPolicyMiddleware<BasicRequestContext>.exposedHeaders
-                .joined(separator: ", ")
+            answer.headers[.accessControlExposeHeaders] = Self.exposedHeaders
         }
         answer.headers[.date] = HTTPDate.now
         let closing = request.headerFields[.connection]?.lowercased().contains("close") == true
