@@ -184,9 +184,24 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
 public struct SizeGuard: Codable, Hashable, Sendable {
     public struct Attempt: Codable, Hashable, Sendable {
         public var crf: Int
+        /// The MP4's size; for a stopped attempt, the bytes encoded when it was stopped.
         public var bytes: Int
-        /// Mean SSIM (luma) against the encoded pictures, weighted by display time.
-        public var ssim: Double
+        /// Mean SSIM (luma) against the encoded pictures, weighted by display time; `nil` for a stopped
+        /// attempt (not measured).
+        public var ssim: Double?
+        /// For a first attempt stopped as soon as its bytes passed the target (it could only end larger):
+        /// the size projected for the whole from the share of the animation encoded by then.
+        public var projectedBytes: Int?
+
+        public init(crf: Int, bytes: Int, ssim: Double?, projectedBytes: Int? = nil) {
+            self.crf = crf
+            self.bytes = bytes
+            self.ssim = ssim
+            self.projectedBytes = projectedBytes
+        }
+
+        /// What the next CRF is chosen from: the size, or the projection of a stopped attempt.
+        var expectedBytes: Int { self.projectedBytes ?? self.bytes }
     }
 
     /// How the guard ended.

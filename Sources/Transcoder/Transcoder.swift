@@ -153,28 +153,44 @@ public struct Transcoder: Sendable {
     /// enough and at or above `minSSIM`; when none is, the first attempt (the best picture) with the
     /// attempts recorded, and the caller recommends keeping the GIF.
     ///
+    /// The first attempt is stopped as soon as its bytes pass the target: it can only end larger, and the
+    /// rest of its encode and its SSIM pass were a third of a guarded conversion's time. Its size is then
+    /// projected from the share of the animation encoded; it is encoded whole only if it is kept after all.
+    ///
     /// Every attempt decodes the GIF again: no attempt's frames are kept in memory.
     /// - Returns: the metadata and the path of the MP4 to keep (one of `temporaries`).
     private func encodeGuarded(
         _ bytes: UnsafeRawBufferPointer, mp4Path: String, temporaries: inout [String]
     ) throws -> (metadata: (result: TranscodeMetadata, poster: [UInt8]), mp4Path: String) {
         let plan = try self.plan(bytes)
-        var first = try self.encode(bytes, plan: plan, crf: self.options.crf, mp4Path: mp4Path)
-        first.result.crf = self.options.crf
         let target = Double(bytes.count) * self.options.maxSizeRatio
-        let firstBytes = try OutputFile.size(mp4Path)
-        guard self.options.maxExtraAttempts > 0, Double(firstBytes) >= target else { return (first, mp4Path) }
+        let guarding = self.options.maxExtraAttempts > 0
+        var attempts: [SizeGuard.Attempt] = []
+        var paths: [String] = []
+        var complete: (result: TranscodeMetadata, poster: [UInt8])?
+        do {
+            var first = try self.encode(
+                bytes, plan: plan, crf: self.options.crf, mp4Path: mp4Path,
+                stopAbove: guarding ? Int(target.rounded(.up)) : nil)
+            first.result.crf = self.options.crf
+            let firstBytes = try OutputFile.size(mp4Path)
+            guard guarding, Double(firstBytes) >= target else { return (first, mp4Path) }
+            complete = first
+            attempts.append(
+                SizeGuard.Attempt(
+                    crf: self.options.crf, bytes: firstBytes, ssim: try self.ssim(bytes, plan: plan, mp4Path: mp4Path)))
+        } catch let stopped as StoppedAboveTarget {
+            attempts.append(
+                SizeGuard.Attempt(
+                    crf: self.options.crf, bytes: stopped.bytes, ssim: nil, projectedBytes: stopped.projectedBytes))
+        }
+        paths.append(mp4Path)
 
-        var attempts = [
-            SizeGuard.Attempt(
-                crf: self.options.crf, bytes: firstBytes, ssim: try self.ssim(bytes, plan: plan, mp4Path: mp4Path))
-        ]
-        var paths = [mp4Path]
         var outcome = SizeGuard.Outcome.attemptsExhausted
         for _ in 0..<self.options.maxExtraAttempts {
             let last = attempts[attempts.count - 1]
             // Quality only falls as CRF rises: once under the floor, no later attempt can qualify.
-            guard last.ssim >= self.options.minSSIM else {
+            if let ssim = last.ssim, ssim < self.options.minSSIM {
                 outcome = .qualityFloor
                 break
             }
@@ -183,11 +199,12 @@ public struct Transcoder: Sendable {
             let path = OutputFile.temporaryPath(for: mp4Path)
             temporaries.append(path)
             paths.append(path)
-            _ = try self.encode(bytes, plan: plan, crf: crf, mp4Path: path)
+            let encoded = try self.encode(bytes, plan: plan, crf: crf, mp4Path: path)
+            if complete == nil { complete = encoded }
             let attempt = SizeGuard.Attempt(
                 crf: crf, bytes: try OutputFile.size(path), ssim: try self.ssim(bytes, plan: plan, mp4Path: path))
             attempts.append(attempt)
-            if attempt.ssim < self.options.minSSIM {
+            if let ssim = attempt.ssim, ssim < self.options.minSSIM {
                 outcome = .qualityFloor
                 break
             }
@@ -197,14 +214,31 @@ public struct Transcoder: Sendable {
             }
         }
         let chosen =
-            attempts.firstIndex { $0.ssim >= self.options.minSSIM && Double($0.bytes) < target } ?? 0
+            attempts.firstIndex { ($0.ssim ?? 0) >= self.options.minSSIM && Double($0.bytes) < target } ?? 0
         if chosen > 0 { outcome = .smaller }
-        first.result.crf = attempts[chosen].crf
-        first.result.sizeGuard = SizeGuard(attempts: attempts, chosenCRF: attempts[chosen].crf, outcome: outcome)
-        return (first, paths[chosen])
+        if chosen == 0, attempts[0].ssim == nil {
+            // Nothing better: the first attempt after all, encoded whole this time.
+            let path = OutputFile.temporaryPath(for: mp4Path)
+            temporaries.append(path)
+            complete = try self.encode(bytes, plan: plan, crf: self.options.crf, mp4Path: path)
+            paths[0] = path
+            attempts[0].bytes = try OutputFile.size(path)
+        }
+        guard var result = complete else {
+            throw TranscodeError(.encodeFailed, "the size guard kept no complete encode")
+        }
+        result.result.crf = attempts[chosen].crf
+        result.result.sizeGuard = SizeGuard(attempts: attempts, chosenCRF: attempts[chosen].crf, outcome: outcome)
+        return (result, paths[chosen])
     }
 
-    /// The CRF expected to bring the last attempt under `target`, aimed 5% below it. Size falls
+    /// Thrown by `encode` when the packets written pass `stopAbove` bytes.
+    private struct StoppedAboveTarget: Error {
+        var bytes: Int
+        var projectedBytes: Int
+    }
+
+    /// The CRF expected to bring the last attempt under `target`, aimed 5% below it (10% from a projection). Size falls
     /// exponentially with CRF: x264's rule of thumb is half the size every 6 steps, but on the GIFs the guard
     /// meets (large photographic frames, long screen recordings) it took about 12 (25 -> 29 gave -21%,
     /// 29 -> 31 -13%, 25 -> 27 -10%), so the first step assumes 12 and later ones use the slope the
@@ -214,12 +248,14 @@ public struct Transcoder: Sendable {
         var stepsPerHalving = 12.0
         if attempts.count >= 2 {
             let previous = attempts[attempts.count - 2]
-            let halvings = log2(Double(previous.bytes) / Double(max(1, last.bytes)))
+            let halvings = log2(Double(previous.expectedBytes) / Double(max(1, last.expectedBytes)))
             if halvings > 0.01 {
                 stepsPerHalving = min(24, max(4, Double(last.crf - previous.crf) / halvings))
             }
         }
-        let ratio = Double(last.bytes) / max(1, target * 0.95)
+        // A projection is rougher than a size (pictures are not all alike): aimed further below.
+        let aim = last.projectedBytes == nil ? 0.95 : 0.90
+        let ratio = Double(last.expectedBytes) / max(1, target * aim)
         let steps = max(1, Int((stepsPerHalving * log2(max(ratio, 1))).rounded(.up)))
         return min(TranscodeOptions.crfRange.upperBound, last.crf + steps)
     }
@@ -249,9 +285,10 @@ public struct Transcoder: Sendable {
         return pass.time > 0 ? weighted / Double(pass.time) : 1
     }
 
-    private func encode(_ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String) throws -> (
-        result: TranscodeMetadata, poster: [UInt8]
-    ) {
+    /// - Parameter stopAbove: stop (throw `StoppedAboveTarget`) once the packets written pass this many bytes.
+    private func encode(
+        _ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String, stopAbove: Int? = nil
+    ) throws -> (result: TranscodeMetadata, poster: [UInt8]) {
         let header = plan.header
         let output = plan.output
         let totalMilliseconds = header.frameMilliseconds.reduce(0, +)
@@ -265,6 +302,24 @@ public struct Transcoder: Sendable {
             width: output.width, height: output.height, options: options,
             averageFrameRate: av_reduce_rational(frameRate), globalHeader: true)
         let muxer = try MP4Muxer(path: mp4Path, encoder: encoder)
+        var written = 0
+        var packets = 0
+        func write(_ packet: Packet) throws {
+            let (size, start) = packet.withUnsafeMutablePointer { (Int($0.pointee.size), $0.pointee.pts) }
+            try muxer.write(packet)
+            guard let stopAbove else { return }
+            written += size
+            packets += 1
+            if written > stopAbove {
+                // The share encoded: by time, or at least by pictures (a first picture alone has no length yet).
+                let share = max(
+                    Double(start) / Double(max(1, totalMilliseconds)),
+                    Double(packets) / Double(max(1, header.frameMilliseconds.count)))
+                // At most twice what was written: a big first picture must not look like a huge whole.
+                let projected = min(Double(written) / max(share, 0.01), Double(written) * 2)
+                throw StoppedAboveTarget(bytes: written, projectedBytes: Int(projected))
+            }
+        }
         var poster: [UInt8] = []
         let pass = try self.composite(
             bytes, plan: plan,
@@ -272,8 +327,8 @@ public struct Transcoder: Sendable {
                 poster = try PosterEncoder.encode(
                     picture, width: width, height: height, outputWidth: output.width, outputHeight: output.height)
             },
-            picture: { frame, start in try encoder.encode(frame, pts: start, emit: muxer.write) })
-        try encoder.finish(emit: muxer.write)
+            picture: { frame, start in try encoder.encode(frame, pts: start, emit: write) })
+        try encoder.finish(emit: write)
         try muxer.finish(endTime: pass.time)
 
         let metadata = TranscodeMetadata(

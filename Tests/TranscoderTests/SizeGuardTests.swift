@@ -67,12 +67,20 @@ import Testing
             // settings once came out 8084 instead of 7977 bytes in one process (see the README's open
             // question on determinism); the size guard only needs the first attempt to miss the target.
             #expect(Double(guarded.attempts[0].bytes) >= Double(gif.count) * options.maxSizeRatio)
+            // Stopped once past the target (it could only end larger): not measured, its size projected from
+            // the share encoded, and at least what was written.
+            #expect(guarded.attempts[0].ssim == nil)
+            let projected = try #require(guarded.attempts[0].projectedBytes)
+            #expect(projected >= guarded.attempts[0].bytes && projected <= 2 * guarded.attempts[0].bytes)
+            #expect(
+                Double(projected) > Double(plain.mp4Bytes) * 0.85 && Double(projected) < Double(plain.mp4Bytes) * 1.3)
             #expect(metadata.crf == guarded.chosenCRF && guarded.chosenCRF > TranscodeOptions.defaultCRF)
             #expect(Double(metadata.mp4Bytes) < Double(gif.count) * options.maxSizeRatio)
             #expect(metadata.mp4Bytes == guarded.attempts.last?.bytes)
             #expect(metadata.recommendation == .video)
             // Quality falls as CRF rises, and stays above the floor.
-            let scores = guarded.attempts.map(\.ssim)
+            let scores = guarded.attempts.compactMap(\.ssim)
+            #expect(scores.count == guarded.attempts.count - 1)
             #expect(scores == scores.sorted(by: >))
             #expect(scores.allSatisfy { $0 >= 0.9 && $0 <= 1 })
             let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
@@ -85,6 +93,9 @@ import Testing
     @Test func givesUpAtTheQualityFloor() throws {
         let gif = try Self.corpus("cartoon_hotdog.gif")
         var options = TranscodeOptions()
+        let plainBytes = try withTemporaryDirectory {
+            try Transcoder(options: options).convert(gif, directory: $0, name: "a").mp4Bytes
+        }
         options.maxSizeRatio = 0.001
         options.minSSIM = 0.98
         options.maxExtraAttempts = 3
@@ -93,7 +104,11 @@ import Testing
             let guarded = try #require(metadata.sizeGuard)
             #expect(guarded.outcome == .qualityFloor || guarded.outcome == .attemptsExhausted, "\(guarded)")
             #expect(guarded.chosenCRF == TranscodeOptions.defaultCRF)
+            // The first attempt, stopped at once, encoded whole after all: what is kept is the best video.
+            #expect(guarded.attempts[0].ssim == nil && guarded.attempts[0].projectedBytes != nil)
             #expect(metadata.mp4Bytes == guarded.attempts[0].bytes)
+            #expect(
+                abs(Double(metadata.mp4Bytes) / Double(plainBytes) - 1) < 0.02, "\(metadata.mp4Bytes) vs \(plainBytes)")
             #expect(metadata.recommendation == .keepGIF)
             #expect(guarded.attempts.count <= 4)
             let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
