@@ -165,13 +165,15 @@ public struct Transcoder: Sendable {
         let plan = try self.plan(bytes)
         let target = Double(bytes.count) * self.options.maxSizeRatio
         let guarding = self.options.maxExtraAttempts > 0
+        // Stopping pays on large files only, and the projection counts packets, not the MP4's own boxes (a
+        // kilobyte or two: most of a tiny video, whose attempts would then aim too high).
+        let stopAbove = guarding && target >= Double(Self.smallestStoppedTarget) ? Int(target.rounded(.up)) : nil
         var attempts: [SizeGuard.Attempt] = []
         var paths: [String] = []
         var complete: (result: TranscodeMetadata, poster: [UInt8])?
         do {
             var first = try self.encode(
-                bytes, plan: plan, crf: self.options.crf, mp4Path: mp4Path,
-                stopAbove: guarding ? Int(target.rounded(.up)) : nil)
+                bytes, plan: plan, crf: self.options.crf, mp4Path: mp4Path, stopAbove: stopAbove)
             first.result.crf = self.options.crf
             let firstBytes = try OutputFile.size(mp4Path)
             guard guarding, Double(firstBytes) >= target else { return (first, mp4Path) }
@@ -231,6 +233,9 @@ public struct Transcoder: Sendable {
         result.result.sizeGuard = SizeGuard(attempts: attempts, chosenCRF: attempts[chosen].crf, outcome: outcome)
         return (result, paths[chosen])
     }
+
+    /// The smallest target (bytes) for which a first attempt is stopped early.
+    static var smallestStoppedTarget: Int { 64 * 1024 }
 
     /// Thrown by `encode` when the packets written pass `stopAbove` bytes.
     private struct StoppedAboveTarget: Error {

@@ -83,7 +83,7 @@ import Transcoder
             #expect(reply.headers.first(name: "X-GIFs-Rewritten") == "5")
             let output = reply.text
             let videos = try Self.videos(in: output)
-            #expect(videos.count == 5)
+            try #require(videos.count == 5)
             // Put the original tags back where the videos are: the input, byte for byte.
             var restored = output
             for (video, tag) in zip(videos, Self.gifTags) {
@@ -138,7 +138,7 @@ import Transcoder
             #expect(reply.status == 200)
             let output = reply.text
             let videos = try Self.videos(in: output)
-            #expect(videos.count == 2, "\(output)")
+            try #require(videos.count == 2, "\(output)")
             #expect(output.contains(missing))
             #expect(output.contains(kept))
             let metadata = try #require(
