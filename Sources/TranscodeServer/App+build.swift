@@ -15,6 +15,8 @@ struct AppServices: Sendable {
     let webhooks: WebhookDispatcher
     let batches: BatchRunner
     let configuration: ServerConfiguration
+    /// The signed `GET /v1/...` paths verified so far (the route and `MediaHitHandler`).
+    let resolvedPaths = ResolvedPaths()
 }
 
 typealias AppRequestContext = BasicRequestContext
@@ -88,7 +90,13 @@ func buildApplication(
         idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))
     let hits = MediaHitHandler.Source(
         cache: cache, shared: shared, metrics: metrics, logger: logger,
-        cacheControl: MediaController<AppRequestContext>.cacheControl(maxAgeSeconds: configuration.mediaMaxAgeSeconds))
+        cacheControl: MediaController<AppRequestContext>.cacheControl(maxAgeSeconds: configuration.mediaMaxAgeSeconds),
+        signedRoute: configuration.sourceAnswer != .bytes
+            ? nil
+            : MediaHitHandler.SignedRoute(
+                resolved: services.resolvedPaths, service: transcodes,
+                cacheControl: SourceController<AppRequestContext>.cacheControl(
+                    maxAgeSeconds: configuration.sourceMaxAgeSeconds)))
     let application = Application(
         router: router,
         server: HTTPServerBuilder { responder in
@@ -128,7 +136,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     media.addRoutes(to: router)
     SourceController<AppRequestContext>(
         service: services.transcodes, signer: signer, media: media, links: links, answer: configuration.sourceAnswer,
-        maxAgeSeconds: configuration.sourceMaxAgeSeconds
+        maxAgeSeconds: configuration.sourceMaxAgeSeconds, resolved: services.resolvedPaths
     ).addRoutes(to: router)
     BatchController<AppRequestContext>(
         runner: services.batches, webhooks: services.webhooks, links: links, maxURLs: configuration.batchMaxURLs,

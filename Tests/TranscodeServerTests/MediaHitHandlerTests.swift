@@ -192,6 +192,84 @@ import Testing
         }
     }
 
+    static func cacheHits(_ harness: Harness) async throws -> Int {
+        let text = try await harness.request(.GET, "/metrics").text
+        let line = text.split(separator: "\n").first { $0.hasPrefix("transcode_cache_hits_total ") }
+        return Int(line?.split(separator: " ").last ?? "") ?? -1
+    }
+
+    /// Hits of the signed route whose link is fresh are answered from memory too: the route's answer (its
+    /// `Cache-Control`, log line under `/v1/**`, a cache hit counted), and a takedown of the URL is obeyed by
+    /// the very next request.
+    @Test func signedRouteHitsAreTheRoutesToo() async throws {
+        let recorder = AccessLogTests.Recorder()
+        try await withHarness(
+            logger: recorder.logger,
+            configure: {
+                $0.logLevel = .info
+                $0.signingKeys = [SourceRouteTests.key]
+                $0.signingSalts = [SourceRouteTests.salt]
+                $0.authTokens = [SourceRouteTests.token]
+            }
+        ) { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let video = SourceRouteTests.signed(url)
+            let poster = SourceRouteTests.signed(url, "jpg")
+            for path in [video, poster] {
+                #expect(try await harness.request(.GET, path).status == 200)
+            }
+            let cases: [(method: String, path: String, headers: [String])] = [
+                ("GET", video, []),
+                ("GET", poster, []),
+                ("GET", video + "?utm=1", []),
+                ("GET", video, ["Range: bytes=10-19"]),
+                ("GET", video, ["Origin: https://pages.example"]),
+                ("HEAD", video, []),
+            ]
+            let before = try await Self.memoryAnswers(harness)
+            let hitsBefore = try await Self.cacheHits(harness)
+            for (index, request) in cases.enumerated() {
+                let head =
+                    "\(request.method) \(request.path) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    + request.headers.map { $0 + "\r\n" }.joined()
+                let bodiless = [request.method == "HEAD"]
+                let router = try #require(
+                    try await Self.exchange(
+                        port: harness.appPort, head + "X-Request-Id: srouter-\(index)\r\nContent-Length: 1\r\n\r\nx",
+                        bodiless: bodiless
+                    ).answers.first)
+                let memory = try #require(
+                    try await Self.exchange(
+                        port: harness.appPort, head + "X-Request-Id: smemory-\(index)\r\n\r\n", bodiless: bodiless
+                    ).answers.first)
+                func comparable(_ answer: RawResponse) -> [String] {
+                    answer.headers.filter { !["date", "x-request-id"].contains($0.name.lowercased()) }
+                        .map { "\($0.name.lowercased()): \($0.value)" }.sorted()
+                }
+                #expect(memory.status == router.status, "\(request)")
+                #expect(comparable(memory) == comparable(router), "\(request)")
+                #expect(memory.body == router.body, "\(request)")
+                #expect(memory.header("Cache-Control") == "public, max-age=3600")
+                let routerLine = try #require(recorder.requests(withID: "srouter-\(index)").first)
+                let memoryLine = try #require(recorder.requests(withID: "smemory-\(index)").first)
+                #expect(memoryLine.metadata["http.route"] == routerLine.metadata["http.route"])
+                #expect(memoryLine.metadata["http.status"] == routerLine.metadata["http.status"])
+                #expect(try await Self.memoryAnswers(harness) == before + index + 1, "\(request)")
+            }
+            // Each request counted as a cache hit, however answered.
+            #expect(try await Self.cacheHits(harness) == hitsBefore + 2 * cases.count)
+
+            let encoded = url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let takedown = try await harness.request(
+                .DELETE, "/v1/sources?url=\(encoded)&takedown=true&reason=test",
+                headers: [("Authorization", "Bearer \(SourceRouteTests.token)")])
+            #expect(takedown.status == 200)
+            let (answers, _) = try await Self.exchange(
+                port: harness.appPort, "GET \(video) HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])
+            #expect(answers.first?.status == 451)
+        }
+    }
+
     /// HTTP/1.1 answers in request order: a hit behind a request the router is still answering waits for it.
     @Test func pipelinedAnswersKeepRequestOrder() async throws {
         try await self.withWarmObject { harness, key in

@@ -10,19 +10,20 @@ import Synchronization
     import Glibc
 #endif
 
-/// Answers `GET`/`HEAD /media/{key}.{ext}` on the event loop when everything it needs is already in memory:
-/// the object is on the local disk and passes the same checks as the route (`DiskCache.verifiedObject`, the
-/// tombstones, in a fleet a recent "not buried" from the store), and the file's bytes are kept in memory
-/// (`DiskCache.cachedBytes`, small files after their first read). Everything else (a miss, a large file, a
-/// file not read yet, a takedown, a request with a body, a connection whose write buffer is full) goes on to
-/// the router, which answers as before.
+/// Answers cache hits on the event loop when everything they need is already in memory: `GET`/`HEAD
+/// /media/{key}.{ext}`, and `GET`/`HEAD /v1/...` (answered with bytes) for a signed path the route has
+/// already verified whose URL's link is fresh (`TranscodeService.freshHitKey`). The object must be on the
+/// local disk, still the files that were checked and read (`DiskCache.memoryHit`), not taken down (in a
+/// fleet, by a recent "no" of the store), and the file's bytes kept in memory (small files, after their first
+/// read). Everything else (a miss, a large file, a file not read yet, a stale link, a takedown, a request
+/// with a body, a connection whose write buffer is full) goes on to the router, which answers as before.
 ///
 /// Why: a hit through Hummingbird's router, middlewares and async channel cost more than the file itself
 /// (`GET /healthz` alone was under half of nginx's rate for a small file); here a hit costs the HTTP codec,
 /// the checks and one write.
 ///
 /// The answer is the route's (`MediaAnswer`, the public CORS policy, `X-Request-Id`, the access-log line and
-/// request metrics under the route `/media/{file}`). HTTP/1.1 answers go out in request order: a request is
+/// request metrics under the route's template). HTTP/1.1 answers go out in request order: a request is
 /// answered here only while no earlier request of the connection is with the router.
 ///
 /// It sits after Hummingbird's `HTTPConnectionStateHandler` (see `MediaHitChannel`), so idle timeouts and
@@ -41,13 +42,30 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let logger: Logger
         /// `Cache-Control` of `/media`.
         let cacheControl: String
+        /// `GET /v1/...` hits too, when answered with bytes (`http.sourceAnswer: bytes`).
+        var signedRoute: SignedRoute? = nil
+    }
+
+    /// What `GET /v1/...` hits need: the signed paths the route has verified and parsed (only those are
+    /// answered here: no signature is checked twice), the service that says whether the URL's link is fresh,
+    /// and the route's `Cache-Control`.
+    struct SignedRoute: Sendable {
+        let resolved: ResolvedPaths
+        let service: TranscodeService
+        let cacheControl: String
+    }
+
+    /// A request that may be answered here.
+    enum Candidate {
+        case media(MediaFile)
+        case signed(ResolvedPaths.Target)
     }
 
     private enum State {
         /// Between requests.
         case idle
         /// A request that may be answered here, until its end shows it has no body.
-        case held(HTTPRequest, MediaFile)
+        case held(HTTPRequest, Candidate)
         /// A request passed on to the router: its parts follow it.
         case passing
         /// Answered with `Connection: close`: nothing more is read.
@@ -74,15 +92,15 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case (.closing, _):
             return
         case (.idle, .head(let request)):
-            if self.withRouter == 0, context.channel.isWritable, let media = MediaFile(request) {
-                self.state = .held(request, media)
+            if self.withRouter == 0, context.channel.isWritable, let candidate = self.candidate(request) {
+                self.state = .held(request, candidate)
             } else {
                 self.pass(.head(request), context: context)
                 self.state = .passing
             }
-        case (.held(let request, let media), .end):
+        case (.held(let request, let candidate), .end):
             self.state = .idle
-            if !self.answer(request, media, context: context) {
+            if !self.answer(request, candidate, context: context) {
                 self.pass(.head(request), context: context)
                 self.pass(.end(nil), context: context)
             }
@@ -136,18 +154,46 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// `GET`/`HEAD` of `/media/...`, or of a `/v1/...` path the route has verified.
+    private func candidate(_ request: HTTPRequest) -> Candidate? {
+        if let media = MediaFile(request) { return .media(media) }
+        guard let route = self.source.signedRoute, request.method == .get || request.method == .head,
+            let path = request.path, path.hasPrefix(SourceController<BasicRequestContext>.prefix)
+        else { return nil }
+        // The raw path, as the route reads it (`uri.path`: no query, no percent-decoding).
+        let signed = path.firstIndex(of: "?").map { String(path[..<$0]) } ?? path
+        return route.resolved.get(signed).map { .signed($0) }
+    }
+
     /// Writes the answer to `request` when the object is a local hit whose bytes are in memory.
     /// - Returns: `false` when the router has to answer.
-    private func answer(_ request: HTTPRequest, _ media: MediaFile, context: ChannelHandlerContext) -> Bool {
+    private func answer(_ request: HTTPRequest, _ candidate: Candidate, context: ChannelHandlerContext) -> Bool {
         let started = ContinuousClock.now
         let cache = self.source.cache
-        guard let (metadata, whole) = cache.memoryHit(media.key, fileExtension: media.fileExtension),
-            (try? cache.checkNotTakenDown(key: media.key, metadata: metadata)) != nil,
-            self.source.shared?.notBuriedRecently(key: media.key, metadata: metadata) ?? true
+        let key: String
+        let fileExtension: String
+        let cacheControl: String
+        let route: String
+        switch candidate {
+        case .media(let media):
+            (key, fileExtension, cacheControl, route) =
+                (media.key, media.fileExtension, self.source.cacheControl, "/media/{file}")
+        case .signed(let target):
+            guard let signed = self.source.signedRoute,
+                let found = signed.service.freshHitKey(url: target.url, keys: target.keys)
+            else { return false }
+            (key, fileExtension, cacheControl, route) =
+                (found, target.source.fileExtension, signed.cacheControl, "/v1/**")
+        }
+        guard let contentType = MediaAnswer.contentTypes[fileExtension],
+            let (metadata, whole) = cache.memoryHit(key, fileExtension: fileExtension),
+            (try? cache.checkNotTakenDown(key: key, metadata: metadata)) != nil,
+            self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
         else { return false }
+        if case .signed = candidate { self.source.metrics.cacheHit() }
         var answer = MediaAnswer(
-            key: media.key, fileExtension: media.fileExtension, contentType: media.contentType,
-            size: whole.readableBytes, request: request.headerFields, cacheControl: self.source.cacheControl)
+            key: key, fileExtension: fileExtension, contentType: contentType, size: whole.readableBytes,
+            request: request.headerFields, cacheControl: cacheControl)
         var body: ByteBuffer?
         if answer.sendsBody, request.method == .get, let bytes = answer.bytes {
             body = whole.getSlice(at: whole.readerIndex + bytes.lowerBound, length: bytes.count)
@@ -188,7 +234,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         self.source.metrics.answeredFromMemory()
         AccessLog.record(
-            method: request.method, route: "/media/{file}", status: answer.status, bytes: body?.readableBytes ?? 0,
+            method: request.method, route: route, status: answer.status, bytes: body?.readableBytes ?? 0,
             errorCode: nil, elapsed: elapsed, logger: logger, metrics: self.source.metrics)
         return true
     }

@@ -26,11 +26,15 @@ struct SourceController<Context: RequestContext>: Sendable {
     let answer: Answer
     let maxAgeSeconds: Int
     /// Paths already verified and parsed, by the whole path (signature included): keys do not change while
-    /// the process runs, so a hit skips the HMAC, the base64 and URL parsing and the hashing.
-    let resolved = ResolvedPaths()
+    /// the process runs, so a hit skips the HMAC, the base64 and URL parsing and the hashing. Shared with
+    /// `MediaHitHandler`, which answers hits of the paths found here.
+    let resolved: ResolvedPaths
 
     /// Where the signed paths start.
     static var prefix: String { "/v1/" }
+
+    /// `Cache-Control` of the route's answers: the URL's result may change when the origin's GIF does.
+    static func cacheControl(maxAgeSeconds: Int) -> String { "public, max-age=\(maxAgeSeconds)" }
 
     func addRoutes(to router: Router<Context>) {
         router.get("v1/**", use: self.get)
@@ -56,7 +60,7 @@ struct SourceController<Context: RequestContext>: Sendable {
         else {
             throw ServiceError.internal("a transcode waited for in full answered pending")
         }
-        let cacheControl = "public, max-age=\(self.maxAgeSeconds)"
+        let cacheControl = Self.cacheControl(maxAgeSeconds: self.maxAgeSeconds)
         switch self.answer {
         case .redirect:
             return Response(

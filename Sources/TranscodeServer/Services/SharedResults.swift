@@ -74,7 +74,7 @@ final class SharedResults: Sendable {
 
     /// Publishes `key` if an earlier publish of it failed. - Throws: `storage-unavailable` when it fails again.
     func publishIfPending(_ key: String) async throws {
-        guard self.unpublished.withLock({ $0.contains(key) }) else { return }
+        guard self.isUnpublished(key) else { return }
         try await self.publish(key)
     }
 
@@ -114,7 +114,17 @@ final class SharedResults: Sendable {
     /// Whether the store said, less than `tombstoneCheckSeconds` ago, that neither object `key` nor its GIF is
     /// buried: a hit can then be answered without an `await` (`MediaHitHandler`).
     func notBuriedRecently(key: String, metadata: TranscodeMetadata) -> Bool {
-        self.unchecked(Self.tombstones(key: key, metadata: metadata), at: .now).isEmpty
+        self.notBuriedRecently(Self.tombstones(key: key, metadata: metadata))
+    }
+
+    /// Whether the store said, less than `tombstoneCheckSeconds` ago, that none of `tombstones` is buried.
+    func notBuriedRecently(_ tombstones: [DiskCache.Tombstone]) -> Bool {
+        self.unchecked(tombstones, at: .now).isEmpty
+    }
+
+    /// Whether object `key` was converted here and waits to be published (a hit then publishes it first).
+    func isUnpublished(_ key: String) -> Bool {
+        self.unpublished.withLock { $0.contains(key) }
     }
 
     private static func tombstones(key: String, metadata: TranscodeMetadata) -> [DiskCache.Tombstone] {

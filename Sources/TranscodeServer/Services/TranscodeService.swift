@@ -289,6 +289,20 @@ final class TranscodeService: Sendable {
 
     // MARK: The shared store
 
+    /// The object the URL of `keys` leads to, when a hit needs no `await` (`MediaHitHandler`): the URL not
+    /// taken down (here, and in a fleet by a recent "no" of the store), its link fresh, its host's policy
+    /// decision remembered as allowed, the object not waiting to be published. `nil` leaves the request to
+    /// `transcode(url:...)`, which decides everything afresh. The object's own checks are the caller's.
+    func freshHitKey(url: URL, keys: SourceKeys) -> String? {
+        let source = DiskCache.Tombstone.source(keys.sourceHash)
+        guard !self.cache.isBuried(source), self.shared?.notBuriedRecently([source]) ?? true,
+            let key = self.cache.lookup(urlKey: keys.urlKey),
+            let age = self.cache.linkAge(urlKey: keys.urlKey), age < self.urlTTLSeconds,
+            self.downloader.isRememberedAllowed(url), self.shared?.isUnpublished(key) != true
+        else { return nil }
+        return key
+    }
+
     /// Whether any of `tombstones` was recorded, here or (in a fleet) in the shared store.
     /// - Parameter recently: a cache hit: trust the shared store's recent "no".
     func isBuried(_ tombstones: [DiskCache.Tombstone], recently: Bool = false) async throws -> Bool {
