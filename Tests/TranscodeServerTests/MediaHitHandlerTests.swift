@@ -97,6 +97,37 @@ import Testing
         return (answers, closed)
     }
 
+    /// A request as the tests send it: method, path (with any query), extra header lines.
+    typealias Probe = (method: String, path: String, headers: [String])
+
+    /// Sends `probe` twice, on two connections one after the other: with a one-byte body (which the handler
+    /// leaves to the router; request id `router-<id>`), then without (`memory-<id>`). Pipelined on one
+    /// connection the second would wait for the router and be answered by it too.
+    static func bothWays(_ harness: Harness, _ probe: Probe, id: String) async throws -> (
+        router: RawResponse, memory: RawResponse
+    ) {
+        let head =
+            "\(probe.method) \(probe.path) HTTP/1.1\r\nHost: 127.0.0.1\r\n" + probe.headers.map { $0 + "\r\n" }.joined()
+        let bodiless = [probe.method == "HEAD"]
+        let router = try #require(
+            try await Self.exchange(
+                port: harness.appPort, head + "X-Request-Id: router-\(id)\r\nContent-Length: 1\r\n\r\nx",
+                bodiless: bodiless
+            ).answers.first)
+        let memory = try #require(
+            try await Self.exchange(
+                port: harness.appPort, head + "X-Request-Id: memory-\(id)\r\n\r\n", bodiless: bodiless
+            )
+            .answers.first)
+        return (router, memory)
+    }
+
+    /// An answer's headers but `Date` and `X-Request-Id`, comparable between the two ways.
+    static func comparable(_ answer: RawResponse) -> [String] {
+        answer.headers.filter { !["date", "x-request-id"].contains($0.name.lowercased()) }
+            .map { "\($0.name.lowercased()): \($0.value)" }.sorted()
+    }
+
     static func memoryAnswers(_ harness: Harness) async throws -> Int {
         let text = try await harness.request(.GET, "/metrics").text
         let line = text.split(separator: "\n").first { $0.hasPrefix("transcode_media_memory_answers_total ") }
@@ -123,7 +154,7 @@ import Testing
         let recorder = AccessLogTests.Recorder()
         try await self.withWarmObject(logger: recorder.logger) { harness, key in
             let etag = "\"\(key).mp4\""
-            let cases: [(method: String, path: String, headers: [String])] = [
+            let cases: [Probe] = [
                 ("GET", "/media/\(key).mp4", []),
                 ("GET", "/media/\(key).jpg", []),
                 ("GET", "/media/\(key).json", []),
@@ -144,25 +175,10 @@ import Testing
             let before = try await Self.memoryAnswers(harness)
             var viaMemory: [Int] = []
             for (index, request) in cases.enumerated() {
-                let head =
-                    "\(request.method) \(request.path) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    + request.headers.map { $0 + "\r\n" }.joined()
-                let viaRouter = head + "X-Request-Id: router-\(index)\r\nContent-Length: 1\r\n\r\nx"
-                let fromMemory = head + "X-Request-Id: memory-\(index)\r\n\r\n"
-                // Two connections, one after the other: pipelined behind the first, the second would wait for the
-                // router and be answered by it too.
-                let bodiless = [request.method == "HEAD"]
-                let router = try #require(
-                    try await Self.exchange(port: harness.appPort, viaRouter, bodiless: bodiless).answers.first)
-                let memory = try #require(
-                    try await Self.exchange(port: harness.appPort, fromMemory, bodiless: bodiless).answers.first)
+                let (router, memory) = try await Self.bothWays(harness, request, id: String(index))
                 viaMemory.append(try await Self.memoryAnswers(harness) - before)
-                func comparable(_ answer: RawResponse) -> [String] {
-                    answer.headers.filter { !["date", "x-request-id"].contains($0.name.lowercased()) }
-                        .map { "\($0.name.lowercased()): \($0.value)" }.sorted()
-                }
                 #expect(memory.status == router.status, "\(request)")
-                #expect(comparable(memory) == comparable(router), "\(request)")
+                #expect(Self.comparable(memory) == Self.comparable(router), "\(request)")
                 #expect(memory.body == router.body, "\(request)")
                 #expect(memory.header("X-Request-Id") == "memory-\(index)")
                 #expect(memory.header("Date") != nil)
@@ -218,7 +234,7 @@ import Testing
             for path in [video, poster] {
                 #expect(try await harness.request(.GET, path).status == 200)
             }
-            let cases: [(method: String, path: String, headers: [String])] = [
+            let cases: [Probe] = [
                 ("GET", video, []),
                 ("GET", poster, []),
                 ("GET", video + "?utm=1", []),
@@ -229,29 +245,13 @@ import Testing
             let before = try await Self.memoryAnswers(harness)
             let hitsBefore = try await Self.cacheHits(harness)
             for (index, request) in cases.enumerated() {
-                let head =
-                    "\(request.method) \(request.path) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    + request.headers.map { $0 + "\r\n" }.joined()
-                let bodiless = [request.method == "HEAD"]
-                let router = try #require(
-                    try await Self.exchange(
-                        port: harness.appPort, head + "X-Request-Id: srouter-\(index)\r\nContent-Length: 1\r\n\r\nx",
-                        bodiless: bodiless
-                    ).answers.first)
-                let memory = try #require(
-                    try await Self.exchange(
-                        port: harness.appPort, head + "X-Request-Id: smemory-\(index)\r\n\r\n", bodiless: bodiless
-                    ).answers.first)
-                func comparable(_ answer: RawResponse) -> [String] {
-                    answer.headers.filter { !["date", "x-request-id"].contains($0.name.lowercased()) }
-                        .map { "\($0.name.lowercased()): \($0.value)" }.sorted()
-                }
+                let (router, memory) = try await Self.bothWays(harness, request, id: "s\(index)")
                 #expect(memory.status == router.status, "\(request)")
-                #expect(comparable(memory) == comparable(router), "\(request)")
+                #expect(Self.comparable(memory) == Self.comparable(router), "\(request)")
                 #expect(memory.body == router.body, "\(request)")
                 #expect(memory.header("Cache-Control") == "public, max-age=3600")
-                let routerLine = try #require(recorder.requests(withID: "srouter-\(index)").first)
-                let memoryLine = try #require(recorder.requests(withID: "smemory-\(index)").first)
+                let routerLine = try #require(recorder.requests(withID: "router-s\(index)").first)
+                let memoryLine = try #require(recorder.requests(withID: "memory-s\(index)").first)
                 #expect(memoryLine.metadata["http.route"] == routerLine.metadata["http.route"])
                 #expect(memoryLine.metadata["http.status"] == routerLine.metadata["http.status"])
                 #expect(try await Self.memoryAnswers(harness) == before + index + 1, "\(request)")
@@ -267,6 +267,56 @@ import Testing
             let (answers, _) = try await Self.exchange(
                 port: harness.appPort, "GET \(video) HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])
             #expect(answers.first?.status == 451)
+        }
+    }
+
+    /// Of a file larger than the small-file limit only the head is kept: ranges inside it (players' first
+    /// probe, the `moov`) and HEAD are answered from memory, the route's answer exactly; ranges past it and the
+    /// whole file go to the route, and their bytes are the file's.
+    @Test func aLargeFilesHeadIsAnsweredFromMemory() async throws {
+        try await withHarness { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
+            let key = try #require(try reply.json()["key"] as? String)
+            let path = harness.services.cache.objectPath(key, "mp4")
+            let file = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+            try #require(file.count > DiskCache.smallFileLimit)
+            let head = DiskCache.headLength
+            // The route reads the head once (Safari's probe) and keeps it.
+            let probe = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")])
+            #expect(probe.status == 206 && probe.body == Array(file[0...1]))
+
+            let inside: [Probe] = [
+                ("GET", "/media/\(key).mp4", ["Range: bytes=0-1"]),
+                ("GET", "/media/\(key).mp4", ["Range: bytes=100-\(head - 1)"]),
+                ("GET", "/media/\(key).mp4", ["If-None-Match: \"\(key).mp4\""]),
+                ("HEAD", "/media/\(key).mp4", []),
+            ]
+            for (index, probe) in inside.enumerated() {
+                let before = try await Self.memoryAnswers(harness)
+                let (router, memory) = try await Self.bothWays(harness, probe, id: "head\(index)")
+                #expect(try await Self.memoryAnswers(harness) == before + 1, "\(probe)")
+                #expect(memory.status == router.status && memory.body == router.body, "\(probe)")
+                #expect(Self.comparable(memory) == Self.comparable(router), "\(probe)")
+            }
+            let (inHead, _) = try await Self.exchange(
+                port: harness.appPort,
+                "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\nRange: bytes=100-\(head - 1)\r\n\r\n",
+                bodiless: [false])
+            #expect(inHead.first?.body == Array(file[100..<head]))
+
+            let outside: [(range: String?, bytes: ArraySlice<UInt8>)] = [
+                ("bytes=\(head - 10)-\(head + 10)", file[(head - 10)...(head + 10)]),
+                ("bytes=\(file.count - 5)-", file[(file.count - 5)...]),
+                (nil, file[...]),
+            ]
+            for (range, bytes) in outside {
+                let before = try await Self.memoryAnswers(harness)
+                let reply = try await harness.request(
+                    .GET, "/media/\(key).mp4", headers: range.map { [("Range", $0)] } ?? [])
+                #expect(reply.status == (range == nil ? 200 : 206))
+                #expect(reply.body == Array(bytes), "\(range ?? "whole")")
+                #expect(try await Self.memoryAnswers(harness) == before, "\(range ?? "whole")")
+            }
         }
     }
 

@@ -87,22 +87,26 @@ struct MediaController<Context: RequestContext>: Sendable {
         guard includeBody, let bytes = answer.bytes else {
             return Response(status: status, headers: headers, body: .init())
         }
-        if file.size <= DiskCache.smallFileLimit {
-            // A small file is read whole once, then served from memory.
-            var whole = self.cache.cachedBytes(file, key: key, fileExtension: fileExtension)
-            if whole == nil {
-                let size = file.size
-                whole = try await NIOThreadPool.singleton.runIfActive {
+        let keptLength = DiskCache.keptLength(ofFileOfSize: file.size)
+        if bytes.upperBound < keptLength {
+            // A small file is read whole once, a larger one's head (players' probes, the `moov`), then served
+            // from memory.
+            var kept = self.cache.cachedBytes(file, key: key, fileExtension: fileExtension)
+            if kept == nil {
+                kept = try await NIOThreadPool.singleton.runIfActive {
                     var buffer = ByteBuffer()
-                    let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: max(1, size)) { pointer in
-                        max(0, pread(file.descriptor, pointer.baseAddress, size, 0))
+                    let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: max(1, keptLength)) {
+                        pointer in
+                        max(0, pread(file.descriptor, pointer.baseAddress, keptLength, 0))
                     }
-                    guard read == size else { throw ServiceError.notFound("the file shrank while being served") }
+                    guard read == keptLength else {
+                        throw ServiceError.notFound("the file shrank while being served")
+                    }
                     return buffer
                 }
-                if let whole { self.cache.keepBytes(whole, of: file, key: key, fileExtension: fileExtension) }
+                if let kept { self.cache.keepBytes(kept, of: file, key: key, fileExtension: fileExtension) }
             }
-            guard let slice = whole?.getSlice(at: bytes.lowerBound, length: length) else {
+            guard let slice = kept?.getSlice(at: bytes.lowerBound, length: length) else {
                 throw ServiceError.notFound("the file shrank while being served")
             }
             self.bytesServed(length)

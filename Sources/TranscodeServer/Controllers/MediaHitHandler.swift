@@ -186,17 +186,19 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 (found, target.source.fileExtension, signed.cacheControl, "/v1/**")
         }
         guard let contentType = MediaAnswer.contentTypes[fileExtension],
-            let (metadata, whole) = cache.memoryHit(key, fileExtension: fileExtension),
+            let (metadata, size, kept) = cache.memoryHit(key, fileExtension: fileExtension),
             (try? cache.checkNotTakenDown(key: key, metadata: metadata)) != nil,
             self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
         else { return false }
         if case .signed = candidate { self.source.metrics.cacheHit() }
         var answer = MediaAnswer(
-            key: key, fileExtension: fileExtension, contentType: contentType, size: whole.readableBytes,
+            key: key, fileExtension: fileExtension, contentType: contentType, size: size,
             request: request.headerFields, cacheControl: cacheControl)
         var body: ByteBuffer?
         if answer.sendsBody, request.method == .get, let bytes = answer.bytes {
-            body = whole.getSlice(at: whole.readerIndex + bytes.lowerBound, length: bytes.count)
+            // Of a large file only the head is kept: other ranges are read by the route.
+            guard bytes.upperBound < kept.readableBytes else { return false }
+            body = kept.getSlice(at: kept.readerIndex + bytes.lowerBound, length: bytes.count)
         }
 
         let id = request.headerFields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description

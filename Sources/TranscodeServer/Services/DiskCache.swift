@@ -390,8 +390,17 @@ final class DiskCache: Sendable {
 
     static var smallFileLimit: Int { 256 * 1024 }
     static var smallFilesCapacity: Int { 64 * 1024 * 1024 }
+    /// Of a larger file, its first bytes are kept: players' first probes (`bytes=0-1`) and the `moov` box
+    /// (written first, `faststart`) are read from there.
+    static var headLength: Int { 64 * 1024 }
 
-    /// The bytes of `file` (object `key`'s `.fileExtension`) if they are in memory.
+    /// How many bytes of a file of `size` bytes are kept in memory: all of a small file, the head of another.
+    static func keptLength(ofFileOfSize size: Int) -> Int {
+        size <= Self.smallFileLimit ? size : min(size, Self.headLength)
+    }
+
+    /// The bytes of `file` (object `key`'s `.fileExtension`) kept in memory (`keptLength`: the whole file or
+    /// its head), if they are.
     func cachedBytes(_ file: OpenFile, key: String, fileExtension: String) -> ByteBuffer? {
         self.keptBytes(key + "." + fileExtension, identity: file.identity)
     }
@@ -405,12 +414,15 @@ final class DiskCache: Sendable {
         }
     }
 
-    /// A hit answered from memory alone: the metadata of `key` and the bytes of its `.fileExtension`, when both
-    /// were checked and read before and the files at their paths are still those very files (`lstat`, the same
-    /// identity). Two `lstat`s instead of opening and checking the three files: what is served are bytes read
-    /// from a checked descriptor, so a link or another file put at the path is not followed but misses.
-    /// `nil` sends the request the long way (`verifiedObject`), which reads and keeps what is missing.
-    func memoryHit(_ key: String, fileExtension: String) -> (metadata: TranscodeMetadata, bytes: ByteBuffer)? {
+    /// A hit answered from memory alone: the metadata of `key`, the size of its `.fileExtension` and the bytes
+    /// of it kept in memory (all of a small file, the head of another), when both were checked and read before
+    /// and the files at their paths are still those very files (`lstat`, the same identity). Two `lstat`s
+    /// instead of opening and checking the three files: what is served are bytes read from a checked
+    /// descriptor, so a link or another file put at the path is not followed but misses. `nil` sends the
+    /// request the long way (`verifiedObject`), which reads and keeps what is missing.
+    func memoryHit(_ key: String, fileExtension: String) -> (
+        metadata: TranscodeMetadata, size: Int, bytes: ByteBuffer
+    )? {
         func currentIdentity(_ path: String) -> [Int]? {
             var info = stat()
             guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else { return nil }
@@ -422,12 +434,12 @@ final class DiskCache: Sendable {
         else { return nil }
         guard let bytes = self.keptBytes(key + "." + fileExtension, identity: file) else { return nil }
         self.touch(key)
-        return (metadata, bytes)
+        return (metadata, file[2], bytes)
     }
 
-    /// Keeps the bytes just read of a small file.
+    /// Keeps the bytes just read of a file: all of it when small, else its head (`keptLength`).
     func keepBytes(_ bytes: ByteBuffer, of file: OpenFile, key: String, fileExtension: String) {
-        guard file.size <= Self.smallFileLimit, bytes.readableBytes == file.size, !file.identity.isEmpty else { return }
+        guard bytes.readableBytes == Self.keptLength(ofFileOfSize: file.size), !file.identity.isEmpty else { return }
         let name = key + "." + fileExtension
         self.smallFiles.withLock { cache in
             if let old = cache.entries.removeValue(forKey: name) { cache.total -= old.bytes.readableBytes }
