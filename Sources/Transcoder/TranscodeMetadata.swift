@@ -187,7 +187,7 @@ public struct SizeGuard: Codable, Hashable, Sendable {
         /// The MP4's size; for a stopped attempt, the bytes encoded when it was stopped.
         public var bytes: Int
         /// Mean SSIM (luma) against the encoded pictures, weighted by display time; `nil` for a stopped
-        /// attempt (not measured).
+        /// attempt (not measured; written as 0).
         public var ssim: Double?
         /// For a first attempt stopped as soon as its bytes passed the target (it could only end larger):
         /// the size projected for the whole from the share of the animation encoded by then.
@@ -202,6 +202,30 @@ public struct SizeGuard: Codable, Hashable, Sendable {
 
         /// What the next CRF is chosen from: the size, or the projection of a stopped attempt.
         var expectedBytes: Int { self.projectedBytes ?? self.bytes }
+
+        private enum Keys: String, CodingKey {
+            case crf, bytes, ssim, projectedBytes
+        }
+
+        // `ssim` is always written, 0 for a stopped attempt (not measured; `projectedBytes` says it stopped):
+        // versions before stopped attempts require the field, and a fleet upgraded node by node, or rolled
+        // back, must still read every object's metadata.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: Keys.self)
+            try container.encode(self.crf, forKey: .crf)
+            try container.encode(self.bytes, forKey: .bytes)
+            try container.encode(self.ssim ?? 0, forKey: .ssim)
+            try container.encodeIfPresent(self.projectedBytes, forKey: .projectedBytes)
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: Keys.self)
+            self.crf = try container.decode(Int.self, forKey: .crf)
+            self.bytes = try container.decode(Int.self, forKey: .bytes)
+            self.projectedBytes = try container.decodeIfPresent(Int.self, forKey: .projectedBytes)
+            let ssim = try container.decodeIfPresent(Double.self, forKey: .ssim)
+            self.ssim = self.projectedBytes == nil ? ssim : nil
+        }
     }
 
     /// How the guard ended.

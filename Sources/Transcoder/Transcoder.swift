@@ -251,7 +251,8 @@ public struct Transcoder: Sendable {
     static func nextCRF(after attempts: [SizeGuard.Attempt], target: Double) -> Int {
         guard let last = attempts.last else { return TranscodeOptions.defaultCRF }
         var stepsPerHalving = 12.0
-        if attempts.count >= 2 {
+        // The slope only between two measured sizes: a projection is too rough to measure it from.
+        if attempts.count >= 2, attempts[attempts.count - 2].projectedBytes == nil, last.projectedBytes == nil {
             let previous = attempts[attempts.count - 2]
             let halvings = log2(Double(previous.expectedBytes) / Double(max(1, last.expectedBytes)))
             if halvings > 0.01 {
@@ -320,8 +321,9 @@ public struct Transcoder: Sendable {
                 let share = max(
                     Double(start) / Double(max(1, totalMilliseconds)),
                     Double(packets) / Double(max(1, header.frameMilliseconds.count)))
-                // At most twice what was written: a big first picture must not look like a huge whole.
-                let projected = min(Double(written) / max(share, 0.01), Double(written) * 2)
+                // Early on, at most twice what was written: a big first picture must not look like a huge whole.
+                let whole = Double(written) / max(share, 0.01)
+                let projected = share >= 0.25 ? whole : min(whole, Double(written) * 2)
                 throw StoppedAboveTarget(bytes: written, projectedBytes: Int(projected))
             }
         }

@@ -137,6 +137,24 @@ import Transcoder
 }
 
 @Suite struct ConnectionLimitTests {
+    /// The head deadline waits for heads not yet read: a request pipelined behind another, read already and
+    /// answered after longer than the deadline, is not cut off when the first answer ends.
+    @Test func aPipelinedSlowRequestIsNotCutOff() async throws {
+        try await withHarness(configure: {
+            $0.headerTimeoutSeconds = 0.5
+            $0.idleTimeoutSeconds = 30
+        }) { harness in
+            let body = "{\"url\": \"\(harness.originURL("/delayed/1500/cartoon_hotdog.gif"))\"}"
+            let requests =
+                "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                + "POST /transcode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)"
+            let (answers, _) = try await MediaHitHandlerTests.exchange(
+                port: harness.appPort, requests, bodiless: [false, false])
+            #expect(answers.map(\.status) == [200, 200])
+        }
+    }
+
     /// A client that sends its request head slowly is disconnected at the head deadline, although it
     /// never stays idle long enough for the idle timeout.
     @Test func slowHeadersAreCutOff() async throws {

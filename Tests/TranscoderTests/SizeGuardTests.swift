@@ -72,7 +72,7 @@ import Testing
             #expect(Double(guarded.attempts[0].bytes) >= Double(gif.count) * options.maxSizeRatio)
             if stopped {
                 // Stopped once past the target (it could only end larger): not measured, its size projected
-                // from the share encoded, at least what was written and at most twice that.
+                // from the share encoded (here late: more than what was written, less than twice).
                 #expect(guarded.attempts[0].ssim == nil)
                 let projected = try #require(guarded.attempts[0].projectedBytes)
                 #expect(projected >= guarded.attempts[0].bytes && projected <= 2 * guarded.attempts[0].bytes)
@@ -124,6 +124,25 @@ import Testing
             let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
             #expect(names == ["a.jpg", "a.json", "a.mp4"])
         }
+    }
+
+    /// A stopped attempt's SSIM is written as 0, not left out: metadata written now must still decode where
+    /// `ssim` is required (a fleet upgraded node by node, a rollback); read back, it is "not measured" again.
+    @Test func stoppedAttemptsStayReadableByEarlierVersions() throws {
+        struct EarlierAttempt: Decodable {
+            var crf: Int
+            var bytes: Int
+            var ssim: Double
+        }
+        let attempts = [
+            SizeGuard.Attempt(crf: 25, bytes: 70_000, ssim: nil, projectedBytes: 90_000),
+            SizeGuard.Attempt(crf: 29, bytes: 60_000, ssim: 0.991),
+        ]
+        let data = try JSONEncoder().encode(attempts)
+        let earlier = try JSONDecoder().decode([EarlierAttempt].self, from: data)
+        #expect(earlier.map(\.ssim) == [0, 0.991])
+        let read = try JSONDecoder().decode([SizeGuard.Attempt].self, from: data)
+        #expect(read == attempts)
     }
 
     /// The guard is part of the options' fingerprint: results made with other guard settings are stored apart.

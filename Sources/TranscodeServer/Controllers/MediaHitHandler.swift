@@ -190,7 +190,6 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             (try? cache.checkNotTakenDown(key: key, metadata: metadata)) != nil,
             self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
         else { return false }
-        if case .signed = candidate { self.source.metrics.cacheHit() }
         var answer = MediaAnswer(
             key: key, fileExtension: fileExtension, contentType: contentType, size: size,
             request: request.headerFields, cacheControl: cacheControl)
@@ -200,6 +199,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             guard bytes.upperBound < kept.readableBytes else { return false }
             body = kept.getSlice(at: kept.readerIndex + bytes.lowerBound, length: bytes.count)
         }
+        // Answered here from now on (counted once: the route counts the hits it answers).
+        if case .signed = candidate { self.source.metrics.cacheHit() }
 
         let id = request.headerFields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
         answer.headers[Self.requestIDField] = id

@@ -16,6 +16,8 @@ final class RequestHeadTimeoutHandler: ChannelDuplexHandler, RemovableChannelHan
     private let timeout: TimeAmount
     /// When the wait for the current head began; `nil` while a request is being answered.
     private var waitingSince: NIODeadline?
+    /// Heads read whose answers have not ended.
+    private var unanswered = 0
     /// At most one timer per connection, moved on when it fires early: scheduling and cancelling one per
     /// request was a visible part of a cache hit's cost.
     private var timer: Scheduled<Void>?
@@ -43,12 +45,19 @@ final class RequestHeadTimeoutHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .head = self.unwrapInboundIn(data) { self.waitingSince = nil }
+        if case .head = self.unwrapInboundIn(data) {
+            self.unanswered += 1
+            self.waitingSince = nil
+        }
         context.fireChannelRead(data)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = self.unwrapOutboundIn(data) { self.arm(context) }
+        if case .end = self.unwrapOutboundIn(data) {
+            self.unanswered = max(0, self.unanswered - 1)
+            // A pipelined request already read is not waited for: only an idle connection waits for a head.
+            if self.unanswered == 0 { self.arm(context) }
+        }
         context.write(data, promise: promise)
     }
 

@@ -124,16 +124,16 @@ struct Downloader: Sendable {
         return address
     }
 
-    /// `checkDestination` for a cache hit, which fetches nothing: a host's decision is remembered for
-    /// `HostDecisions.lifetime`, so a hit does not cost a name lookup on the thread pool. The policy is fixed
-    /// for the life of the process; a restart with a stricter one decides afresh. Downloads and
-    /// revalidations always check afresh (and connect to the address they checked).
     /// Whether `url`'s host was allowed by the policy less than `HostDecisions.lifetime` ago (no lookup).
     func isRememberedAllowed(_ url: URL) -> Bool {
         if case .some(.none) = self.decisions.decision(for: Self.bareHost(url)) { return true }
         return false
     }
 
+    /// `checkDestination` for a cache hit, which fetches nothing: a host's decision is remembered for
+    /// `HostDecisions.lifetime`, so a hit does not cost a name lookup on the thread pool. The policy is fixed
+    /// for the life of the process; a restart with a stricter one decides afresh. Downloads and
+    /// revalidations always check afresh (and connect to the address they checked).
     func checkCachedDestination(_ url: URL) async throws {
         let host = Self.bareHost(url)
         if let decision = self.decisions.decision(for: host) {
