@@ -16,6 +16,22 @@ struct MediaAnswer {
         ["mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json; charset=utf-8"]
     }
 
+    /// A stored file's name, `<64 hex>.<mp4|jpg|json>`: its key is checked before anything touches the disk.
+    struct File {
+        let key: String
+        let fileExtension: String
+        let contentType: String
+
+        init?(name: Substring) {
+            guard let dot = name.firstIndex(of: "."), DiskCache.isValidKey(name[..<dot]),
+                let contentType = MediaAnswer.contentTypes[String(name[name.index(after: dot)...])]
+            else { return nil }
+            self.key = String(name[..<dot])
+            self.fileExtension = String(name[name.index(after: dot)...])
+            self.contentType = contentType
+        }
+    }
+
     /// `false` for `304` and `416`, whose answers have no body even for `GET`.
     var sendsBody: Bool { self.status == .ok || self.status == .partialContent }
 

@@ -36,16 +36,11 @@ struct MediaController<Context: RequestContext>: Sendable {
     }
 
     private func serve(_ request: Request, context: Context, includeBody: Bool) async throws -> Response {
-        let file = try context.parameters.require("file")
-        // The key is validated as 64 lowercase hex digits before anything touches the disk.
-        let parts = file.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, DiskCache.isValidKey(parts[0]),
-            let contentType = MediaAnswer.contentTypes[String(parts[1])]
-        else {
+        guard let file = MediaAnswer.File(name: Substring(try context.parameters.require("file"))) else {
             throw ServiceError.notFound("no such media")
         }
         return try await self.respond(
-            key: String(parts[0]), fileExtension: String(parts[1]), contentType: contentType, request: request,
+            key: file.key, fileExtension: file.fileExtension, contentType: file.contentType, request: request,
             includeBody: includeBody, cacheControl: Self.cacheControl(maxAgeSeconds: self.maxAgeSeconds))
     }
 

@@ -57,7 +57,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// A request that may be answered here.
     enum Candidate {
-        case media(MediaFile)
+        case media(MediaAnswer.File)
         case signed(ResolvedPaths.Target)
     }
 
@@ -134,29 +134,14 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelRead(self.wrapInboundOut(part))
     }
 
-    /// A `GET`/`HEAD /media/<64 hex>.<mp4|jpg|json>` request (a query is ignored, as by the router).
-    struct MediaFile {
-        let key: String
-        let fileExtension: String
-        let contentType: String
-
-        init?(_ request: HTTPRequest) {
-            guard request.method == .get || request.method == .head, let path = request.path?.utf8,
-                path.count >= 7 + 64 + 4, path.starts(with: "/media/".utf8)
-            else { return nil }
-            let name = path.dropFirst(7).prefix { $0 != UInt8(ascii: "?") }
-            let key = name.prefix(64)
-            guard name.dropFirst(64).first == UInt8(ascii: "."), let key = String(key), DiskCache.isValidKey(key),
-                let fileExtension = String(name.dropFirst(65)),
-                let contentType = MediaAnswer.contentTypes[fileExtension]
-            else { return nil }
-            (self.key, self.fileExtension, self.contentType) = (key, fileExtension, contentType)
-        }
-    }
-
     /// `GET`/`HEAD` of `/media/...`, or of a `/v1/...` path the route has verified.
     private func candidate(_ request: HTTPRequest) -> Candidate? {
-        if let media = MediaFile(request) { return .media(media) }
+        if request.method == .get || request.method == .head, let path = request.path, path.hasPrefix("/media/"),
+            let media = MediaAnswer.File(name: path.dropFirst(7).prefix { $0 != "?" })
+        {
+            // A query is ignored, as by the router.
+            return .media(media)
+        }
         guard let route = self.source.signedRoute, request.method == .get || request.method == .head,
             let path = request.path, path.hasPrefix(SourceController<BasicRequestContext>.prefix)
         else { return nil }

@@ -111,7 +111,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         switch answer {
         case .done(let outcome, let cacheHit):
             let result = TranscodeResult(outcome, baseURL: self.links.baseURL, signed: signed)
-            var response = try self.encoded.response(for: result)
+            var response = Self.json(body: try self.encoded.body(for: result, encode: Self.jsonBytes))
             response.headers[HTTPField.Name("X-Cache")!] = cacheHit ? "hit" : "miss"
             return response
         case .pending(let id):
@@ -204,12 +204,19 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     }
 
     static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
+        Self.json(body: try Self.jsonBytes(value), status: status)
+    }
+
+    /// `value` as the JSON of an answer (sorted keys: the same value, the same bytes).
+    static func jsonBytes(_ value: some Encodable) throws -> ByteBuffer {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        let data = try encoder.encode(value)
-        return Response(
-            status: status, headers: [.contentType: "application/json; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        return ByteBuffer(bytes: try encoder.encode(value))
+    }
+
+    static func json(body: ByteBuffer, status: HTTPResponse.Status = .ok) -> Response {
+        Response(
+            status: status, headers: [.contentType: "application/json; charset=utf-8"], body: .init(byteBuffer: body))
     }
 }
 
@@ -219,21 +226,15 @@ final class EncodedResults: Sendable {
     static var capacity: Int { 4096 }
     private let answers = Mutex<[TranscodeResult: ByteBuffer]>([:])
 
-    func response(for result: TranscodeResult) throws -> Response {
-        let body: ByteBuffer
-        if let known = self.answers.withLock({ $0[result] }) {
-            body = known
-        } else {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            body = ByteBuffer(bytes: try encoder.encode(result))
-            self.answers.withLock { answers in
-                if answers.count >= Self.capacity { answers.removeAll(keepingCapacity: true) }
-                answers[result] = body
-            }
+    /// The JSON of `result`, made by `encode` the first time.
+    func body(for result: TranscodeResult, encode: (TranscodeResult) throws -> ByteBuffer) rethrows -> ByteBuffer {
+        if let known = self.answers.withLock({ $0[result] }) { return known }
+        let body = try encode(result)
+        self.answers.withLock { answers in
+            if answers.count >= Self.capacity { answers.removeAll(keepingCapacity: true) }
+            answers[result] = body
         }
-        return Response(
-            status: .ok, headers: [.contentType: "application/json; charset=utf-8"], body: .init(byteBuffer: body))
+        return body
     }
 }
 
