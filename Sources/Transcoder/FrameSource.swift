@@ -26,8 +26,11 @@ protocol FrameSource: AnyObject {
     /// Composites the next frame. - Returns: false when it does not decode completely: like a browser,
     /// keep the frames before it. - Throws: when the data is damaged (treated the same way).
     func advance() throws -> Bool
-    /// Writes the canvas flattened over `background` (opaque RGBA) into `output`, rows `stride` apart.
-    func flatten(over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int)
+    /// Writes the canvas's `rows` flattened over `background` (opaque RGBA) into `output`, the first of them
+    /// at `output`'s first row, rows `stride` apart (a band of rows lets a picture be compared with another
+    /// without a second whole picture in memory).
+    func flatten(
+        rows: Range<Int>, over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int)
     /// Whether any picture flattened so far had transparent pixels.
     var sawTransparency: Bool { get }
 }
@@ -99,8 +102,10 @@ final class GIFFrameSource: FrameSource {
         return try self.compositor.draw(self.prescan.frames[self.next], from: self.decoder)
     }
 
-    func flatten(over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int) {
-        self.compositor.flatten(over: background, into: output, stride: stride)
+    func flatten(
+        rows: Range<Int>, over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int
+    ) {
+        self.compositor.flatten(rows: rows, over: background, into: output, stride: stride)
     }
 
     var sawTransparency: Bool { self.compositor.sawTransparency }

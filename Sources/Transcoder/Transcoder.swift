@@ -373,10 +373,12 @@ public struct Transcoder: Sendable {
         let pictureWidth = output.scaled ? header.width : output.width
         let pictureHeight = output.scaled ? header.height : output.height
         let background = self.options.background.rgbaPixel
-        // Two pictures: the one waiting to be encoded (its duration grows while identical pictures follow)
-        // and the newest.
+        // One picture, the one waiting to be encoded (its duration grows while identical pictures follow);
+        // each new canvas is compared with it band by band before it is flattened whole, so a second
+        // picture is never held (4.7 MB at 1080x1080).
         var pending = [UInt32](repeating: background, count: pictureWidth * pictureHeight)
-        var current = pending
+        let bandRows = 16
+        var band = [UInt32](repeating: background, count: pictureWidth * bandRows)
 
         let source = try header.makeFrameSource(bytes)
         let scaler = try ImageScaler(
@@ -392,6 +394,31 @@ public struct Transcoder: Sendable {
             try picture(frame, pendingStart)
             pass.encodedFrames += 1
         }
+        func flattenPending() {
+            pending.withUnsafeMutableBufferPointer {
+                source.flatten(rows: 0..<header.height, over: background, into: $0, stride: pictureWidth)
+                Self.extendEdges(
+                    $0, width: header.width, height: header.height, stride: pictureWidth, rows: pictureHeight)
+            }
+        }
+        // Whether the canvas flattened is the pending picture; padding rows copy the last row, so only the
+        // canvas's rows (with their padding column) are compared.
+        func canvasIsPending() -> Bool {
+            for top in stride(from: 0, to: header.height, by: bandRows) {
+                let rows = top..<min(header.height, top + bandRows)
+                let same = band.withUnsafeMutableBufferPointer { band in
+                    source.flatten(rows: rows, over: background, into: band, stride: pictureWidth)
+                    Self.extendEdges(
+                        band, width: header.width, height: rows.count, stride: pictureWidth, rows: rows.count)
+                    return pending.withUnsafeBufferPointer {
+                        memcmp(band.baseAddress!, $0.baseAddress! + top * pictureWidth, rows.count * pictureWidth * 4)
+                            == 0
+                    }
+                }
+                if !same { return false }
+            }
+            return true
+        }
 
         for milliseconds in header.frameMilliseconds {
             do {
@@ -404,21 +431,16 @@ public struct Transcoder: Sendable {
                 pass.truncated = true
                 break
             }
-            current.withUnsafeMutableBufferPointer {
-                source.flatten(over: background, into: $0, stride: pictureWidth)
-                Self.extendEdges(
-                    $0, width: header.width, height: header.height, stride: pictureWidth, rows: pictureHeight)
-            }
             let duration = Int64(milliseconds)
             if pass.decodedFrames == 0 {
-                try current.withUnsafeBufferPointer { try first($0, pictureWidth, pictureHeight) }
-                swap(&pending, &current)
+                flattenPending()
+                try pending.withUnsafeBufferPointer { try first($0, pictureWidth, pictureHeight) }
                 pendingStart = 0
-            } else if Self.identical(current, pending) {
+            } else if canvasIsPending() {
                 // Same picture again: the pending frame simply shows longer.
             } else {
                 try emitPending()
-                swap(&pending, &current)
+                flattenPending()
                 pendingStart = pass.time
             }
             pass.time += duration
@@ -449,14 +471,6 @@ public struct Transcoder: Sendable {
         }
         for y in height..<rows {
             for x in 0..<stride { pixels[y * stride + x] = pixels[(height - 1) * stride + x] }
-        }
-    }
-
-    private static func identical(_ a: [UInt32], _ b: [UInt32]) -> Bool {
-        a.withUnsafeBytes { a in
-            b.withUnsafeBytes { b in
-                a.count == b.count && memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0
-            }
         }
     }
 }

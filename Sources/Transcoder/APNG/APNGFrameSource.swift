@@ -55,13 +55,14 @@ final class APNGFrameSource: FrameSource {
         return true
     }
 
-    func flatten(over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int) {
+    func flatten(
+        rows: Range<Int>, over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int
+    ) {
         let width = self.prescan.width
-        let height = self.prescan.height
         let transparent = self.canvas.withUnsafeBytes {
             flattenStraightAlpha(
-                $0.baseAddress!, sourceStride: width * 4, width: width, height: height, over: background,
-                into: output, stride: stride)
+                $0.baseAddress! + rows.lowerBound * width * 4, sourceStride: width * 4, width: width,
+                height: rows.count, over: background, into: output, stride: stride)
         }
         if transparent { self.sawTransparency = true }
     }

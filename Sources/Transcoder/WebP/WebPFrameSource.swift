@@ -66,12 +66,14 @@ final class WebPFrameSource: FrameSource {
         return true
     }
 
-    func flatten(over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int) {
+    func flatten(
+        rows: Range<Int>, over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int
+    ) {
         guard let canvas = self.canvas else { return }
         let width = self.prescan.width
         if flattenStraightAlpha(
-            canvas, sourceStride: width * 4, width: width, height: self.prescan.height, over: background,
-            into: output, stride: stride)
+            canvas + rows.lowerBound * width * 4, sourceStride: width * 4, width: width, height: rows.count,
+            over: background, into: output, stride: stride)
         {
             self.sawTransparency = true
         }
