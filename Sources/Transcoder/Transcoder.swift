@@ -149,7 +149,8 @@ public struct Transcoder: Sendable {
 
     /// Encodes at `options.crf`; when the MP4 is not smaller than `maxSizeRatio` x the GIF, encodes again
     /// at higher CRFs chosen from the last attempt's size (at most `maxExtraAttempts` more), measuring
-    /// each attempt's SSIM against the pictures it encoded, and keeps the first attempt that is both small
+    /// each attempt's SSIM against the pictures it encoded while encoding them (`EncodeSSIM`; the first
+    /// attempt only under the stopping size), and keeps the first attempt that is both small
     /// enough and at or above `minSSIM`; when none is, the first attempt (the best picture) with the
     /// attempts recorded, and the caller recommends keeping the GIF.
     ///
@@ -157,7 +158,8 @@ public struct Transcoder: Sendable {
     /// rest of its encode and its SSIM pass were a third of a guarded conversion's time. Its size is then
     /// projected from the share of the animation encoded; it is encoded whole only if it is kept after all.
     ///
-    /// Every attempt decodes the GIF again: no attempt's frames are kept in memory.
+    /// Every attempt decodes the GIF again: no attempt's frames are kept in memory (the SSIM check keeps the
+    /// luma of the few pictures inside x264's delay).
     /// - Returns: the metadata and the path of the MP4 to keep (one of `temporaries`).
     private func encodeGuarded(
         _ bytes: UnsafeRawBufferPointer, mp4Path: String, temporaries: inout [String]
@@ -172,15 +174,16 @@ public struct Transcoder: Sendable {
         var paths: [String] = []
         var complete: (result: TranscodeMetadata, poster: [UInt8])?
         do {
-            var first = try self.encode(
-                bytes, plan: plan, crf: self.options.crf, mp4Path: mp4Path, stopAbove: stopAbove)
-            first.result.crf = self.options.crf
+            // Measured only when it will not be stopped: under the stopping size, where measuring is cheap.
+            let first = try self.encode(
+                bytes, plan: plan, crf: self.options.crf, mp4Path: mp4Path, stopAbove: stopAbove,
+                measure: guarding && stopAbove == nil)
+            var metadata = (result: first.result, poster: first.poster)
+            metadata.result.crf = self.options.crf
             let firstBytes = try OutputFile.size(mp4Path)
-            guard guarding, Double(firstBytes) >= target else { return (first, mp4Path) }
-            complete = first
-            attempts.append(
-                SizeGuard.Attempt(
-                    crf: self.options.crf, bytes: firstBytes, ssim: try self.ssim(bytes, plan: plan, mp4Path: mp4Path)))
+            guard guarding, Double(firstBytes) >= target else { return (metadata, mp4Path) }
+            complete = metadata
+            attempts.append(SizeGuard.Attempt(crf: self.options.crf, bytes: firstBytes, ssim: first.ssim))
         } catch let stopped as StoppedAboveTarget {
             attempts.append(
                 SizeGuard.Attempt(
@@ -201,10 +204,9 @@ public struct Transcoder: Sendable {
             let path = OutputFile.temporaryPath(for: mp4Path)
             temporaries.append(path)
             paths.append(path)
-            let encoded = try self.encode(bytes, plan: plan, crf: crf, mp4Path: path)
-            if complete == nil { complete = encoded }
-            let attempt = SizeGuard.Attempt(
-                crf: crf, bytes: try OutputFile.size(path), ssim: try self.ssim(bytes, plan: plan, mp4Path: path))
+            let encoded = try self.encode(bytes, plan: plan, crf: crf, mp4Path: path, measure: true)
+            if complete == nil { complete = (encoded.result, encoded.poster) }
+            let attempt = SizeGuard.Attempt(crf: crf, bytes: try OutputFile.size(path), ssim: encoded.ssim)
             attempts.append(attempt)
             if let ssim = attempt.ssim, ssim < self.options.minSSIM {
                 outcome = .qualityFloor
@@ -222,7 +224,8 @@ public struct Transcoder: Sendable {
             // Nothing better: the first attempt after all, encoded whole this time.
             let path = OutputFile.temporaryPath(for: mp4Path)
             temporaries.append(path)
-            complete = try self.encode(bytes, plan: plan, crf: self.options.crf, mp4Path: path)
+            let encoded = try self.encode(bytes, plan: plan, crf: self.options.crf, mp4Path: path)
+            complete = (encoded.result, encoded.poster)
             paths[0] = path
             attempts[0].bytes = try OutputFile.size(path)
         }
@@ -266,35 +269,14 @@ public struct Transcoder: Sendable {
         return min(TranscodeOptions.crfRange.upperBound, last.crf + steps)
     }
 
-    /// Mean SSIM (luma) of the MP4 at `mp4Path` against the pictures it was encoded from, each weighted by
-    /// how long it shows: the GIF is composited again (frames are not kept from the encode) and the MP4
-    /// decoded beside it, one picture of each in memory.
-    private func ssim(_ bytes: UnsafeRawBufferPointer, plan: Plan, mp4Path: String) throws -> Double {
-        let reader = try MediaReader(path: mp4Path)
-        var scores: [(start: Int64, ssim: Double)] = []
-        let pass = try self.composite(bytes, plan: plan, first: { _, _, _ in }) { frame, start in
-            guard let decoded = try reader.next() else {
-                throw TranscodeError(.encodeFailed, "the MP4 has fewer pictures than were encoded")
-            }
-            let score = frame.withUnsafeMutablePointer { source in
-                LumaSSIM.compute(
-                    source.pointee.data.0!, strideA: Int(source.pointee.linesize.0), decoded.pointee.data.0!,
-                    strideB: Int(decoded.pointee.linesize.0), width: plan.output.width, height: plan.output.height)
-            }
-            scores.append((start, score))
-        }
-        var weighted = 0.0
-        for (index, score) in scores.enumerated() {
-            let end = index + 1 < scores.count ? scores[index + 1].start : pass.time
-            weighted += score.ssim * Double(end - score.start)
-        }
-        return pass.time > 0 ? weighted / Double(pass.time) : 1
-    }
-
-    /// - Parameter stopAbove: stop (throw `StoppedAboveTarget`) once the packets written pass this many bytes.
+    /// - Parameters:
+    ///   - stopAbove: stop (throw `StoppedAboveTarget`) once the packets written pass this many bytes.
+    ///   - measure: measure the video's SSIM against the pictures encoded, while encoding (`EncodeSSIM`).
+    /// - Returns: the metadata, the poster and, when measured, the SSIM.
     private func encode(
-        _ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String, stopAbove: Int? = nil
-    ) throws -> (result: TranscodeMetadata, poster: [UInt8]) {
+        _ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String, stopAbove: Int? = nil,
+        measure: Bool = false
+    ) throws -> (result: TranscodeMetadata, poster: [UInt8], ssim: Double?) {
         let header = plan.header
         let output = plan.output
         let totalMilliseconds = header.frameMilliseconds.reduce(0, +)
@@ -308,10 +290,12 @@ public struct Transcoder: Sendable {
             width: output.width, height: output.height, options: options,
             averageFrameRate: av_reduce_rational(frameRate), globalHeader: true)
         let muxer = try MP4Muxer(path: mp4Path, encoder: encoder)
+        let check = measure ? try EncodeSSIM(encoder: encoder) : nil
         var written = 0
         var packets = 0
         func write(_ packet: Packet) throws {
             let (size, start) = packet.withUnsafeMutablePointer { (Int($0.pointee.size), $0.pointee.pts) }
+            try check?.encoded(packet)
             try muxer.write(packet)
             guard let stopAbove else { return }
             written += size
@@ -334,9 +318,13 @@ public struct Transcoder: Sendable {
                 poster = try PosterEncoder.encode(
                     picture, width: width, height: height, outputWidth: output.width, outputHeight: output.height)
             },
-            picture: { frame, start in try encoder.encode(frame, pts: start, emit: write) })
+            picture: { frame, start in
+                check?.sending(frame, start: start)
+                try encoder.encode(frame, pts: start, emit: write)
+            })
         try encoder.finish(emit: write)
         try muxer.finish(endTime: pass.time)
+        let ssim = try check?.finish(end: pass.time)
 
         let metadata = TranscodeMetadata(
             sourceFormat: header.format, sourceWidth: header.width, sourceHeight: header.height,
@@ -346,7 +334,7 @@ public struct Transcoder: Sendable {
             hasTransparency: pass.sawTransparency, truncated: pass.truncated,
             background: self.options.background, sourceBytes: bytes.count, mp4Bytes: 0, posterBytes: 0,
             recommendation: .video)
-        return (metadata, poster)
+        return (metadata, poster, ssim)
     }
 
     /// What one pass over the GIF saw.

@@ -95,6 +95,55 @@ import Testing
         }
     }
 
+    /// An attempt's SSIM, measured while it is encoded, is the SSIM of the file written: the MP4 decoded by
+    /// the ffmpeg CLI against the pictures the encoder got (`dumpPictures`), each weighted by its display
+    /// time. Both ways of the first attempt: measured (a small target) and stopped.
+    @Test(arguments: [("cartoon_hotdog.gif", false), ("cartoon_earth_3d_loop65535.gif", true)])
+    func measuredSSIMIsThatOfTheFileWritten(name: String, stopped: Bool) throws {
+        let gif = try Self.corpus(name)
+        var options = TranscodeOptions()
+        let plainBytes = try withTemporaryDirectory {
+            try Transcoder(options: options).convert(gif, directory: $0, name: "a").mp4Bytes
+        }
+        options.maxSizeRatio = Double(plainBytes) * 0.85 / Double(gif.count)
+        options.minSSIM = 0.9
+        try withTemporaryDirectory { directory in
+            let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
+            let guarded = try #require(metadata.sizeGuard)
+            #expect((guarded.attempts[0].ssim == nil) == stopped)
+            let kept = try #require(guarded.attempts.last?.ssim)
+
+            let dump = try Transcoder(options: options).dumpPictures(gif, yuvPath: directory + "/pictures.yuv")
+            let pictures = [UInt8](try Data(contentsOf: URL(fileURLWithPath: directory + "/pictures.yuv")))
+            _ = try run(
+                "ffmpeg",
+                [
+                    "-v", "error", "-i", directory + "/a.mp4", "-fps_mode", "passthrough", "-f", "rawvideo",
+                    "-pix_fmt", "yuv420p", directory + "/decoded.yuv",
+                ])
+            let decoded = [UInt8](try Data(contentsOf: URL(fileURLWithPath: directory + "/decoded.yuv")))
+            let luma = dump.width * dump.height
+            let pictureBytes = luma * 3 / 2
+            // Not "gray": converting to it rescales limited-range luma to full range.
+            try #require(decoded.count == pictures.count && pictures.count == dump.starts.count * pictureBytes)
+            var weighted = 0.0
+            for (index, start) in dump.starts.enumerated() {
+                let score = pictures.withUnsafeBufferPointer { source in
+                    decoded.withUnsafeBufferPointer { video in
+                        LumaSSIM.compute(
+                            source.baseAddress! + index * pictureBytes, strideA: dump.width,
+                            video.baseAddress! + index * pictureBytes, strideB: dump.width, width: dump.width,
+                            height: dump.height)
+                    }
+                }
+                let end = index + 1 < dump.starts.count ? dump.starts[index + 1] : dump.end
+                weighted += score * Double(end - start)
+            }
+            let measured = weighted / Double(dump.end)
+            #expect(abs(measured - kept) < 1e-9, "measured while encoding \(kept), from the file \(measured)")
+        }
+    }
+
     /// When every attempt small enough falls under the floor, the first (best) video is kept, the attempts
     /// are recorded, and the answer is to keep the GIF. A stopped first attempt is then encoded whole.
     @Test(arguments: [("cartoon_hotdog.gif", false), ("cartoon_earth_3d_loop65535.gif", true)])

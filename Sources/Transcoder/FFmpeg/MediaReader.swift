@@ -1,11 +1,9 @@
 import CFFmpeg
 
-/// Demuxes and decodes the video stream of a file or of bytes in memory, picture by picture, in
-/// presentation order: the MP4s the transcoder wrote (what a player shows, compared with what was encoded
-/// by `LumaSSIM`) and APNG sources (libavformat's `apng` demuxer and libavcodec's decoder, which composite
-/// each frame onto the canvas). Owns the `AVFormatContext` (`avformat_open_input` /
-/// `avformat_close_input`), the in-memory `AVIOContext` if any, and the decoder. Not `Sendable`: one job
-/// uses it.
+/// Demuxes and decodes the video stream of bytes in memory, picture by picture, in presentation order:
+/// APNG sources (libavformat's `apng` demuxer and libavcodec's decoder, which composite each frame onto
+/// the canvas). Owns the `AVFormatContext` (`avformat_open_input` / `avformat_close_input`), the in-memory
+/// `AVIOContext`, and the decoder. Not `Sendable`: one job uses it.
 final class MediaReader {
     private var format: UnsafeMutablePointer<AVFormatContext>?
     private var io: UnsafeMutablePointer<AVIOContext>?
@@ -18,26 +16,15 @@ final class MediaReader {
     private let interFramesOnly: Bool
     private var packets = 0
 
-    /// Opens a file, its container found by probing.
-    /// - Throws: `FFmpegError` when the file does not open or has no decodable video stream.
-    convenience init(path: String) throws {
-        try self.init(path: path, memory: nil, formatName: nil)
-    }
-
-    /// Reads `bytes`, which must stay alive and unchanged as long as the reader, with the demuxer
+    /// Reads `memory`, which must stay alive and unchanged as long as the reader, with the demuxer
     /// `formatName` (no probing: the caller has already told the format by its signature).
     /// - Parameter interFramesOnly: hand every packet after the first to the decoder as an inter frame.
     ///   ffmpeg 5.1's `apng` demuxer flags a whole-canvas frame as a key frame when its own `dispose_op` is
     ///   BACKGROUND, and the decoder then skips that frame's OVER blending onto the canvas, which browsers do
     ///   (the disposal applies after the frame is shown); as an inter frame it is blended and disposed by
     ///   the decoder's ordinary rules, which cover a true key frame too.
-    convenience init(memory bytes: UnsafeRawBufferPointer, formatName: String, interFramesOnly: Bool = false) throws {
-        try self.init(path: nil, memory: bytes, formatName: formatName, interFramesOnly: interFramesOnly)
-    }
-
-    private init(
-        path: String?, memory: UnsafeRawBufferPointer?, formatName: String?, interFramesOnly: Bool = false
-    ) throws {
+    /// - Throws: `FFmpegError` when the data does not open or has no decodable video stream.
+    init(memory: UnsafeRawBufferPointer, formatName: String, interFramesOnly: Bool = false) throws {
         self.interFramesOnly = interFramesOnly
         var format: UnsafeMutablePointer<AVFormatContext>?
         var io: UnsafeMutablePointer<AVIOContext>?
@@ -48,25 +35,19 @@ final class MediaReader {
             input?.deallocate()
         }
         do {
-            if let memory {
-                input = UnsafeMutablePointer<CFFmpeg_MemoryInput>.allocate(capacity: 1)
-                input?.initialize(
-                    to: CFFmpeg_MemoryInput(
-                        data: memory.baseAddress?.assumingMemoryBound(to: UInt8.self), size: memory.count,
-                        position: 0))
-                io = input.flatMap { CFFmpeg_MemoryInputOpen($0) }
-                format = avformat_alloc_context()
-                guard io != nil, format != nil else {
-                    throw FFmpegError(code: CFFmpeg_AVERROR(ENOMEM), function: "avio_alloc_context")
-                }
-                format?.pointee.pb = io
+            input = UnsafeMutablePointer<CFFmpeg_MemoryInput>.allocate(capacity: 1)
+            input?.initialize(
+                to: CFFmpeg_MemoryInput(
+                    data: memory.baseAddress?.assumingMemoryBound(to: UInt8.self), size: memory.count, position: 0))
+            io = input.flatMap { CFFmpeg_MemoryInputOpen($0) }
+            format = avformat_alloc_context()
+            guard io != nil, format != nil else {
+                throw FFmpegError(code: CFFmpeg_AVERROR(ENOMEM), function: "avio_alloc_context")
             }
-            let demuxer = formatName.flatMap { av_find_input_format($0) }
+            format?.pointee.pb = io
             // On failure avformat_open_input frees the context it was given (not a custom AVIOContext).
-            try FFmpegError.check(avformat_open_input(&format, path, demuxer, nil), "avformat_open_input")
-            if memory == nil {
-                try FFmpegError.check(avformat_find_stream_info(format, nil), "avformat_find_stream_info")
-            }
+            try FFmpegError.check(
+                avformat_open_input(&format, nil, av_find_input_format(formatName), nil), "avformat_open_input")
             let index = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nil, 0)
             try FFmpegError.check(index, "av_find_best_stream")
             guard let parameters = format?.pointee.streams[Int(index)]?.pointee.codecpar else {
