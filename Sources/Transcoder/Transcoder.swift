@@ -382,28 +382,47 @@ public struct Transcoder: Sendable {
             try picture(frame, pendingStart)
             pass.encodedFrames += 1
         }
-        func flattenPending() {
-            pending.withUnsafeMutableBufferPointer {
-                source.flatten(rows: 0..<header.height, over: background, into: $0, stride: pictureWidth)
-                Self.extendEdges(
-                    $0, width: header.width, height: header.height, stride: pictureWidth, rows: pictureHeight)
-            }
-        }
-        // Whether the canvas flattened is the pending picture; padding rows copy the last row, so only the
-        // canvas's rows (with their padding column) are compared.
-        func canvasIsPending() -> Bool {
+        // Flattens the canvas band by band (16 rows), comparing each band with the pending picture: while
+        // they agree nothing is written; at the first band that differs the pending picture is encoded
+        // (it is still whole), then that band and the rest are written over it. Each canvas is flattened
+        // once, and an unchanged one costs no copy. Padding rows copy the last row, so only the canvas's
+        // rows (with their padding column) are compared. - Returns: whether the picture changed.
+        func absorbCanvas(comparing: Bool) throws -> Bool {
+            var changed = !comparing
             for top in stride(from: 0, to: header.height, by: bandRows) {
                 let rows = top..<min(header.height, top + bandRows)
-                let same = band.withUnsafeMutableBufferPointer { band in
-                    source.flatten(rows: rows, over: background, into: band, stride: pictureWidth)
-                    Self.extendEdges(
-                        band, width: header.width, height: rows.count, stride: pictureWidth, rows: rows.count)
-                    return pending.withUnsafeBufferPointer {
-                        memcmp(band.baseAddress!, $0.baseAddress! + top * pictureWidth, rows.count * pictureWidth * 4)
-                            == 0
+                let count = rows.count * pictureWidth
+                if !changed {
+                    let same = band.withUnsafeMutableBufferPointer { band in
+                        source.flatten(rows: rows, over: background, into: band, stride: pictureWidth)
+                        Self.extendEdges(
+                            band, width: header.width, height: rows.count, stride: pictureWidth, rows: rows.count)
+                        return pending.withUnsafeBufferPointer {
+                            memcmp(band.baseAddress!, $0.baseAddress! + top * pictureWidth, count * 4) == 0
+                        }
                     }
+                    if same { continue }
+                    changed = true
+                    try emitPending()
+                    band.withUnsafeBufferPointer { band in
+                        pending.withUnsafeMutableBufferPointer {
+                            ($0.baseAddress! + top * pictureWidth).update(from: band.baseAddress!, count: count)
+                        }
+                    }
+                    continue
                 }
-                if !same { return false }
+                pending.withUnsafeMutableBufferPointer {
+                    let output = UnsafeMutableBufferPointer(
+                        rebasing: $0[(top * pictureWidth)..<(top * pictureWidth + count)])
+                    source.flatten(rows: rows, over: background, into: output, stride: pictureWidth)
+                    Self.extendEdges(
+                        output, width: header.width, height: rows.count, stride: pictureWidth, rows: rows.count)
+                }
+            }
+            guard changed else { return false }
+            pending.withUnsafeMutableBufferPointer {
+                Self.extendEdges(
+                    $0, width: header.width, height: header.height, stride: pictureWidth, rows: pictureHeight)
             }
             return true
         }
@@ -421,16 +440,13 @@ public struct Transcoder: Sendable {
             }
             let duration = Int64(milliseconds)
             if pass.decodedFrames == 0 {
-                flattenPending()
+                _ = try absorbCanvas(comparing: false)
                 try pending.withUnsafeBufferPointer { try first($0, pictureWidth, pictureHeight) }
                 pendingStart = 0
-            } else if canvasIsPending() {
-                // Same picture again: the pending frame simply shows longer.
-            } else {
-                try emitPending()
-                flattenPending()
+            } else if try absorbCanvas(comparing: true) {
                 pendingStart = pass.time
             }
+            // Else the same picture again: the pending frame simply shows longer.
             pass.time += duration
             pass.decodedFrames += 1
         }
