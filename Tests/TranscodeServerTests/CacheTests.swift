@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import Synchronization
 import Testing
 import Transcoder
@@ -25,6 +26,55 @@ import Transcoder
                 #expect(media.status == 200)
                 #expect(harness.services.transcodes.counters.transcodes == 0)
             }
+        }
+    }
+
+    /// An object's last use is written to disk (its JSON's modification time, where eviction order starts
+    /// after a restart) at most once a minute, also for an object used more often than that (it was
+    /// measured from the previous use, so a hot object was never written). A hit answered from memory, on
+    /// an event loop, never writes it: when it is due, the hit is left to the long way, which writes it.
+    @Test func lastUseIsWrittenOnceAMinuteAndNeverFromMemory() async throws {
+        try await withTemporaryDirectory { directory in
+            let start = Date(timeIntervalSince1970: 1_000_000)
+            let clock = Mutex(start)
+            let cache = try DiskCache(root: directory, maxBytes: 1 << 30, now: { clock.withLock { $0 } })
+            let gif = try corpusBytes("loop_1.gif")
+            let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+            _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+            func written() throws -> TimeInterval {
+                let attributes = try FileManager.default.attributesOfItem(atPath: cache.objectPath(key, "json"))
+                return try #require(attributes[.modificationDate] as? Date).timeIntervalSince(start)
+            }
+            func advance(_ seconds: TimeInterval) { clock.withLock { $0 += seconds } }
+
+            // Kept in memory the way the /media route keeps what it reads.
+            let checked = try #require(cache.verifiedObject(key))
+            let poster = try #require(checked.file("jpg"))
+            var bytes = ByteBuffer()
+            bytes.writeWithUnsafeMutableBytes(minimumWritableBytes: poster.size) {
+                max(0, pread(poster.descriptor, $0.baseAddress, poster.size, 0))
+            }
+            cache.keepBytes(bytes, of: poster, key: key, fileExtension: "jpg")
+            #expect(cache.memoryHit(key, fileExtension: "jpg") != nil)
+
+            // Used every 30 s: not written at 30 and 60 s, written at 90 s (60 s after the store).
+            let before = try written()
+            for _ in 0..<2 {
+                advance(30)
+                #expect(cache.memoryHit(key, fileExtension: "jpg") != nil)
+            }
+            #expect(try written() == before)
+            advance(30)
+            #expect(cache.memoryHit(key, fileExtension: "jpg") == nil, "due: left to the long way")
+            #expect(try written() == before)
+            _ = try #require(cache.verifiedObject(key))
+            #expect(abs(try written() - 90) < 1)
+            // Its new modification time makes the JSON another file to a memory hit (it is read again once).
+            advance(30)
+            #expect(cache.memoryHit(key, fileExtension: "jpg") == nil)
+            _ = try #require(cache.verifiedObject(key))
+            #expect(abs(try written() - 90) < 1)
+            #expect(cache.memoryHit(key, fileExtension: "jpg") != nil)
         }
     }
 

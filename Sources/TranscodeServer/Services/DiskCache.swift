@@ -34,6 +34,8 @@ final class DiskCache: Sendable {
     private let smallFiles = Mutex(SmallFiles())
     private let onEviction: @Sendable (Int) -> Void
     private let onQuarantine: @Sendable (String) -> Void
+    /// The time uses are recorded at (a test's own clock).
+    private let now: @Sendable () -> Date
 
     private struct State {
         var objects: [String: Object] = [:]
@@ -45,6 +47,8 @@ final class DiskCache: Sendable {
     private struct Object {
         var bytes: Int64
         var lastUse: Date
+        /// The last use written to disk (the JSON's modification time).
+        var persistedUse: Date
     }
 
     var objectsDirectory: String { self.root + "/objects" }
@@ -58,10 +62,11 @@ final class DiskCache: Sendable {
     ///   false to only index it (a command run beside a live server must not touch its temporary files).
     init(
         root: String, maxBytes: Int64, cleanUp: Bool = true, onEviction: @escaping @Sendable (Int) -> Void = { _ in },
-        onQuarantine: @escaping @Sendable (String) -> Void = { _ in }
+        onQuarantine: @escaping @Sendable (String) -> Void = { _ in }, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
         self.maxBytes = maxBytes
+        self.now = now
         self.onEviction = onEviction
         self.onQuarantine = onQuarantine
         self.state = Mutex(State())
@@ -419,7 +424,8 @@ final class DiskCache: Sendable {
     /// and the files at their paths are still those very files (`lstat`, the same identity). Two `lstat`s
     /// instead of opening and checking the three files: what is served are bytes read from a checked
     /// descriptor, so a link or another file put at the path is not followed but misses. `nil` sends the
-    /// request the long way (`verifiedObject`), which reads and keeps what is missing.
+    /// request the long way (`verifiedObject`), which reads and keeps what is missing, and also when the use
+    /// is due to be written to disk: that write blocks, and this runs on an event loop.
     func memoryHit(_ key: String, fileExtension: String) -> (
         metadata: TranscodeMetadata, size: Int, bytes: ByteBuffer
     )? {
@@ -432,8 +438,9 @@ final class DiskCache: Sendable {
             let metadata = self.decoded.withLock({ $0[key] }).flatMap({ $0.identity == json ? $0.metadata : nil }),
             let file = currentIdentity(self.objectPath(key, fileExtension))
         else { return nil }
-        guard let bytes = self.keptBytes(key + "." + fileExtension, identity: file) else { return nil }
-        self.touch(key)
+        guard let bytes = self.keptBytes(key + "." + fileExtension, identity: file),
+            !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
+        else { return nil }
         return (metadata, file[2], bytes)
     }
 
@@ -545,7 +552,8 @@ final class DiskCache: Sendable {
         let bytes = Int64(metadata.mp4Bytes + metadata.posterBytes) + self.fileSize(self.objectPath(key, "json"))
         self.state.withLock { state in
             if let old = state.objects[key] { state.totalBytes -= old.bytes }
-            state.objects[key] = Object(bytes: bytes, lastUse: Date())
+            let now = self.now()
+            state.objects[key] = Object(bytes: bytes, lastUse: now, persistedUse: now)
             state.totalBytes += bytes
         }
         self.evictIfNeeded(keeping: key)
@@ -631,17 +639,25 @@ final class DiskCache: Sendable {
     }
 
     private func touch(_ key: String) {
-        let now = Date()
-        let persist: Bool = self.state.withLock { state in
-            guard var object = state.objects[key] else { return false }
-            // The modification time of the JSON is the persisted "last use", written at most once a minute.
-            let stale = now.timeIntervalSince(object.lastUse) > 60
-            object.lastUse = now
-            state.objects[key] = object
-            return stale
-        }
-        if persist {
+        let now = self.now()
+        if self.recordUse(key, at: now, onlyIfNotDue: false) {
             try? FileManager.default.setAttributes([.modificationDate: now], ofItemAtPath: self.objectPath(key, "json"))
+        }
+    }
+
+    /// Records a use of `key` in memory. The modification time of the JSON is the persisted "last use" (what
+    /// eviction order starts from after a restart), written at most once a minute, however often the object
+    /// is used. - Returns: whether it is due now (the caller writes it); with `onlyIfNotDue`, a use that
+    /// would make it due is not recorded (the caller leaves the request to a path that may block).
+    private func recordUse(_ key: String, at now: Date, onlyIfNotDue: Bool) -> Bool {
+        self.state.withLock { state in
+            guard var object = state.objects[key] else { return false }
+            let due = now.timeIntervalSince(object.persistedUse) > 60
+            if due, onlyIfNotDue { return true }
+            object.lastUse = now
+            if due { object.persistedUse = now }
+            state.objects[key] = object
+            return due
         }
     }
 
@@ -704,7 +720,7 @@ final class DiskCache: Sendable {
                 let modified =
                     (try? fileManager.attributesOfItem(atPath: "\(directory)/\(key).json")[.modificationDate] as? Date)
                     ?? Date(timeIntervalSince1970: 0)
-                objects[key] = Object(bytes: bytes, lastUse: modified)
+                objects[key] = Object(bytes: bytes, lastUse: modified, persistedUse: modified)
             }
         }
         for name in (try? fileManager.contentsOfDirectory(atPath: self.urlsDirectory)) ?? []
