@@ -354,6 +354,7 @@ import Testing
     /// `Connection: close` ends the connection after the answer; a request pipelined behind it is not read.
     @Test func connectionCloseEndsTheConnection() async throws {
         try await self.withWarmObject { harness, key in
+            let before = try await Self.memoryAnswers(harness)
             let (answers, closed) = try await Self.exchange(
                 port: harness.appPort,
                 "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
@@ -363,12 +364,15 @@ import Testing
             #expect(answers.first?.status == 200)
             #expect(answers.first?.header("Connection") == "close")
             #expect(closed)
+            // By the handler (the router closes on `Connection: close` too).
+            #expect(try await Self.memoryAnswers(harness) == before + 1)
         }
     }
 
     /// Bytes kept in memory are answered only while the files on disk are the ones read: a takedown, files
     /// removed by another process (`cache purge` beside the server), or a link put in a file's place are seen
-    /// by the very next request.
+    /// by the very next request for that file (a hit checks the metadata and the file it serves, not the
+    /// object's third file: a link in the poster's place is found by the next request for the poster).
     @Test func takedownsAndChangedFilesAreSeenAtOnce() async throws {
         try await self.withWarmObject { harness, key in
             let cache = harness.services.cache

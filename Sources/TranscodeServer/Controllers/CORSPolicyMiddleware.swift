@@ -16,14 +16,13 @@ struct CORSPolicyMiddleware<Context: RequestContext>: RouterMiddleware {
 
     init(allowedOrigins: [String]) {
         self.allowedOrigins = allowedOrigins
-        let exposed = Self.exposedHeaders
         self.publicPolicy = CORSMiddleware(
             allowOrigin: .all, allowHeaders: [.range, .ifNoneMatch, .ifRange, .ifModifiedSince],
-            allowMethods: [.get, .head, .options], exposedHeaders: exposed, maxAge: .seconds(86400))
+            allowMethods: [.get, .head, .options], exposedHeaders: CORSHeaders.publicExposed,
+            maxAge: .seconds(86400))
         self.apiPolicy = CORSMiddleware(
             allowOrigin: .originBased, allowHeaders: [.authorization, .contentType],
-            allowMethods: [.post, .get, .options], exposedHeaders: exposed + Self.apiExposedHeaders,
-            maxAge: .seconds(600))
+            allowMethods: [.post, .get, .options], exposedHeaders: CORSHeaders.apiExposed, maxAge: .seconds(600))
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
@@ -31,13 +30,13 @@ struct CORSPolicyMiddleware<Context: RequestContext>: RouterMiddleware {
     {
         let path = request.uri.path
         let policy: CORSMiddleware<Context>
-        let exposed: [String]
+        let exposed: String
         if path.hasPrefix("/media/") || (path.hasPrefix("/v1/") && request.method != .delete && !Self.isAdmin(path)) {
-            (policy, exposed) = (self.publicPolicy, Self.exposedHeaders)
+            (policy, exposed) = (self.publicPolicy, CORSHeaders.publicExposedValue)
         } else if path == "/transcode" || path.hasPrefix("/jobs/"), let origin = request.headers[.origin],
             self.allowedOrigins.contains("*") || self.allowedOrigins.contains(origin)
         {
-            (policy, exposed) = (self.apiPolicy, Self.exposedHeaders + Self.apiExposedHeaders)
+            (policy, exposed) = (self.apiPolicy, CORSHeaders.apiExposedValue)
         } else {
             return try await next(request, context)
         }
@@ -45,20 +44,33 @@ struct CORSPolicyMiddleware<Context: RequestContext>: RouterMiddleware {
         // CORSMiddleware lists exposed headers on preflights only; a page reads them on the answer itself
         // (`fetch(...).headers.get("Content-Range")`).
         if request.method != .options, request.headers.contains(.origin) {
-            response.headers[.accessControlExposeHeaders] = exposed.joined(separator: ", ")
+            response.headers[.accessControlExposeHeaders] = exposed
         }
         return response
     }
 
-    /// The headers a page on another origin may read.
-    static var exposedHeaders: [String] {
-        ["Content-Length", "Content-Range", "Accept-Ranges", "ETag", "X-Error-Code", "Retry-After", "X-Request-Id"]
-    }
-
-    private static var apiExposedHeaders: [String] { ["Location", "X-Cache"] }
-
     /// The purge routes, which no page calls.
     private static func isAdmin(_ path: String) -> Bool {
         path.hasPrefix("/v1/objects/") || path == "/v1/sources"
+    }
+}
+
+/// The headers pages on other origins may read, listed once and joined once (the middleware is generic and
+/// cannot hold them).
+enum CORSHeaders {
+    /// On the public routes (`/media`, signed `GET /v1/...`).
+    static let publicExposed = [
+        "Content-Length", "Content-Range", "Accept-Ranges", "ETag", "X-Error-Code", "Retry-After", "X-Request-Id",
+    ]
+    /// On `POST /transcode` and `GET /jobs/{id}`.
+    static let apiExposed = publicExposed + ["Location", "X-Cache"]
+    static let publicExposedValue = publicExposed.joined(separator: ", ")
+    static let apiExposedValue = apiExposed.joined(separator: ", ")
+
+    /// The public policy on an answer to a request that came from another origin, for answers given below
+    /// the router (`MediaHitHandler`).
+    static func addPublic(to headers: inout HTTPFields) {
+        headers[.accessControlAllowOrigin] = "*"
+        headers[.accessControlExposeHeaders] = Self.publicExposedValue
     }
 }

@@ -14,9 +14,10 @@ import Synchronization
 /// /media/{key}.{ext}`, and `GET`/`HEAD /v1/...` (answered with bytes) for a signed path the route has
 /// already verified whose URL's link is fresh (`TranscodeService.freshHitKey`). The object must be on the
 /// local disk, still the files that were checked and read (`DiskCache.memoryHit`), not taken down (in a
-/// fleet, by a recent "no" of the store), and the file's bytes kept in memory (small files, after their first
-/// read). Everything else (a miss, a large file, a file not read yet, a stale link, a takedown, a request
-/// with a body, a connection whose write buffer is full) goes on to the router, which answers as before.
+/// fleet, by a recent "no" of the store), and the bytes asked for kept in memory after a first read (all of a
+/// small file, the first 64 KB of a larger one). Everything else (a miss, a range past the kept bytes, a file
+/// not read yet, a stale link, a takedown, a last use due to be written to disk, a request with a body, a
+/// connection whose write buffer is full) goes on to the router, which answers as before.
 ///
 /// Why: a hit through Hummingbird's router, middlewares and async channel cost more than the file itself
 /// (`GET /healthz` alone was under half of nginx's rate for a small file); here a hit costs the HTTP codec,
@@ -74,7 +75,6 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private typealias AccessLog = AccessLogMiddleware<BasicRequestContext>
     private static let requestIDField = AccessLog.requestIDField
-    private static let exposedHeaders = CORSPolicyMiddleware<BasicRequestContext>.exposedHeaders.joined(separator: ", ")
 
     private let source: Source
     private var state = State.idle
@@ -189,11 +189,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
         let id = request.headerFields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
         answer.headers[Self.requestIDField] = id
-        if request.headerFields.contains(.origin) {
-            // The public policy of CORSPolicyMiddleware.
-            answer.headers[.accessControlAllowOrigin] = "*"
-            answer.headers[.accessControlExposeHeaders] = Self.exposedHeaders
-        }
+        if request.headerFields.contains(.origin) { CORSHeaders.addPublic(to: &answer.headers) }
         answer.headers[.date] = HTTPDate.now
         let closing = request.headerFields[.connection]?.lowercased().contains("close") == true
         if closing { answer.headers[.connection] = "close" }

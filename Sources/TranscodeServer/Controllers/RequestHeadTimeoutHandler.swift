@@ -2,7 +2,8 @@ import NIOCore
 import NIOHTTPTypes
 
 /// Closes a connection whose request head does not arrive in full within `timeout`: from the moment the
-/// connection opens, and again after each response, until the next head is parsed.
+/// connection opens, and again once every request read so far has been answered, until the next head is
+/// parsed (a pipelined request already read is not on the clock).
 ///
 /// The idle timeout alone does not stop a client that drips one header byte every few seconds (it never
 /// goes idle) while holding a connection open; this puts a deadline on the whole head. It sits after the

@@ -383,7 +383,8 @@ final class DiskCache: Sendable {
 
     // MARK: Small files in memory
 
-    /// The bytes of object files of at most `smallFileLimit` bytes, by file identity (objects are immutable; a
+    /// The bytes of object files kept in memory (`keptLength`: all of a file of at most `smallFileLimit` bytes,
+    /// the head of a larger one), by file identity (objects are immutable; a
     /// file replaced or rewritten has another identity, so what is kept is what was checked), up to
     /// `smallFilesCapacity` bytes in all, the least recently used dropped first. A hit on a small file then
     /// costs no read at all: every read is a hop to the I/O thread pool, which cost most of a hit's time.

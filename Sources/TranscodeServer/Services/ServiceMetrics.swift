@@ -134,7 +134,7 @@ final class ServiceMetrics: Sendable {
         self.servedBytes.increment(by: Int64(bytes))
     }
 
-    /// One `/media` request answered by `MediaHitHandler`.
+    /// One `/media` or signed `/v1/...` request answered by `MediaHitHandler`.
     func answeredFromMemory() {
         self.memoryAnswers.increment()
     }
