@@ -319,7 +319,7 @@ public struct Transcoder: Sendable {
                     picture, width: width, height: height, outputWidth: output.width, outputHeight: output.height)
             },
             picture: { frame, start in
-                check?.sending(frame, start: start)
+                try check?.sending(frame, start: start)
                 try encoder.encode(frame, pts: start, emit: write)
             })
         try encoder.finish(emit: write)

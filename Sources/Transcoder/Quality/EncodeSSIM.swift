@@ -38,11 +38,14 @@ final class EncodeSSIM {
     }
 
     /// Keeps the luma of `frame`, about to be encoded as the picture shown from `start`.
-    func sending(_ frame: VideoFrame, start: Int64) {
+    /// - Throws: `TranscodeError.encodeFailed` when the frame has no luma plane.
+    func sending(_ frame: VideoFrame, start: Int64) throws {
         var luma = self.spare.popLast() ?? [UInt8](repeating: 0, count: self.width * self.height)
-        frame.withUnsafeMutablePointer { frame in
+        try frame.withUnsafeMutablePointer { frame in
             let stride = Int(frame.pointee.linesize.0)
-            guard let plane = frame.pointee.data.0 else { return }
+            guard let plane = frame.pointee.data.0 else {
+                throw TranscodeError(.encodeFailed, "a picture sent to the encoder has no luma plane")
+            }
             luma.withUnsafeMutableBufferPointer { copy in
                 for row in 0..<self.height {
                     (copy.baseAddress! + row * self.width).update(from: plane + row * stride, count: self.width)
@@ -68,8 +71,9 @@ final class EncodeSSIM {
             throw TranscodeError(
                 .encodeFailed, "\(self.waiting.count) encoded pictures did not decode back for the SSIM check")
         }
+        // Decoded in presentation order (no B-frames: see H264Encoder).
         var weighted = 0.0
-        let scores = self.scores.sorted { $0.start < $1.start }
+        let scores = self.scores
         for (index, score) in scores.enumerated() {
             let next = index + 1 < scores.count ? scores[index + 1].start : end
             weighted += score.ssim * Double(next - score.start)
