@@ -136,23 +136,40 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// `GET`/`HEAD` of `/media/...`, or of a `/v1/...` path the route has verified.
     private func candidate(_ request: HTTPRequest) -> Candidate? {
-        if request.method == .get || request.method == .head, let path = request.path, path.hasPrefix("/media/"),
-            let media = MediaAnswer.File(name: path.dropFirst(7).prefix { $0 != "?" })
-        {
+        guard request.method == .get || request.method == .head, let path = request.path else { return nil }
+        return self.candidate(path: path)
+    }
+
+    /// The request target `path` of a `GET` or `HEAD`, when it may be a hit answered here.
+    func candidate(path: String) -> Candidate? {
+        if path.hasPrefix("/media/"), let media = MediaAnswer.File(name: path.dropFirst(7).prefix { $0 != "?" }) {
             // A query is ignored, as by the router.
             return .media(media)
         }
-        guard let route = self.source.signedRoute, request.method == .get || request.method == .head,
-            let path = request.path, path.hasPrefix(SourceController<BasicRequestContext>.prefix)
+        guard let route = self.source.signedRoute, path.hasPrefix(SourceController<BasicRequestContext>.prefix)
         else { return nil }
         // The raw path, as the route reads it (`uri.path`: no query, no percent-decoding).
         let signed = path.firstIndex(of: "?").map { String(path[..<$0]) } ?? path
         return route.resolved.get(signed).map { .signed($0) }
     }
 
-    /// Writes the answer to `request` when the object is a local hit whose bytes are in memory.
-    /// - Returns: `false` when the router has to answer.
-    private func answer(_ request: HTTPRequest, _ candidate: Candidate, context: ChannelHandlerContext) -> Bool {
+    /// A hit's answer: what is written, and what its access-log line says.
+    struct Answer {
+        var response: HTTPResponse
+        /// The bytes sent (`nil` for `HEAD`, `304`, `416` and an empty file).
+        var body: ByteBuffer?
+        /// The request asked for `Connection: close`: nothing is read after it.
+        var closing: Bool
+        var method: HTTPRequest.Method
+        /// The route's template, as the router's metrics name it.
+        var route: String
+        var id: String
+        var started: ContinuousClock.Instant
+    }
+
+    /// The answer to a `GET` or `HEAD` whose headers are `fields`, when the object is a local hit whose bytes are
+    /// in memory; `nil` when the router has to answer.
+    func answer(method: HTTPRequest.Method, fields: HTTPFields, _ candidate: Candidate) -> Answer? {
         let started = ContinuousClock.now
         let cache = self.source.cache
         let key: String
@@ -166,7 +183,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .signed(let target):
             guard let signed = self.source.signedRoute,
                 let found = signed.service.freshHitKey(url: target.url, keys: target.keys)
-            else { return false }
+            else { return nil }
             (key, fileExtension, cacheControl, route) =
                 (found, target.source.fileExtension, signed.cacheControl, "/v1/**")
         }
@@ -174,35 +191,56 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let (metadata, size, kept) = cache.memoryHit(key, fileExtension: fileExtension),
             (try? cache.checkNotTakenDown(key: key, metadata: metadata)) != nil,
             self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
-        else { return false }
+        else { return nil }
         var answer = MediaAnswer(
             key: key, fileExtension: fileExtension, contentType: contentType, size: size,
-            request: request.headerFields, cacheControl: cacheControl)
+            request: fields, cacheControl: cacheControl)
         var body: ByteBuffer?
-        if answer.sendsBody, request.method == .get, let bytes = answer.bytes {
+        if answer.sendsBody, method == .get, let bytes = answer.bytes {
             // Of a large file only the head is kept: other ranges are read by the route.
-            guard bytes.upperBound < kept.readableBytes else { return false }
+            guard bytes.upperBound < kept.readableBytes else { return nil }
             body = kept.getSlice(at: kept.readerIndex + bytes.lowerBound, length: bytes.count)
         }
         // Answered here from now on (counted once: the route counts the hits it answers).
         if case .signed = candidate { self.source.metrics.cacheHit() }
 
-        let id = request.headerFields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
+        let id = fields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
         answer.headers[Self.requestIDField] = id
-        if request.headerFields.contains(.origin) { CORSHeaders.addPublic(to: &answer.headers) }
+        if fields.contains(.origin) { CORSHeaders.addPublic(to: &answer.headers) }
         answer.headers[.date] = HTTPDate.now
-        let closing = request.headerFields[.connection]?.lowercased().contains("close") == true
+        let closing = fields[.connection]?.lowercased().contains("close") == true
         if closing { answer.headers[.connection] = "close" }
+        return Answer(
+            response: HTTPResponse(status: answer.status, headerFields: answer.headers), body: body, closing: closing,
+            method: method, route: route, id: id, started: started)
+    }
 
-        context.write(
-            self.wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: answer.headers))), promise: nil
-        )
-        let elapsed = ContinuousClock.now - started
-        if let body {
-            context.write(self.wrapOutboundOut(.body(body)), promise: nil)
-            self.source.metrics.served(bytes: body.readableBytes)
+    /// Counts and logs an answer once its head is written.
+    func record(_ answer: Answer) {
+        let elapsed = ContinuousClock.now - answer.started
+        if let body = answer.body { self.source.metrics.served(bytes: body.readableBytes) }
+        var logger = self.source.logger
+        if logger.logLevel <= .info {
+            logger[metadataKey: "hb.request.id"] = "\(answer.id)"
+            logger[metadataKey: "request.id"] = "\(answer.id)"
         }
-        if closing {
+        self.source.metrics.answeredFromMemory()
+        AccessLog.record(
+            method: answer.method, route: answer.route, status: answer.response.status,
+            bytes: answer.body?.readableBytes ?? 0, errorCode: nil, elapsed: elapsed, logger: logger,
+            metrics: self.source.metrics)
+    }
+
+    /// Writes the answer to `request` when the object is a local hit whose bytes are in memory.
+    /// - Returns: `false` when the router has to answer.
+    private func answer(_ request: HTTPRequest, _ candidate: Candidate, context: ChannelHandlerContext) -> Bool {
+        guard let answer = self.answer(method: request.method, fields: request.headerFields, candidate) else {
+            return false
+        }
+        context.write(self.wrapOutboundOut(.head(answer.response)), promise: nil)
+        self.record(answer)
+        if let body = answer.body { context.write(self.wrapOutboundOut(.body(body)), promise: nil) }
+        if answer.closing {
             self.state = .closing
             let channel = context.channel
             context.writeAndFlush(self.wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
@@ -210,16 +248,6 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             context.write(self.wrapOutboundOut(.end(nil)), promise: nil)
             self.needsFlush = true
         }
-
-        var logger = self.source.logger
-        if logger.logLevel <= .info {
-            logger[metadataKey: "hb.request.id"] = "\(id)"
-            logger[metadataKey: "request.id"] = "\(id)"
-        }
-        self.source.metrics.answeredFromMemory()
-        AccessLog.record(
-            method: request.method, route: route, status: answer.status, bytes: body?.readableBytes ?? 0,
-            errorCode: nil, elapsed: elapsed, logger: logger, metrics: self.source.metrics)
         return true
     }
 }
