@@ -83,11 +83,15 @@ func buildApplication(
         cache: cache, pool: pool, transcodes: transcodes, webhooks: webhooks, batches: batches,
         configuration: configuration)
     let router = buildRouter(services: services)
+    // The idle timeout is ConnectionTimeoutHandler's, not Hummingbird's (which does not see the requests
+    // answered ahead of the HTTP codec).
     let http1 = HTTP1Channel.Configuration(
         additionalChannelHandlers: [
-            RequestHeadTimeoutHandler(timeout: .milliseconds(Int64(configuration.headerTimeoutSeconds * 1000)))
+            ConnectionTimeoutHandler(
+                headTimeout: .milliseconds(Int64(configuration.headerTimeoutSeconds * 1000)),
+                idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))
         ],
-        idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))
+        idleTimeout: nil)
     let hits = MediaHitHandler.Source(
         cache: cache, shared: shared, metrics: metrics, logger: logger,
         cacheControl: MediaController<AppRequestContext>.cacheControl(maxAgeSeconds: configuration.mediaMaxAgeSeconds),

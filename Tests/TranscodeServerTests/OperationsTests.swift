@@ -179,6 +179,45 @@ import Transcoder
     }
 }
 
+extension ConnectionLimitTests {
+    /// A request whose body stops coming is cut off by the idle timeout (the head arrived in time).
+    @Test func aStalledBodyIsCutOffWhenIdle() async throws {
+        try await withHarness(configure: {
+            $0.headerTimeoutSeconds = 30
+            $0.idleTimeoutSeconds = 0.5
+            $0.bodyTimeoutSeconds = 30
+        }) { harness in
+            let socket = try RawSocket(port: harness.appPort)
+            let head =
+                "POST /v1/rewrite HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/html\r\n"
+                + "Content-Length: 100\r\n\r\n<p>"
+            #expect(socket.send(Array(head.utf8)))
+            let started = ContinuousClock.now
+            var closed = false
+            while !closed, ContinuousClock.now - started < .seconds(5) {
+                try await Task.sleep(for: .milliseconds(100))
+                closed = socket.peerClosed()
+            }
+            #expect(closed, "a connection whose body stopped stayed open: \(UploadTests.received(socket))")
+            #expect(ContinuousClock.now - started > .milliseconds(400))
+        }
+    }
+
+    /// An idle keep-alive connection is closed after the idle timeout when that is the shorter deadline.
+    @Test func anIdleConnectionIsClosed() async throws {
+        try await withHarness(configure: {
+            $0.headerTimeoutSeconds = 30
+            $0.idleTimeoutSeconds = 0.5
+        }) { harness in
+            let (answers, closed) = try await MediaHitHandlerTests.exchange(
+                port: harness.appPort, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false],
+                awaitingClose: true)
+            #expect(answers.map(\.status) == [200])
+            #expect(closed, "an idle connection outlived the idle timeout")
+        }
+    }
+}
+
 /// A blocking TCP socket to 127.0.0.1, enough to play a slow client.
 final class RawSocket: Sendable {
     let descriptor: Int32
