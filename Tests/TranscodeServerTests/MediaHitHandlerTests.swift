@@ -100,26 +100,24 @@ import Testing
     /// A request as the tests send it: method, path (with any query), extra header lines.
     typealias Probe = (method: String, path: String, headers: [String])
 
-    /// Sends `probe` twice, on two connections one after the other: with a one-byte body (which the handler
-    /// leaves to the router; request id `router-<id>`), then without (`memory-<id>`). Pipelined on one
-    /// connection the second would wait for the router and be answered by it too.
-    static func bothWays(_ harness: Harness, _ probe: Probe, id: String) async throws -> (
-        router: RawResponse, memory: RawResponse
+    /// Sends `probe` three times, on three connections one after the other: with a one-byte body (which both
+    /// handlers leave to the router; request id `router-<id>`), then without (answered ahead of the HTTP codec
+    /// by `MediaHitFront`; `memory-<id>`), then without but with a field of non-ASCII bytes (which the front
+    /// leaves to the codec, and `MediaHitHandler` answers behind it; `behind-<id>`). Pipelined on one
+    /// connection the later ones would wait for the router and be answered by it too.
+    static func threeWays(_ harness: Harness, _ probe: Probe, id: String) async throws -> (
+        router: RawResponse, memory: RawResponse, behind: RawResponse
     ) {
         let head =
             "\(probe.method) \(probe.path) HTTP/1.1\r\nHost: 127.0.0.1\r\n" + probe.headers.map { $0 + "\r\n" }.joined()
         let bodiless = [probe.method == "HEAD"]
-        let router = try #require(
-            try await Self.exchange(
-                port: harness.appPort, head + "X-Request-Id: router-\(id)\r\nContent-Length: 1\r\n\r\nx",
-                bodiless: bodiless
-            ).answers.first)
-        let memory = try #require(
-            try await Self.exchange(
-                port: harness.appPort, head + "X-Request-Id: memory-\(id)\r\n\r\n", bodiless: bodiless
-            )
-            .answers.first)
-        return (router, memory)
+        func answer(_ request: String) async throws -> RawResponse {
+            try #require(try await Self.exchange(port: harness.appPort, request, bodiless: bodiless).answers.first)
+        }
+        let router = try await answer(head + "X-Request-Id: router-\(id)\r\nContent-Length: 1\r\n\r\nx")
+        let memory = try await answer(head + "X-Request-Id: memory-\(id)\r\n\r\n")
+        let behind = try await answer(head + "X-Pad: caf\u{e9}\r\nX-Request-Id: behind-\(id)\r\n\r\n")
+        return (router, memory, behind)
     }
 
     /// An answer's headers but `Date` and `X-Request-Id`, comparable between the two ways.
@@ -129,13 +127,22 @@ import Testing
     }
 
     static func memoryAnswers(_ harness: Harness) async throws -> Int {
+        try await Self.counter(harness, "transcode_media_memory_answers_total")
+    }
+
+    /// Of the memory answers, those written ahead of the HTTP codec (`MediaHitFront`).
+    static func answersAhead(_ harness: Harness) async throws -> Int {
+        try await Self.counter(harness, "transcode_media_answers_ahead_total")
+    }
+
+    static func counter(_ harness: Harness, _ name: String) async throws -> Int {
         let text = try await harness.request(.GET, "/metrics").text
-        let line = text.split(separator: "\n").first { $0.hasPrefix("transcode_media_memory_answers_total ") }
+        let line = text.split(separator: "\n").first { $0.hasPrefix(name + " ") }
         return Int(line?.split(separator: " ").last ?? "") ?? -1
     }
 
     /// Converts the corpus's cartoon_hotdog.gif and reads each of its files once (which keeps them in memory).
-    private func withWarmObject(
+    static func withWarmObject(
         logger: Logger? = nil, _ body: @Sendable (Harness, String) async throws -> Void
     ) async throws {
         try await withHarness(logger: logger, configure: { $0.logLevel = .info }) { harness in
@@ -148,11 +155,11 @@ import Testing
         }
     }
 
-    /// Each request is sent twice: with a one-byte body (which the handler leaves to the router) and without.
-    /// Both answers are the same but for `Date` and `X-Request-Id`, and only the second came from memory.
+    /// Each request is sent three ways (`threeWays`): to the router, and answered from memory ahead of the HTTP
+    /// codec and behind it. The answers are the same but for `Date` and `X-Request-Id`.
     @Test func answersAreTheRoutersByteForByte() async throws {
         let recorder = AccessLogTests.Recorder()
-        try await self.withWarmObject(logger: recorder.logger) { harness, key in
+        try await Self.withWarmObject(logger: recorder.logger) { harness, key in
             let etag = "\"\(key).mp4\""
             let cases: [Probe] = [
                 ("GET", "/media/\(key).mp4", []),
@@ -173,23 +180,29 @@ import Testing
                 ("HEAD", "/media/\(key).jpg", ["Range: bytes=0-9"]),
             ]
             let before = try await Self.memoryAnswers(harness)
+            let aheadBefore = try await Self.answersAhead(harness)
             var viaMemory: [Int] = []
+            var ahead: [Int] = []
             for (index, request) in cases.enumerated() {
-                let (router, memory) = try await Self.bothWays(harness, request, id: String(index))
+                let (router, memory, behind) = try await Self.threeWays(harness, request, id: String(index))
                 viaMemory.append(try await Self.memoryAnswers(harness) - before)
-                #expect(memory.status == router.status, "\(request)")
-                #expect(Self.comparable(memory) == Self.comparable(router), "\(request)")
-                #expect(memory.body == router.body, "\(request)")
-                #expect(memory.header("X-Request-Id") == "memory-\(index)")
-                #expect(memory.header("Date") != nil)
-                let line = try #require(recorder.requests(withID: "memory-\(index)").first)
-                #expect(line.metadata["http.route"] == "/media/{file}")
-                #expect(line.metadata["http.status"] == String(memory.status))
-                #expect(line.metadata["http.method"] == request.method)
-                #expect(line.metadata["http.bytes"] == String(memory.body.count))
+                ahead.append(try await Self.answersAhead(harness) - aheadBefore)
+                for (way, answer) in [("memory", memory), ("behind", behind)] {
+                    #expect(answer.status == router.status, "\(request)")
+                    #expect(Self.comparable(answer) == Self.comparable(router), "\(request)")
+                    #expect(answer.body == router.body, "\(request)")
+                    #expect(answer.header("X-Request-Id") == "\(way)-\(index)")
+                    #expect(answer.header("Date") != nil)
+                    let line = try #require(recorder.requests(withID: "\(way)-\(index)").first)
+                    #expect(line.metadata["http.route"] == "/media/{file}")
+                    #expect(line.metadata["http.status"] == String(answer.status))
+                    #expect(line.metadata["http.method"] == request.method)
+                    #expect(line.metadata["http.bytes"] == String(answer.body.count))
+                }
             }
-            // Each request once from memory, none of those with a body.
-            #expect(viaMemory == Array(1...cases.count))
+            // Each request twice from memory (once ahead of the codec, once behind it), none of those with a body.
+            #expect(viaMemory == (1...cases.count).map { 2 * $0 })
+            #expect(ahead == Array(1...cases.count))
             // Spot checks, so that two wrong answers cannot agree.
             let (answers, _) = try await Self.exchange(
                 port: harness.appPort,
@@ -243,21 +256,25 @@ import Testing
                 ("HEAD", video, []),
             ]
             let before = try await Self.memoryAnswers(harness)
+            let aheadBefore = try await Self.answersAhead(harness)
             let hitsBefore = try await Self.cacheHits(harness)
             for (index, request) in cases.enumerated() {
-                let (router, memory) = try await Self.bothWays(harness, request, id: "s\(index)")
-                #expect(memory.status == router.status, "\(request)")
-                #expect(Self.comparable(memory) == Self.comparable(router), "\(request)")
-                #expect(memory.body == router.body, "\(request)")
-                #expect(memory.header("Cache-Control") == "public, max-age=3600")
+                let (router, memory, behind) = try await Self.threeWays(harness, request, id: "s\(index)")
                 let routerLine = try #require(recorder.requests(withID: "router-s\(index)").first)
-                let memoryLine = try #require(recorder.requests(withID: "memory-s\(index)").first)
-                #expect(memoryLine.metadata["http.route"] == routerLine.metadata["http.route"])
-                #expect(memoryLine.metadata["http.status"] == routerLine.metadata["http.status"])
-                #expect(try await Self.memoryAnswers(harness) == before + index + 1, "\(request)")
+                for (way, answer) in [("memory", memory), ("behind", behind)] {
+                    #expect(answer.status == router.status, "\(request)")
+                    #expect(Self.comparable(answer) == Self.comparable(router), "\(request)")
+                    #expect(answer.body == router.body, "\(request)")
+                    #expect(answer.header("Cache-Control") == "public, max-age=3600")
+                    let line = try #require(recorder.requests(withID: "\(way)-s\(index)").first)
+                    #expect(line.metadata["http.route"] == routerLine.metadata["http.route"])
+                    #expect(line.metadata["http.status"] == routerLine.metadata["http.status"])
+                }
+                #expect(try await Self.memoryAnswers(harness) == before + 2 * (index + 1), "\(request)")
+                #expect(try await Self.answersAhead(harness) == aheadBefore + index + 1, "\(request)")
             }
             // Each request counted as a cache hit, however answered.
-            #expect(try await Self.cacheHits(harness) == hitsBefore + 2 * cases.count)
+            #expect(try await Self.cacheHits(harness) == hitsBefore + 3 * cases.count)
 
             let encoded = url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
             let takedown = try await harness.request(
@@ -293,10 +310,12 @@ import Testing
             ]
             for (index, probe) in inside.enumerated() {
                 let before = try await Self.memoryAnswers(harness)
-                let (router, memory) = try await Self.bothWays(harness, probe, id: "head\(index)")
-                #expect(try await Self.memoryAnswers(harness) == before + 1, "\(probe)")
-                #expect(memory.status == router.status && memory.body == router.body, "\(probe)")
-                #expect(Self.comparable(memory) == Self.comparable(router), "\(probe)")
+                let (router, memory, behind) = try await Self.threeWays(harness, probe, id: "head\(index)")
+                #expect(try await Self.memoryAnswers(harness) == before + 2, "\(probe)")
+                for answer in [memory, behind] {
+                    #expect(answer.status == router.status && answer.body == router.body, "\(probe)")
+                    #expect(Self.comparable(answer) == Self.comparable(router), "\(probe)")
+                }
             }
             let (inHead, _) = try await Self.exchange(
                 port: harness.appPort,
@@ -322,7 +341,7 @@ import Testing
 
     /// HTTP/1.1 answers in request order: a hit behind a request the router is still answering waits for it.
     @Test func pipelinedAnswersKeepRequestOrder() async throws {
-        try await self.withWarmObject { harness, key in
+        try await Self.withWarmObject { harness, key in
             let gif = TinyGIF(width: 96, height: 64, loopCount: 0, frames: (0..<40).map { (UInt8($0 % 4), 4) }).bytes
             let upload =
                 Array(
@@ -353,7 +372,7 @@ import Testing
 
     /// `Connection: close` ends the connection after the answer; a request pipelined behind it is not read.
     @Test func connectionCloseEndsTheConnection() async throws {
-        try await self.withWarmObject { harness, key in
+        try await Self.withWarmObject { harness, key in
             let before = try await Self.memoryAnswers(harness)
             let (answers, closed) = try await Self.exchange(
                 port: harness.appPort,
@@ -374,7 +393,7 @@ import Testing
     /// by the very next request for that file (a hit checks the metadata and the file it serves, not the
     /// object's third file: a link in the poster's place is found by the next request for the poster).
     @Test func takedownsAndChangedFilesAreSeenAtOnce() async throws {
-        try await self.withWarmObject { harness, key in
+        try await Self.withWarmObject { harness, key in
             let cache = harness.services.cache
             func status(_ ext: String) async throws -> Int {
                 let (answers, _) = try await Self.exchange(
@@ -391,14 +410,14 @@ import Testing
             #expect(try await status("jpg") == 404)
             #expect(try await status("mp4") == 404)
         }
-        try await self.withWarmObject { harness, key in
+        try await Self.withWarmObject { harness, key in
             let cache = harness.services.cache
             try cache.bury([.object(key)], reason: "test")
             let (answers, _) = try await Self.exchange(
                 port: harness.appPort, "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])
             #expect(answers.first?.status == 451)
         }
-        try await self.withWarmObject { harness, key in
+        try await Self.withWarmObject { harness, key in
             // What `cache purge` does from another process: the files go, the server is not told.
             for ext in ["json", "mp4", "jpg"] {
                 try FileManager.default.removeItem(atPath: harness.services.cache.objectPath(key, ext))

@@ -81,6 +81,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Requests passed on whose answers the router has not finished.
     private var withRouter = 0
     private var needsFlush = false
+    /// The next request was tried ahead of the codec (`MediaHitFront`) and missed: it goes to the router.
+    private var triedAhead = false
 
     init(source: Source) {
         self.source = source
@@ -92,7 +94,9 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case (.closing, _):
             return
         case (.idle, .head(let request)):
-            if self.withRouter == 0, context.channel.isWritable, let candidate = self.candidate(request) {
+            let tried = self.triedAhead
+            self.triedAhead = false
+            if !tried, self.withRouter == 0, context.channel.isWritable, let candidate = self.candidate(request) {
                 self.state = .held(request, candidate)
             } else {
                 self.pass(.head(request), context: context)
@@ -114,6 +118,18 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case (.passing, _), (.idle, _):
             self.pass(part, context: context)
         }
+    }
+
+    /// Whether a request may be answered ahead of the HTTP codec now: none of the connection's is with the
+    /// router or being read (answers go out in request order) and none asked to close.
+    var answersAhead: Bool {
+        if case .idle = self.state { return self.withRouter == 0 }
+        return false
+    }
+
+    /// The request about to be passed on was tried ahead of the codec: it is not tried again.
+    func triedAheadAndMissed() {
+        self.triedAhead = true
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -142,14 +158,18 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The request target `path` of a `GET` or `HEAD`, when it may be a hit answered here.
     func candidate(path: String) -> Candidate? {
-        if path.hasPrefix("/media/"), let media = MediaAnswer.File(name: path.dropFirst(7).prefix { $0 != "?" }) {
+        // By UTF-8 code units: Character indexing was a visible part of a hit's cost.
+        let query = path.utf8.firstIndex(of: UInt8(ascii: "?")) ?? path.endIndex
+        if path.utf8.starts(with: "/media/".utf8) {
             // A query is ignored, as by the router.
-            return .media(media)
+            return MediaAnswer.File(name: path[path.utf8.index(path.startIndex, offsetBy: 7)..<query]).map {
+                .media($0)
+            }
         }
         guard let route = self.source.signedRoute, path.hasPrefix(SourceController<BasicRequestContext>.prefix)
         else { return nil }
         // The raw path, as the route reads it (`uri.path`: no query, no percent-decoding).
-        let signed = path.firstIndex(of: "?").map { String(path[..<$0]) } ?? path
+        let signed = query == path.endIndex ? path : String(path[..<query])
         return route.resolved.get(signed).map { .signed($0) }
     }
 
@@ -215,8 +235,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             method: method, route: route, id: id, started: started)
     }
 
-    /// Counts and logs an answer once its head is written.
-    func record(_ answer: Answer) {
+    /// Counts and logs an answer once its head is written; `ahead` of the HTTP codec (`MediaHitFront`) or not.
+    func record(_ answer: Answer, ahead: Bool) {
         let elapsed = ContinuousClock.now - answer.started
         if let body = answer.body { self.source.metrics.served(bytes: body.readableBytes) }
         var logger = self.source.logger
@@ -224,7 +244,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             logger[metadataKey: "hb.request.id"] = "\(answer.id)"
             logger[metadataKey: "request.id"] = "\(answer.id)"
         }
-        self.source.metrics.answeredFromMemory()
+        self.source.metrics.answeredFromMemory(ahead: ahead)
         AccessLog.record(
             method: answer.method, route: answer.route, status: answer.response.status,
             bytes: answer.body?.readableBytes ?? 0, errorCode: nil, elapsed: elapsed, logger: logger,
@@ -238,7 +258,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return false
         }
         context.write(self.wrapOutboundOut(.head(answer.response)), promise: nil)
-        self.record(answer)
+        self.record(answer, ahead: false)
         if let body = answer.body { context.write(self.wrapOutboundOut(.body(body)), promise: nil) }
         if answer.closing {
             self.state = .closing
@@ -287,7 +307,10 @@ struct MediaHitChannel: ServerChildChannel, HTTPChannelHandler {
         self.http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let pipeline = channel.pipeline.syncOperations
             let state = try pipeline.handler(type: HTTPConnectionStateHandler.self)
-            try pipeline.addHandler(MediaHitHandler(source: self.source), position: .after(state))
+            let hits = MediaHitHandler(source: self.source)
+            try pipeline.addHandler(hits, position: .after(state))
+            let timeouts = try pipeline.handler(type: ConnectionTimeoutHandler.self)
+            try pipeline.addHandler(MediaHitFront(hits: hits, timeouts: timeouts), position: .first)
             return value
         }
     }

@@ -23,6 +23,7 @@ final class ServiceMetrics: Sendable {
     private let downloadBytes: Counter
     private let servedBytes: Counter
     private let memoryAnswers: Counter
+    private let answersAhead: Counter
     private let savedBytes: Counter
     private let conversions: Counter
     private let reencodes: Counter
@@ -65,6 +66,9 @@ final class ServiceMetrics: Sendable {
         self.memoryAnswers = counter(
             "media_memory_answers", "total",
             "Media requests answered from memory on the event loop, before the router (included in requests_total).")
+        self.answersAhead = counter(
+            "media_answers_ahead", "total",
+            "Of media_memory_answers, those answered from the bytes read, ahead of the HTTP codec.")
         self.savedBytes = counter("saved_bytes", "total", "Bytes saved: GIF size minus MP4 size, per conversion.")
         self.conversions = counter("conversions", "total", "GIFs converted.")
         self.reencodes = counter(
@@ -135,8 +139,10 @@ final class ServiceMetrics: Sendable {
     }
 
     /// One `/media` or signed `/v1/...` request answered by `MediaHitHandler`.
-    func answeredFromMemory() {
+    /// - Parameter ahead: answered from the bytes read, ahead of the HTTP codec (`MediaHitFront`).
+    func answeredFromMemory(ahead: Bool) {
         self.memoryAnswers.increment()
+        if ahead { self.answersAhead.increment() }
     }
 
     func transcoded(duration: Duration, savedBytes: Int, reencodes: Int = 0) {

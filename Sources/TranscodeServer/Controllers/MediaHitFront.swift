@@ -1,0 +1,273 @@
+import HTTPTypes
+import NIOCore
+
+/// Answers `MediaHitHandler`'s hits before NIO's HTTP codec, from the bytes read: the first handler of a
+/// connection's pipeline. A hit answered here costs a scan of its head and one write of bytes, not the
+/// codec's parsing, its conversions to and from swift-http-types, the response encoder and five handlers
+/// each way; on a small file that was most of a hit's cost (`scripts/bench-service`, README).
+///
+/// It frames the byte stream itself, so that the decoder behind it only ever sees whole requests: a head
+/// (up to the first empty line) and then exactly `Content-Length` bytes of body. What it cannot frame for
+/// certain it does not try to: a head that is not plain CRLF-ended lines of visible ASCII (a bare CR or LF,
+/// obs-fold, a control or non-ASCII byte), `Transfer-Encoding`, `Upgrade`, `CONNECT`, several or a malformed
+/// `Content-Length`, a head longer than `maxHeadBytes`. Then it passes everything from there on, as read, to
+/// the decoder, whose rules and limits apply as before, for the rest of the connection (hits are then
+/// answered after the codec by `MediaHitHandler`, as before this handler).
+///
+/// A request is answered here only when it is a `GET` or `HEAD` of HTTP/1.1 without a body, no earlier
+/// request of the connection is with the router (`MediaHitHandler.answersAhead`: answers in request order),
+/// the channel is writable, and `MediaHitHandler` has the answer in memory; the answer and its log line and
+/// metrics are the same (`MediaHitHandler.answer(method:fields:_:)`). Anything else is passed on as its
+/// bytes. `ConnectionTimeoutHandler` is told of each answer, so the connection is not idle.
+final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// The longest head read here; a longer one goes to the decoder (whose limit is 80 KB).
+    static let maxHeadBytes = 16 * 1024
+    /// A body up to this long is written with the head, in one buffer; a longer one as its own.
+    private static let copiedBodyBytes = 16 * 1024
+
+    private enum Mode {
+        /// Requests are framed here.
+        case framing
+        /// Everything read goes to the decoder.
+        case passing
+        /// Answered with `Connection: close`: nothing more is read.
+        case closed
+    }
+
+    private let hits: MediaHitHandler
+    private let timeouts: ConnectionTimeoutHandler
+    private var mode = Mode.framing
+    /// The start of a head not read in full yet, and how much of it was searched for its end.
+    private var partial: (bytes: ByteBuffer, searched: Int)?
+    /// Bytes of the current request's body still to pass on.
+    private var bodyLeft = 0
+    private var needsFlush = false
+
+    init(hits: MediaHitHandler, timeouts: ConnectionTimeoutHandler) {
+        self.hits = hits
+        self.timeouts = timeouts
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch self.mode {
+        case .closed: return
+        case .passing: return context.fireChannelRead(data)
+        case .framing: break
+        }
+        var input = self.unwrapInboundIn(data)
+        var searched = 0
+        if var partial = self.partial {
+            self.partial = nil
+            partial.bytes.writeBuffer(&input)
+            (input, searched) = partial
+        }
+        while input.readableBytes > 0, case .framing = self.mode {
+            if self.bodyLeft > 0 {
+                let count = min(self.bodyLeft, input.readableBytes)
+                self.bodyLeft -= count
+                context.fireChannelRead(self.wrapInboundOut(input.readSlice(length: count)!))
+                continue
+            }
+            guard let length = Self.headLength(input, from: searched) else {
+                if input.readableBytes >= Self.maxHeadBytes {
+                    self.passOn(input, context: context)
+                } else {
+                    self.partial = (input, input.readableBytes)
+                }
+                return
+            }
+            searched = 0
+            guard
+                let head = input.withUnsafeReadableBytes({
+                    RawRequestHead(UnsafeRawBufferPointer(rebasing: $0[..<length]))
+                }), let bodyLength = head.bodyLength
+            else { return self.passOn(input, context: context) }
+            if head.mayBeAnswered, self.answer(head, context: context) {
+                input.moveReaderIndex(forwardBy: length)
+                continue
+            }
+            self.bodyLeft = bodyLength
+            context.fireChannelRead(self.wrapInboundOut(input.readSlice(length: length)!))
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if self.needsFlush {
+            self.needsFlush = false
+            context.flush()
+        }
+        context.fireChannelReadComplete()
+    }
+
+    /// Gives up framing: `input` and all that follows go to the decoder as read.
+    private func passOn(_ input: ByteBuffer, context: ChannelHandlerContext) {
+        self.mode = .passing
+        context.fireChannelRead(self.wrapInboundOut(input))
+    }
+
+    /// The length of the head at the start of `buffer`, up to and including its empty line, once it is all
+    /// there; the first `searched` bytes were searched already.
+    static func headLength(_ buffer: ByteBuffer, from searched: Int) -> Int? {
+        buffer.withUnsafeReadableBytes { bytes in
+            let end = min(bytes.count, Self.maxHeadBytes)
+            var index = max(3, searched)
+            while index < end {
+                if bytes[index] == 0x0A, bytes[index - 1] == 0x0D, bytes[index - 2] == 0x0A, bytes[index - 3] == 0x0D {
+                    return index + 1
+                }
+                index += 1
+            }
+            return nil
+        }
+    }
+
+    /// Writes the answer to `head` when `MediaHitHandler` has it in memory and may answer now.
+    /// - Returns: `false` when the request goes on to the decoder.
+    private func answer(_ head: RawRequestHead, context: ChannelHandlerContext) -> Bool {
+        guard self.hits.answersAhead, context.channel.isWritable, let candidate = self.hits.candidate(path: head.target)
+        else { return false }
+        guard let answer = self.hits.answer(method: head.method, fields: head.fields, candidate) else {
+            self.hits.triedAheadAndMissed()
+            return false
+        }
+        let body = answer.body
+        var bytes = context.channel.allocator.buffer(capacity: 512 + (body?.readableBytes ?? 0))
+        Self.encode(answer.response, into: &bytes)
+        var last = bytes
+        if var copied = body, copied.readableBytes <= Self.copiedBodyBytes {
+            bytes.writeBuffer(&copied)
+            last = bytes
+        } else if let body {
+            context.write(self.wrapOutboundOut(bytes), promise: nil)
+            last = body
+        }
+        self.hits.record(answer, ahead: true)
+        self.timeouts.answeredAhead()
+        if answer.closing {
+            self.mode = .closed
+            let channel = context.channel
+            context.writeAndFlush(self.wrapOutboundOut(last)).whenComplete { _ in channel.close(promise: nil) }
+        } else {
+            context.write(self.wrapOutboundOut(last), promise: nil)
+            self.needsFlush = true
+        }
+        return true
+    }
+
+    /// A response head as NIO's encoder writes it: status line, one line per field, an empty line.
+    static func encode(_ response: HTTPResponse, into buffer: inout ByteBuffer) {
+        buffer.writeStaticString("HTTP/1.1 ")
+        buffer.writeString(String(response.status.code))
+        buffer.writeStaticString(" ")
+        buffer.writeString(response.status.reasonPhrase)
+        buffer.writeStaticString("\r\n")
+        for field in response.headerFields {
+            buffer.writeString(field.name.rawName)
+            buffer.writeStaticString(": ")
+            buffer.writeString(field.value)
+            buffer.writeStaticString("\r\n")
+        }
+        buffer.writeStaticString("\r\n")
+    }
+}
+
+/// A request head as `MediaHitFront` reads it: its framing, and what a hit needs. `nil` for a head that is
+/// not plain CRLF-ended lines of visible ASCII (RFC 9112 §2.2, §3, §5 without their leniencies).
+struct RawRequestHead {
+    var method: HTTPRequest.Method
+    /// The request target as sent.
+    var target: String
+    /// The fields a hit reads (`MediaAnswer`, `MediaHitHandler`), in the order sent; the others are skipped.
+    var fields: HTTPFields
+    /// `GET` or `HEAD` of HTTP/1.1 without a body: may be answered ahead of the decoder.
+    var mayBeAnswered: Bool
+    /// The body's length (`Content-Length`, else 0); `nil` when it is not known here: `Transfer-Encoding`,
+    /// `Upgrade`, `CONNECT`, several or a malformed `Content-Length`.
+    var bodyLength: Int?
+
+    private static let read: [(name: [UInt8], field: HTTPField.Name)] = [
+        (Array("range".utf8), .range), (Array("if-range".utf8), .ifRange),
+        (Array("if-none-match".utf8), .ifNoneMatch), (Array("origin".utf8), .origin),
+        (Array("connection".utf8), .connection), (Array("x-request-id".utf8), HTTPField.Name("X-Request-Id")!),
+    ]
+    private static let contentLength = Array("content-length".utf8)
+    private static let transferEncoding = Array("transfer-encoding".utf8)
+    private static let upgrade = Array("upgrade".utf8)
+
+    /// - Parameter bytes: the head, up to and including its empty line.
+    init?(_ bytes: UnsafeRawBufferPointer) {
+        var start = 0
+        /// The next line, without its CRLF; `nil` at a CR not followed by LF.
+        func nextLine() -> Range<Int>? {
+            guard let cr = bytes[start...].firstIndex(of: 0x0D), cr + 1 < bytes.count, bytes[cr + 1] == 0x0A else {
+                return nil
+            }
+            defer { start = cr + 2 }
+            return start..<cr
+        }
+        // Request line: method SP target SP version.
+        guard let line = nextLine(), let space = bytes[line].firstIndex(of: 0x20),
+            let second = bytes[(space + 1)..<line.upperBound].firstIndex(of: 0x20)
+        else { return nil }
+        let method = bytes[line.lowerBound..<space]
+        let target = bytes[(space + 1)..<second]
+        let version = bytes[(second + 1)..<line.upperBound]
+        guard !method.isEmpty, method.allSatisfy(Self.isTokenByte), !target.isEmpty,
+            target.allSatisfy({ (0x21...0x7E).contains($0) }), version.count == 8,
+            version.starts(with: "HTTP/1.".utf8), version.last == 0x31 || version.last == 0x30
+        else { return nil }
+        let isGet = method.elementsEqual("GET".utf8)
+        let isHead = !isGet && method.elementsEqual("HEAD".utf8)
+        self.method = isHead ? .head : .get
+        self.target = String(decoding: target, as: UTF8.self)
+        self.fields = HTTPFields()
+        var length: Int? = nil
+        var framed = !method.elementsEqual("CONNECT".utf8)
+        // Field lines: name ":" OWS value OWS, up to the empty line.
+        while let line = nextLine() {
+            if line.isEmpty {
+                self.bodyLength = framed ? length ?? 0 : nil
+                self.mayBeAnswered = (isGet || isHead) && version.last == 0x31 && length == nil && framed
+                return
+            }
+            guard let colon = bytes[line].firstIndex(of: 0x3A), colon > line.lowerBound else { return nil }
+            let name = bytes[line.lowerBound..<colon]
+            var value = bytes[(colon + 1)..<line.upperBound]
+            guard name.allSatisfy(Self.isTokenByte), value.allSatisfy({ $0 == 0x09 || (0x20...0x7E).contains($0) })
+            else { return nil }
+            while let first = value.first, first == 0x20 || first == 0x09 { value = value.dropFirst() }
+            while let last = value.last, last == 0x20 || last == 0x09 { value = value.dropLast() }
+            if Self.equalsLowercased(name, Self.contentLength) {
+                guard length == nil, (1...15).contains(value.count), value.allSatisfy({ (0x30...0x39).contains($0) })
+                else {
+                    framed = false
+                    continue
+                }
+                length = value.reduce(0) { $0 * 10 + Int($1 - 0x30) }
+            } else if Self.equalsLowercased(name, Self.transferEncoding) || Self.equalsLowercased(name, Self.upgrade) {
+                framed = false
+            } else if let read = Self.read.first(where: { Self.equalsLowercased(name, $0.name) }) {
+                self.fields.append(HTTPField(name: read.field, value: String(decoding: value, as: UTF8.self)))
+            }
+        }
+        return nil
+    }
+
+    /// A `tchar` (RFC 9110 §5.6.2).
+    private static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: true
+        case 0x21, 0x23, 0x24, 0x25, 0x26, 0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E, 0x5F, 0x60, 0x7C, 0x7E: true
+        default: false
+        }
+    }
+
+    private static func equalsLowercased(_ bytes: Slice<UnsafeRawBufferPointer>, _ lowercase: [UInt8]) -> Bool {
+        bytes.count == lowercase.count
+            && zip(bytes, lowercase).allSatisfy { ($0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0) == $1 }
+    }
+}

@@ -1,0 +1,164 @@
+import Foundation
+import HTTPTypes
+import NIOCore
+import Testing
+
+@testable import TranscodeServer
+
+/// `MediaHitFront` reads request heads from bytes and frames the stream for the decoder behind it: what it
+/// reads, what it leaves alone, and that a request hidden in a body is never taken for one.
+@Suite struct MediaHitFrontTests {
+    static func head(_ text: String) -> RawRequestHead? {
+        Array(text.utf8).withUnsafeBytes { RawRequestHead($0) }
+    }
+
+    @Test func readsTheFieldsAHitNeeds() throws {
+        let head = try #require(
+            Self.head(
+                "GET /media/a.mp4?t=1 HTTP/1.1\r\nHost: x\r\nrange:  bytes=0-1 \r\nIF-NONE-MATCH:\t\"a\"\r\n"
+                    + "Origin: https://o.example\r\nX-Request-Id: abc\r\nUser-Agent: test/1\r\nRange: bytes=4-5\r\n\r\n"
+            ))
+        #expect(head.method == .get)
+        #expect(head.target == "/media/a.mp4?t=1")
+        #expect(head.mayBeAnswered)
+        #expect(head.bodyLength == 0)
+        #expect(head.fields[.range] == "bytes=0-1, bytes=4-5")
+        #expect(head.fields[.ifNoneMatch] == "\"a\"")
+        #expect(head.fields[.origin] == "https://o.example")
+        #expect(head.fields[HTTPField.Name("X-Request-Id")!] == "abc")
+        #expect(head.fields[.userAgent] == nil)
+        #expect(Self.head("HEAD /media/a.mp4 HTTP/1.1\r\n\r\n")?.method == .head)
+    }
+
+    @Test func framesBodiesByContentLength() {
+        let post = Self.head("POST /transcode HTTP/1.1\r\nHost: x\r\nContent-Length: 42\r\n\r\n")
+        #expect(post?.bodyLength == 42)
+        #expect(post?.mayBeAnswered == false)
+        // A GET with a body, HTTP/1.0 and other methods are framed here but answered behind the codec.
+        #expect(Self.head("GET /media/a.mp4 HTTP/1.1\r\nContent-Length: 0\r\n\r\n")?.mayBeAnswered == false)
+        #expect(Self.head("GET /media/a.mp4 HTTP/1.0\r\n\r\n")?.mayBeAnswered == false)
+        #expect(Self.head("DELETE /v1/objects/a HTTP/1.1\r\n\r\n")?.mayBeAnswered == false)
+        #expect(Self.head("DELETE /v1/objects/a HTTP/1.1\r\n\r\n")?.bodyLength == 0)
+    }
+
+    /// Framing this handler cannot be sure of: the rest of the connection goes to the decoder.
+    @Test func leavesUncertainFramingToTheDecoder() {
+        let unknown = [
+            "POST /transcode HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /transcode HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\n",
+            "POST /transcode HTTP/1.1\r\nContent-Length: 4, 4\r\n\r\n",
+            "POST /transcode HTTP/1.1\r\nContent-Length: +4\r\n\r\n",
+            "GET /media/a.mp4 HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+            "CONNECT 127.0.0.1:80 HTTP/1.1\r\n\r\n",
+        ]
+        for text in unknown { #expect(Self.head(text)?.bodyLength == nil, "\(text)") }
+        let unread = [
+            "GET /media/a.mp4 HTTP/1.1\nHost: x\r\n\r\n",  // bare LF
+            "GET /media/a.mp4 HTTP/1.1\r\nHost: x\ry\r\n\r\n",  // bare CR
+            "GET /media/a.mp4 HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n",  // obs-fold
+            "GET /media/a.mp4 HTTP/1.1\r\nX-A: caf\u{e9}\r\n\r\n",  // non-ASCII
+            "GET /media/a.mp4 HTTP/1.1\r\nX-A : a\r\n\r\n",  // space before the colon
+            "GET  /media/a.mp4 HTTP/1.1\r\n\r\n",
+            "GET /media/a.mp4 HTTP/2.0\r\n\r\n",
+            "\r\nGET /media/a.mp4 HTTP/1.1\r\n\r\n",
+        ]
+        for text in unread { #expect(Self.head(text) == nil, "\(text)") }
+    }
+
+    @Test func findsTheEndOfAHeadAcrossReads() {
+        var buffer = ByteBufferAllocator().buffer(string: "GET / HTTP/1.1\r\nHost: x\r\n\r")
+        #expect(MediaHitFront.headLength(buffer, from: 0) == nil)
+        buffer.writeString("\nGET")
+        #expect(MediaHitFront.headLength(buffer, from: 26) == 27)
+    }
+
+    /// Pipelined in one write: a hit, a POST whose body is the text of another request, a hit that asks to
+    /// close. The text in the body is a body: three answers, in order, and none to the request in the body.
+    @Test func aRequestInABodyIsNotARequest() async throws {
+        try await MediaHitHandlerTests.withWarmObject { harness, key in
+            let hidden = "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\nX-Request-Id: hidden\r\n\r\n"
+            let requests =
+                "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\nX-Request-Id: first\r\n\r\n"
+                + "POST /transcode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Request-Id: post\r\n"
+                + "Content-Length: \(hidden.utf8.count)\r\n\r\n\(hidden)"
+                + "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\nX-Request-Id: last\r\nConnection: close\r\n\r\n"
+            let (answers, closed) = try await MediaHitHandlerTests.exchange(
+                port: harness.appPort, requests, bodiless: [false, false, false, false], awaitingClose: true)
+            #expect(answers.map { $0.header("X-Request-Id") } == ["first", "post", "last"])
+            #expect(answers.map(\.status) == [200, 400, 200])
+            #expect(answers.last?.header("Content-Type") == "image/jpeg")
+            #expect(closed)
+        }
+    }
+
+    /// After a chunked body (not framed here) the rest of the connection goes through the codec: a request
+    /// in the chunks is a body, and the hit after it is answered, behind the codec.
+    @Test func afterAChunkedBodyTheCodecFrames() async throws {
+        try await MediaHitHandlerTests.withWarmObject { harness, key in
+            let hidden = "GET /media/\(key).json HTTP/1.1\r\nHost: x\r\n\r\n"
+            let chunk = String(hidden.utf8.count, radix: 16)
+            let post =
+                "POST /transcode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + "Transfer-Encoding: chunked\r\n\r\n\(chunk)\r\n\(hidden)\r\n0\r\n\r\n"
+            let ahead = try await MediaHitHandlerTests.answersAhead(harness)
+            let memory = try await MediaHitHandlerTests.memoryAnswers(harness)
+            let socket = try RawSocket(port: harness.appPort)
+            /// What arrives within 10 s, until it holds `end`.
+            func receive(until end: String) async throws -> String {
+                var text = ""
+                let started = ContinuousClock.now
+                while !text.contains(end), ContinuousClock.now - started < .seconds(10) {
+                    try await Task.sleep(for: .milliseconds(20))
+                    text += UploadTests.received(socket)
+                }
+                return text
+            }
+            #expect(socket.send(Array(post.utf8)))
+            let first = try await receive(until: "}}")
+            #expect(first.hasPrefix("HTTP/1.1 400"), "\(first)")
+            // Sent once the router has answered, so that the handler behind the codec may answer it.
+            #expect(socket.send(Array("GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\n\r\n".utf8)))
+            let second = try await receive(until: "\r\n\r\n")
+            #expect(second.hasPrefix("HTTP/1.1 200"), "\(second)")
+            #expect(second.contains("image/jpeg"))
+            #expect(!second.contains("application/json"))
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead)
+            #expect(try await MediaHitHandlerTests.memoryAnswers(harness) == memory + 1)
+        }
+    }
+
+    /// A head that arrives in pieces is answered ahead once whole; a connection kept busy by such answers for
+    /// two and a half times its deadlines is neither cut off at the head deadline nor closed as idle.
+    @Test func aBusyConnectionIsNotCutOff() async throws {
+        try await withHarness(configure: {
+            $0.headerTimeoutSeconds = 2
+            $0.idleTimeoutSeconds = 2
+        }) { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
+            let key = try #require(try reply.json()["key"] as? String)
+            #expect(try await harness.request(.GET, "/media/\(key).json").status == 200)
+            let ahead = try await MediaHitHandlerTests.answersAhead(harness)
+            let socket = try RawSocket(port: harness.appPort)
+            let request = Array("GET /media/\(key).json HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+            var (sent, answered) = (0, 0)
+            let started = ContinuousClock.now
+            // Each request in two pieces 50 ms apart, on the one connection.
+            while ContinuousClock.now - started < .seconds(5) {
+                guard socket.send(Array(request[..<20])) else { break }
+                try await Task.sleep(for: .milliseconds(50))
+                guard socket.send(Array(request[20...])) else { break }
+                sent += 1
+                try await Task.sleep(for: .milliseconds(50))
+                answered += UploadTests.received(socket).components(separatedBy: "HTTP/1.1 200").count - 1
+            }
+            try await Task.sleep(for: .milliseconds(100))
+            answered += UploadTests.received(socket).components(separatedBy: "HTTP/1.1 200").count - 1
+            #expect(ContinuousClock.now - started >= .seconds(5), "the connection was closed while busy")
+            #expect(answered == sent)
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead + sent)
+            // Then idle: closed.
+            try await Task.sleep(for: .milliseconds(4000))
+            #expect(socket.peerClosed())
+        }
+    }
+}
