@@ -91,6 +91,26 @@ import Testing
         }
     }
 
+    /// A head the decoder rejects (an unknown method; a request after an HTTP/1.0 one, which ends the
+    /// connection) is answered with its error, which no hit behind it may overtake: none is answered ahead.
+    @Test func aRejectedHeadIsNotOvertaken() async throws {
+        try await MediaHitHandlerTests.withWarmObject { harness, key in
+            let hit = "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\n\r\n"
+            let ahead = try await MediaHitHandlerTests.answersAhead(harness)
+            let (rejected, closed) = try await MediaHitHandlerTests.exchange(
+                port: harness.appPort, "FOO /media/\(key).jpg HTTP/1.1\r\nHost: x\r\n\r\n" + hit,
+                bodiless: [false, false], awaitingClose: true)
+            #expect(rejected.first?.status == 400, "\(rejected.map(\.status))")
+            #expect(rejected.count == 1 && closed)
+            let (old, _) = try await MediaHitHandlerTests.exchange(
+                port: harness.appPort, "GET /media/\(key).jpg HTTP/1.0\r\n\r\n" + hit, bodiless: [false, false],
+                awaitingClose: true)
+            // The decoder's error for what follows, as without this handler.
+            #expect(old.map(\.status) == [200, 400])
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead)
+        }
+    }
+
     /// After a chunked body (not framed here) the rest of the connection goes through the codec: a request
     /// in the chunks is a body, and the hit after it is answered, behind the codec.
     @Test func afterAChunkedBodyTheCodecFrames() async throws {

@@ -45,6 +45,8 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     private var partial: (bytes: ByteBuffer, searched: Int)?
     /// Bytes of the current request's body still to pass on.
     private var bodyLeft = 0
+    /// Request heads passed on to the decoder.
+    private var headsPassed = 0
     private var needsFlush = false
 
     init(hits: MediaHitHandler, timeouts: ConnectionTimeoutHandler) {
@@ -76,7 +78,8 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
                 if input.readableBytes >= Self.maxHeadBytes {
                     self.passOn(input, context: context)
                 } else {
-                    self.partial = (input, input.readableBytes)
+                    // A copy: a slice would keep the whole read buffer alive.
+                    self.partial = (ByteBuffer(buffer: input), input.readableBytes)
                 }
                 return
             }
@@ -91,7 +94,11 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
                 continue
             }
             self.bodyLeft = bodyLength
+            self.headsPassed += 1
             context.fireChannelRead(self.wrapInboundOut(input.readSlice(length: length)!))
+            // After a request that ends the connection, llhttp refuses whatever follows: so does the decoder's
+            // error, not an answer written here.
+            if head.endsConnection { return self.passOn(input, context: context) }
         }
     }
 
@@ -128,17 +135,21 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     /// Writes the answer to `head` when `MediaHitHandler` has it in memory and may answer now.
     /// - Returns: `false` when the request goes on to the decoder.
     private func answer(_ head: RawRequestHead, context: ChannelHandlerContext) -> Bool {
-        guard self.hits.answersAhead, context.channel.isWritable, let candidate = self.hits.candidate(path: head.target)
+        // Every head passed on came out of the decoder (one it rejected is answered with an error, which nothing
+        // may overtake), and none is with the router.
+        guard self.hits.headsDecoded == self.headsPassed, self.hits.answersAhead, context.channel.isWritable,
+            let candidate = self.hits.candidate(path: head.target)
         else { return false }
         guard let answer = self.hits.answer(method: head.method, fields: head.fields, candidate) else {
             self.hits.triedAheadAndMissed()
             return false
         }
         let body = answer.body
-        var bytes = context.channel.allocator.buffer(capacity: 512 + (body?.readableBytes ?? 0))
+        let copied = body.map { $0.readableBytes <= Self.copiedBodyBytes } ?? false
+        var bytes = context.channel.allocator.buffer(capacity: 512 + (copied ? body!.readableBytes : 0))
         Self.encode(answer.response, into: &bytes)
         var last = bytes
-        if var copied = body, copied.readableBytes <= Self.copiedBodyBytes {
+        if copied, var copied = body {
             bytes.writeBuffer(&copied)
             last = bytes
         } else if let body {
@@ -185,6 +196,11 @@ struct RawRequestHead {
     var fields: HTTPFields
     /// `GET` or `HEAD` of HTTP/1.1 without a body: may be answered ahead of the decoder.
     var mayBeAnswered: Bool
+    /// HTTP/1.0, or a `close` in `Connection`: llhttp reads nothing after this request.
+    var endsConnection: Bool {
+        self.isHTTP10 || self.fields[.connection]?.lowercased().contains("close") == true
+    }
+    var isHTTP10: Bool
     /// The body's length (`Content-Length`, else 0); `nil` when it is not known here: `Transfer-Encoding`,
     /// `Upgrade`, `CONNECT`, several or a malformed `Content-Length`.
     var bodyLength: Int?
@@ -223,6 +239,7 @@ struct RawRequestHead {
         let isGet = method.elementsEqual("GET".utf8)
         let isHead = !isGet && method.elementsEqual("HEAD".utf8)
         self.method = isHead ? .head : .get
+        self.isHTTP10 = version.last == 0x30
         self.target = String(decoding: target, as: UTF8.self)
         self.fields = HTTPFields()
         var length: Int? = nil

@@ -83,6 +83,9 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var needsFlush = false
     /// The next request was tried ahead of the codec (`MediaHitFront`) and missed: it goes to the router.
     private var triedAhead = false
+    /// Request heads that came out of the decoder; `MediaHitFront` compares it with the heads it passed on
+    /// (one the decoder rejected never comes out, and nothing may be answered ahead of its error).
+    private(set) var headsDecoded = 0
 
     init(source: Source) {
         self.source = source
@@ -90,6 +93,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let part = self.unwrapInboundIn(data)
+        if case .head = part { self.headsDecoded += 1 }
         switch (self.state, part) {
         case (.closing, _):
             return
@@ -141,7 +145,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = self.unwrapOutboundIn(data) { self.withRouter -= 1 }
+        // Not below zero: the error answer to a head the decoder rejected had no head here.
+        if case .end = self.unwrapOutboundIn(data) { self.withRouter = max(0, self.withRouter - 1) }
         context.write(data, promise: promise)
     }
 
