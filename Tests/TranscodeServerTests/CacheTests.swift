@@ -78,6 +78,35 @@ import Transcoder
         }
     }
 
+    /// Tombstones are looked up in the directory's names as last read while it is unchanged, and every change
+    /// to it (this cache's takedowns, a file put there or removed by another process) is seen at once.
+    @Test func tombstonesAreSeenAtOnceFromEitherSide() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
+            let (first, second) = (String(repeating: "a", count: 64), String(repeating: "b", count: 64))
+            // A directory changed in the last two seconds is not read: its times cannot tell a change yet.
+            #expect(!cache.isBuried(.object(first)))
+            #expect(cache.tombstoneNames.withLock { $0 == nil })
+            try await Task.sleep(for: .milliseconds(2100))
+            #expect(!cache.isBuried(.object(first)))
+            #expect(cache.tombstoneNames.withLock { $0?.names.isEmpty == true }, "the settled directory was read")
+
+            try cache.bury([.object(first)], reason: "test")
+            #expect(cache.isBuried(.object(first)))
+            #expect(!cache.isBuried(.object(second)))
+            // Another process: a file put there, then removed.
+            let path = cache.tombstonesDirectory + "/" + DiskCache.Tombstone.gif(second).fileName
+            #expect(FileManager.default.createFile(atPath: path, contents: Data("{}".utf8)))
+            #expect(cache.isBuried(.object(second), .gif(second)))
+            try await Task.sleep(for: .milliseconds(2100))
+            #expect(cache.isBuried(.gif(second)))
+            #expect(cache.tombstoneNames.withLock { $0?.names.count == 2 })
+            try FileManager.default.removeItem(atPath: path)
+            #expect(!cache.isBuried(.gif(second)))
+            #expect(cache.isBuried(.object(first)))
+        }
+    }
+
     @Test func aRestartKeepsURLLinks() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)

@@ -212,13 +212,64 @@ extension DiskCache {
     /// that serves a stored object asks this, not only when the files are gone (the same bytes converted
     /// again after a takedown that predates `sourceSha256` (then `gifSha256`) must not be served either).
     func checkNotTakenDown(key: String, metadata: TranscodeMetadata) throws {
-        if self.isBuried(.object(key)) || metadata.sourceSha256.map({ self.isBuried(.gif($0)) }) == true {
-            throw ServiceError.takenDown("this was taken down")
-        }
+        let buried =
+            if let sourceSha256 = metadata.sourceSha256 {
+                self.isBuried(.object(key), .gif(sourceSha256))
+            } else {
+                self.isBuried(.object(key))
+            }
+        if buried { throw ServiceError.takenDown("this was taken down") }
     }
 
-    /// Whether any of `tombstones` was recorded. One `access` per name: cheap enough for every miss.
+    /// Whether any of `tombstones` was recorded: looked up in the directory's names as last read while the
+    /// directory is unchanged (one `stat`, for a cache hit that asks this on an event loop), else one `access`
+    /// per name.
     func isBuried(_ tombstones: Tombstone...) -> Bool {
-        tombstones.contains { access("\(self.tombstonesDirectory)/\($0.fileName)", F_OK) == 0 }
+        if let names = self.settledTombstones() { return tombstones.contains { names.contains($0.fileName) } }
+        return tombstones.contains { access("\(self.tombstonesDirectory)/\($0.fileName)", F_OK) == 0 }
+    }
+
+    /// The names in `tombstones/`, read again whenever the directory's stamp (inode, size, modification and
+    /// change times) differs from the last read. Any file created, renamed or removed there (by this process,
+    /// `cache` commands beside it, an operator) changes the directory's times. They are coarse (a clock tick),
+    /// so names are read only from a directory unchanged for the last two seconds: a change in the same tick as
+    /// the read could not be told from it. `nil` while it is not settled: ask the disk.
+    private func settledTombstones() -> Set<String>? {
+        let directory = self.tombstonesDirectory
+        guard let stamp = DirectoryStamp(directory) else { return nil }
+        if let names = self.tombstoneNames.withLock({ $0?.stamp == stamp ? $0?.names : nil }) { return names }
+        guard stamp.isSettled, let listed = try? FileManager.default.contentsOfDirectory(atPath: directory),
+            DirectoryStamp(directory) == stamp
+        else { return nil }
+        let names = Set(listed)
+        self.tombstoneNames.withLock { $0 = (stamp, names) }
+        return names
+    }
+}
+
+/// What tells whether a directory's entries changed: its inode, size, and modification and change times.
+struct DirectoryStamp: Equatable, Sendable {
+    let inode: UInt
+    let size: Int
+    let modified: timespec
+    let changed: timespec
+
+    init?(_ path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        (self.inode, self.size, self.modified, self.changed) = (info.st_ino, info.st_size, info.st_mtim, info.st_ctim)
+    }
+
+    /// Unchanged for the last two seconds, by the real-time clock the kernel stamps files with.
+    var isSettled: Bool {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return now.tv_sec - max(self.modified.tv_sec, self.changed.tv_sec) >= 2
+    }
+
+    static func == (left: DirectoryStamp, right: DirectoryStamp) -> Bool {
+        left.inode == right.inode && left.size == right.size && left.modified.tv_sec == right.modified.tv_sec
+            && left.modified.tv_nsec == right.modified.tv_nsec && left.changed.tv_sec == right.changed.tv_sec
+            && left.changed.tv_nsec == right.changed.tv_nsec
     }
 }

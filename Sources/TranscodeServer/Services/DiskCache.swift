@@ -32,6 +32,8 @@ final class DiskCache: Sendable {
     private let state: Mutex<State>
     private let decoded = Mutex<[String: (identity: [Int], metadata: TranscodeMetadata)]>([:])
     private let smallFiles = Mutex(SmallFiles())
+    /// The names in `tombstones/` as last read, and the directory's stamp then (`settledTombstones`).
+    let tombstoneNames = Mutex<(stamp: DirectoryStamp, names: Set<String>)?>(nil)
     private let onEviction: @Sendable (Int) -> Void
     private let onQuarantine: @Sendable (String) -> Void
     /// The time uses are recorded at (a test's own clock).
@@ -150,12 +152,14 @@ final class DiskCache: Sendable {
     // MARK: Lookups
 
     /// The object a URL key links to, if the link exists and its object is complete.
-    func lookup(urlKey: String) -> String? {
+    /// - Parameter checkingObject: false for a caller that checks the object's files itself (a hit answered
+    ///   from memory `lstat`s them): one `access` less.
+    func lookup(urlKey: String, checkingObject: Bool = true) -> String? {
         guard Self.isValidKey(urlKey), let target = Self.readLink(self.urlLinkPath(urlKey)) else { return nil }
         let name = target.split(separator: "/").last.map(String.init) ?? ""
         guard name.hasSuffix(".json") else { return nil }
         let key = String(name.dropLast(5))
-        guard Self.isValidKey(key), self.contains(key) else { return nil }
+        guard Self.isValidKey(key), !checkingObject || self.contains(key) else { return nil }
         return key
     }
 

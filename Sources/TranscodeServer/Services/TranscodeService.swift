@@ -296,7 +296,7 @@ final class TranscodeService: Sendable {
     func freshHitKey(url: URL, keys: SourceKeys) -> String? {
         let source = DiskCache.Tombstone.source(keys.sourceHash)
         guard !self.cache.isBuried(source), self.shared?.notBuriedRecently([source]) ?? true,
-            let key = self.cache.lookup(urlKey: keys.urlKey),
+            let key = self.cache.lookup(urlKey: keys.urlKey, checkingObject: false),
             let age = self.cache.linkAge(urlKey: keys.urlKey), age < self.urlTTLSeconds,
             self.downloader.isRememberedAllowed(url), self.shared?.isUnpublished(key) != true
         else { return nil }
