@@ -107,6 +107,34 @@ import Transcoder
         }
     }
 
+    /// A URL link's target is read once per link: relinking the URL (a new link) or renewing it is seen by
+    /// the very next look.
+    @Test func aRelinkedURLIsSeenAtOnce() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
+            var keys: [String] = []
+            for name in ["loop_1.gif", "cartoon_hotdog.gif"] {
+                let gif = try corpusBytes(name)
+                let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+                _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+                keys.append(key)
+            }
+            let urlKey = DiskCache.urlKey(
+                normalizedURL: DiskCache.normalize(URL(string: "https://example.com/a.gif")!),
+                options: TranscodeOptions())
+            try cache.link(urlKey: urlKey, to: keys[0])
+            #expect(cache.freshLink(urlKey: urlKey)?.key == keys[0])
+            #expect(cache.freshLink(urlKey: urlKey)?.key == keys[0])
+            try cache.link(urlKey: urlKey, to: keys[1])
+            #expect(cache.freshLink(urlKey: urlKey)?.key == keys[1])
+            cache.renewLink(urlKey: urlKey, age: 500)
+            let renewed = try #require(cache.freshLink(urlKey: urlKey))
+            #expect(renewed.key == keys[1] && abs(renewed.age - 500) < 5)
+            cache.removeLink(urlKey: urlKey)
+            #expect(cache.freshLink(urlKey: urlKey) == nil)
+        }
+    }
+
     @Test func aRestartKeepsURLLinks() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)

@@ -48,6 +48,8 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     /// Request heads passed on to the decoder.
     private var headsPassed = 0
     private var needsFlush = false
+    /// Bytes were passed on since the last read completed: the handlers behind are told it completed.
+    private var passedOn = false
 
     init(hits: MediaHitHandler, timeouts: ConnectionTimeoutHandler) {
         self.hits = hits
@@ -57,7 +59,9 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch self.mode {
         case .closed: return
-        case .passing: return context.fireChannelRead(data)
+        case .passing:
+            self.passedOn = true
+            return context.fireChannelRead(data)
         case .framing: break
         }
         var input = self.unwrapInboundIn(data)
@@ -71,6 +75,7 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
             if self.bodyLeft > 0 {
                 let count = min(self.bodyLeft, input.readableBytes)
                 self.bodyLeft -= count
+                self.passedOn = true
                 context.fireChannelRead(self.wrapInboundOut(input.readSlice(length: count)!))
                 continue
             }
@@ -95,6 +100,7 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
             }
             self.bodyLeft = bodyLength
             self.headsPassed += 1
+            self.passedOn = true
             context.fireChannelRead(self.wrapInboundOut(input.readSlice(length: length)!))
             // After a request that ends the connection, llhttp refuses whatever follows: so does the decoder's
             // error, not an answer written here.
@@ -107,12 +113,18 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
             self.needsFlush = false
             context.flush()
         }
-        context.fireChannelReadComplete()
+        // A read answered here in full gave the handlers behind nothing to complete (it was a visible part of a
+        // hit's cost: five handlers and the async channel's delivery).
+        if self.passedOn || self.mode != .framing {
+            self.passedOn = false
+            context.fireChannelReadComplete()
+        }
     }
 
     /// Gives up framing: `input` and all that follows go to the decoder as read.
     private func passOn(_ input: ByteBuffer, context: ChannelHandlerContext) {
         self.mode = .passing
+        self.passedOn = true
         context.fireChannelRead(self.wrapInboundOut(input))
     }
 

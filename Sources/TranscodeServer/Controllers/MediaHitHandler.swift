@@ -201,6 +201,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let fileExtension: String
         let cacheControl: String
         let route: String
+        /// Beside the object's and its GIF's: the URL's (a signed path), looked up with them.
+        var tombstones: [DiskCache.Tombstone] = []
         switch candidate {
         case .media(let media):
             (key, fileExtension, cacheControl, route) =
@@ -211,10 +213,11 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             else { return nil }
             (key, fileExtension, cacheControl, route) =
                 (found, target.source.fileExtension, signed.cacheControl, "/v1/**")
+            tombstones = [.source(target.keys.sourceHash)]
         }
         guard let contentType = MediaAnswer.contentTypes[fileExtension],
             let (metadata, size, kept) = cache.memoryHit(key, fileExtension: fileExtension),
-            (try? cache.checkNotTakenDown(key: key, metadata: metadata)) != nil,
+            (try? cache.checkNotTakenDown(key: key, metadata: metadata, also: tombstones)) != nil,
             self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
         else { return nil }
         var answer = MediaAnswer(

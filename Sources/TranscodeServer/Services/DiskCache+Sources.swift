@@ -211,20 +211,21 @@ extension DiskCache {
     /// Throws `taken-down` when the object `key`, or the GIF it was made from, was taken down: every answer
     /// that serves a stored object asks this, not only when the files are gone (the same bytes converted
     /// again after a takedown that predates `sourceSha256` (then `gifSha256`) must not be served either).
-    func checkNotTakenDown(key: String, metadata: TranscodeMetadata) throws {
-        let buried =
-            if let sourceSha256 = metadata.sourceSha256 {
-                self.isBuried(.object(key), .gif(sourceSha256))
-            } else {
-                self.isBuried(.object(key))
-            }
-        if buried { throw ServiceError.takenDown("this was taken down") }
+    /// - Parameter also: more tombstones to ask in the same look (a URL's).
+    func checkNotTakenDown(key: String, metadata: TranscodeMetadata, also: [Tombstone] = []) throws {
+        if self.isBuried(anyOf: [.object(key)] + (metadata.sourceSha256.map { [.gif($0)] } ?? []) + also) {
+            throw ServiceError.takenDown("this was taken down")
+        }
     }
 
     /// Whether any of `tombstones` was recorded: looked up in the directory's names as last read while the
     /// directory is unchanged (one `stat`, for a cache hit that asks this on an event loop), else one `access`
     /// per name.
     func isBuried(_ tombstones: Tombstone...) -> Bool {
+        self.isBuried(anyOf: tombstones)
+    }
+
+    func isBuried(anyOf tombstones: [Tombstone]) -> Bool {
         if let names = self.settledTombstones() { return tombstones.contains { names.contains($0.fileName) } }
         return tombstones.contains { access("\(self.tombstonesDirectory)/\($0.fileName)", F_OK) == 0 }
     }

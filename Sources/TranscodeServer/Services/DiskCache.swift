@@ -32,6 +32,8 @@ final class DiskCache: Sendable {
     private let state: Mutex<State>
     private let decoded = Mutex<[String: (identity: [Int], metadata: TranscodeMetadata)]>([:])
     private let smallFiles = Mutex(SmallFiles())
+    /// The object each URL link was last read to point to, by the link's identity (`freshLink`).
+    private let linkTargets = Mutex<[String: (identity: [Int], key: String)]>([:])
     /// The names in `tombstones/` as last read, and the directory's stamp then (`settledTombstones`).
     let tombstoneNames = Mutex<(stamp: DirectoryStamp, names: Set<String>)?>(nil)
     private let onEviction: @Sendable (Int) -> Void
@@ -152,8 +154,7 @@ final class DiskCache: Sendable {
     // MARK: Lookups
 
     /// The object a URL key links to, if the link exists and its object is complete.
-    /// - Parameter checkingObject: false for a caller that checks the object's files itself (a hit answered
-    ///   from memory `lstat`s them): one `access` less.
+    /// - Parameter checkingObject: false for a caller that checks the object's files itself.
     func lookup(urlKey: String, checkingObject: Bool = true) -> String? {
         guard Self.isValidKey(urlKey), let target = Self.readLink(self.urlLinkPath(urlKey)) else { return nil }
         let name = target.split(separator: "/").last.map(String.init) ?? ""
@@ -161,6 +162,30 @@ final class DiskCache: Sendable {
         let key = String(name.dropLast(5))
         guard Self.isValidKey(key), !checkingObject || self.contains(key) else { return nil }
         return key
+    }
+
+    /// The object a URL key links to and the link's age, from one `lstat` of the link while it is the link read
+    /// before (same device, inode and change time: a link's target never changes in place, relinking makes a
+    /// new one, and renewing it changes its change time), else `lstat` and `readlink`. For a hit answered from
+    /// memory, which checks the object's files itself.
+    func freshLink(urlKey: String) -> (key: String, age: TimeInterval)? {
+        var info = stat()
+        let path = self.urlLinkPath(urlKey)
+        guard Self.isValidKey(urlKey), lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK else { return nil }
+        let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
+        let age = Date().timeIntervalSince1970 - modified
+        let identity = [Int(info.st_dev), Int(info.st_ino), info.st_ctim.tv_sec, info.st_ctim.tv_nsec]
+        if let known = self.linkTargets.withLock({ $0[urlKey] }), known.identity == identity {
+            return (known.key, age)
+        }
+        guard let key = self.lookup(urlKey: urlKey, checkingObject: false) else { return nil }
+        // Read after the lstat: a link replaced in between is stored under the old identity, which no later
+        // lstat matches.
+        self.linkTargets.withLock { targets in
+            if targets.count >= Self.decodedCapacity { targets.removeAll(keepingCapacity: true) }
+            targets[urlKey] = (identity, key)
+        }
+        return (key, age)
     }
 
     /// The target of the symbolic link at `path` (`readlink`), nil when it is not a link.

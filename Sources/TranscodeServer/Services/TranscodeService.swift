@@ -290,14 +290,13 @@ final class TranscodeService: Sendable {
     // MARK: The shared store
 
     /// The object the URL of `keys` leads to, when a hit needs no `await` (`MediaHitHandler`): the URL not
-    /// taken down (here, and in a fleet by a recent "no" of the store), its link fresh, its host's policy
-    /// decision remembered as allowed, the object not waiting to be published. `nil` leaves the request to
-    /// `transcode(url:...)`, which decides everything afresh. The object's own checks are the caller's.
+    /// taken down in a fleet by a recent "no" of the store, its link fresh, its host's policy decision
+    /// remembered as allowed, the object not waiting to be published. `nil` leaves the request to
+    /// `transcode(url:...)`, which decides everything afresh. The object's own checks, and the URL's local
+    /// tombstone (`DiskCache.Tombstone.source`, asked with the object's in one look), are the caller's.
     func freshHitKey(url: URL, keys: SourceKeys) -> String? {
-        let source = DiskCache.Tombstone.source(keys.sourceHash)
-        guard !self.cache.isBuried(source), self.shared?.notBuriedRecently([source]) ?? true,
-            let key = self.cache.lookup(urlKey: keys.urlKey, checkingObject: false),
-            let age = self.cache.linkAge(urlKey: keys.urlKey), age < self.urlTTLSeconds,
+        guard self.shared?.notBuriedRecently([.source(keys.sourceHash)]) ?? true,
+            let (key, age) = self.cache.freshLink(urlKey: keys.urlKey), age < self.urlTTLSeconds,
             self.downloader.isRememberedAllowed(url), self.shared?.isUnpublished(key) != true
         else { return nil }
         return key
@@ -306,7 +305,7 @@ final class TranscodeService: Sendable {
     /// Whether any of `tombstones` was recorded, here or (in a fleet) in the shared store.
     /// - Parameter recently: a cache hit: trust the shared store's recent "no".
     func isBuried(_ tombstones: [DiskCache.Tombstone], recently: Bool = false) async throws -> Bool {
-        if tombstones.contains(where: { self.cache.isBuried($0) }) { return true }
+        if self.cache.isBuried(anyOf: tombstones) { return true }
         return try await self.shared?.isBuried(tombstones, recently: recently) ?? false
     }
 
