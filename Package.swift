@@ -90,6 +90,10 @@ let package = Package(
                 "TranscodeServer",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                // MediaHitFront's framing against NIO's decoder, in an embedded channel.
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
             ],
             // The Selenium script the browser test runs (with Debian's python3-selenium).
             exclude: ["Browser"],

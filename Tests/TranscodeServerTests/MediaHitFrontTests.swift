@@ -1,6 +1,11 @@
 import Foundation
 import HTTPTypes
+import Logging
 import NIOCore
+import NIOEmbedded
+import NIOHTTP1
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
 import Testing
 
 @testable import TranscodeServer
@@ -67,9 +72,15 @@ import Testing
 
     @Test func findsTheEndOfAHeadAcrossReads() {
         var buffer = ByteBufferAllocator().buffer(string: "GET / HTTP/1.1\r\nHost: x\r\n\r")
-        #expect(MediaHitFront.headLength(buffer, from: 0) == nil)
+        #expect(MediaHitFront.headEnd(buffer, from: 0) == .notYet)
         buffer.writeString("\nGET")
-        #expect(MediaHitFront.headLength(buffer, from: 26) == 27)
+        #expect(MediaHitFront.headEnd(buffer, from: 26) == .at(27))
+        for unreadable in [
+            "GET / HTTP/1.1\nHost", "GET / HTTP/1.1\r\nX: \r", "GET / HTTP/1.1\r\nX: caf\u{e9}", "GET /\0",
+        ] {
+            let buffer = ByteBufferAllocator().buffer(string: unreadable + "x")
+            #expect(MediaHitFront.headEnd(buffer, from: 0) == .unreadable, "\(unreadable.debugDescription)")
+        }
     }
 
     /// Pipelined in one write: a hit, a POST whose body is the text of another request, a hit that asks to
@@ -180,5 +191,149 @@ import Testing
             try await Task.sleep(for: .milliseconds(4000))
             #expect(socket.peerClosed())
         }
+    }
+}
+
+/// The front against NIO's decoder alone: random streams of well-formed, odd and malformed requests, cut into
+/// random reads, decode to the same request parts (and the same error, at the same place) with the front
+/// before the decoder as without it. No object is in the cache, so the front answers nothing and passes
+/// every request on: what is compared is its framing.
+@Suite struct MediaHitFrontFramingTests {
+    /// What comes out of the decoder, as text.
+    final class Collector: ChannelInboundHandler, @unchecked Sendable {
+        typealias InboundIn = HTTPRequestPart
+        var parts: [String] = []
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            switch self.unwrapInboundIn(data) {
+            case .head(let head):
+                let fields = head.headerFields.map { "\($0.name.rawName)=\($0.value)" }.joined(separator: ",")
+                self.parts.append("head \(head.method) \(head.path ?? "-") \(fields)")
+            case .body(let body): self.parts.append("body \(String(buffer: body))")
+            case .end: self.parts.append("end")
+            }
+        }
+
+        func errorCaught(context: ChannelHandlerContext, error: Error) {
+            self.parts.append("error")
+        }
+    }
+
+    /// A channel with the server's HTTP/1 handlers, with or without the front; what it decodes goes to the
+    /// returned collector.
+    static func channel(front: Bool, cache: DiskCache) throws -> (EmbeddedChannel, Collector) {
+        let channel = EmbeddedChannel()
+        let pipeline = channel.pipeline.syncOperations
+        var limits = NIOHTTPDecoderLimitConfiguration()
+        (limits.maxHeaderFieldSize, limits.maxHeaderListSize, limits.maxHeaderFieldCount) = (80 * 1024, 80 * 1024, 1000)
+        try pipeline.configureHTTPServerPipeline(
+            withPipeliningAssistance: false, withErrorHandling: false, withOutboundHeaderValidation: false,
+            withEncoderConfiguration: .init(), withDecoderLimitConfiguration: limits)
+        try pipeline.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+        let timeouts = ConnectionTimeoutHandler(headTimeout: .seconds(60), idleTimeout: .seconds(60))
+        try pipeline.addHandler(timeouts)
+        let hits = MediaHitHandler(
+            source: .init(
+                cache: cache, shared: nil, metrics: ServiceMetrics(), logger: Logger(label: "test"),
+                cacheControl: "public"))
+        try pipeline.addHandler(hits)
+        let collector = Collector()
+        try pipeline.addHandler(collector)
+        if front { try pipeline.addHandler(MediaHitFront(hits: hits, timeouts: timeouts), position: .first) }
+        return (channel, collector)
+    }
+
+    /// One request of a random kind: plain and odd heads, bodies by Content-Length and chunked, and the
+    /// malformed framings the front must leave to the decoder.
+    static func request(_ random: inout some RandomNumberGenerator) -> String {
+        let key = String(repeating: "ab", count: 32)
+        let path = ["/media/\(key).mp4", "/media/\(key).json?t=1", "/healthz", "/v1/x/y/z.mp4", "*"].randomElement(
+            using: &random)!
+        let body = ["", "x", "GET /media/\(key).mp4 HTTP/1.1\r\n\r\n", "{\"url\": \"http://a/b.gif\"}"]
+            .randomElement(using: &random)!
+        switch Int.random(in: 0..<22, using: &random) {
+        case 0: return "GET \(path) HTTP/1.1\r\nHost: x\r\n\r\n"
+        case 1: return "HEAD \(path) HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\n\r\n"
+        case 2: return "POST /transcode HTTP/1.1\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        case 3: return "GET \(path) HTTP/1.1\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        case 4:
+            let chunk = body.isEmpty ? "" : "\(String(body.utf8.count, radix: 16))\r\n\(body)\r\n"
+            return "POST /transcode HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\(chunk)0\r\n\r\n"
+        case 5: return "GET \(path) HTTP/1.0\r\n\r\n"
+        case 6: return "GET \(path) HTTP/1.1\r\nConnection: close\r\n\r\n"
+        case 7: return "GET \(path) HTTP/1.1\nHost: x\n\n"
+        case 8: return "GET \(path) HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n"
+        case 9: return "FOO \(path) HTTP/1.1\r\n\r\n"
+        case 10: return "POST /transcode HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx"
+        case 11: return "POST /transcode HTTP/1.1\r\nContent-Length: \(body.utf8.count)\t\r\n\r\n\(body)"
+        case 12: return "\r\nGET \(path) HTTP/1.1\r\n\r\n"
+        case 13: return "GET \(path) HTTP/1.1\r\nX-Pad: caf\u{e9}\r\n\r\n"
+        case 14: return "GET \(path) HTTP/1.1\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"
+        case 15: return "POST /transcode HTTP/1.1\r\nContent-Length: 00\(body.utf8.count)\r\n\r\n\(body)"
+        case 16: return "GET \(path) HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n"
+        case 17: return "GET \(path) HTTP/1.1\r\nX-Long: \(String(repeating: "v", count: 17_000))\r\n\r\n"
+        case 18: return "DELETE \(path) HTTP/1.1\r\n\r\n"
+        case 19: return "GET \(path) HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        case 20: return "GET \(path) HTTP/1.1\r\nX-A:\r\n\r\n"
+        default: return "GET \(path) HTTP/1.1\r\n\r\n"
+        }
+    }
+
+    /// The parts each pipeline decodes from `stream`, fed in reads cut at `cuts`.
+    static func decode(_ stream: [UInt8], cuts: [Int], front: Bool, cache: DiskCache) throws -> [String] {
+        let (channel, collector) = try Self.channel(front: front, cache: cache)
+        var start = 0
+        for cut in cuts + [stream.count] where cut > start {
+            do {
+                try channel.writeInbound(channel.allocator.buffer(bytes: stream[start..<cut]))
+            } catch {
+                collector.parts.append("error")
+                break
+            }
+            start = cut
+        }
+        _ = try? channel.finish()
+        // Up to the first error: what follows it is not read by a server, which closes the connection.
+        if let error = collector.parts.firstIndex(of: "error") { return Array(collector.parts[...error]) }
+        return collector.parts
+    }
+
+    @Test func decodesTheSameRequestsAsTheDecoderAlone() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = try DiskCache(root: directory, maxBytes: 1 << 20)
+            var random = SystemRandomNumberGenerator()
+            var seed = UInt64.random(in: 0...UInt64.max, using: &random)
+            var generator = SplitMix64(seed: seed)
+            for round in 0..<1500 {
+                seed = generator.next()
+                var one = SplitMix64(seed: seed)
+                let stream = Array(
+                    (0..<Int.random(in: 1...6, using: &one)).map { _ in Self.request(&one) }.joined().utf8)
+                let cuts = (0..<Int.random(in: 0...4, using: &one)).map { _ in
+                    Int.random(in: 0...stream.count, using: &one)
+                }
+                .sorted()
+                let alone = try Self.decode(stream, cuts: cuts, front: false, cache: cache)
+                let fronted = try Self.decode(stream, cuts: cuts, front: true, cache: cache)
+                #expect(
+                    fronted == alone,
+                    "round \(round), seed \(seed): \(String(decoding: stream, as: UTF8.self).debugDescription) cut at \(cuts)"
+                )
+                if fronted != alone { return }
+            }
+        }
+    }
+}
+
+/// A small seeded generator (SplitMix64), so that a failing round can be replayed from its seed.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { self.state = seed }
+    mutating func next() -> UInt64 {
+        self.state &+= 0x9E37_79B9_7F4A_7C15
+        var z = self.state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

@@ -79,14 +79,17 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
                 context.fireChannelRead(self.wrapInboundOut(input.readSlice(length: count)!))
                 continue
             }
-            guard let length = Self.headLength(input, from: searched) else {
-                if input.readableBytes >= Self.maxHeadBytes {
-                    self.passOn(input, context: context)
-                } else {
-                    // A copy: a slice would keep the whole read buffer alive.
-                    self.partial = (ByteBuffer(buffer: input), input.readableBytes)
-                }
+            let length: Int
+            switch Self.headEnd(input, from: searched) {
+            case .at(let end):
+                length = end
+            case .notYet where input.readableBytes < Self.maxHeadBytes:
+                // A copy: a slice would keep the whole read buffer alive.
+                self.partial = (ByteBuffer(buffer: input), input.readableBytes)
                 return
+            case .notYet, .unreadable:
+                // The decoder's error comes at once, not at the head deadline.
+                return self.passOn(input, context: context)
             }
             searched = 0
             guard
@@ -128,19 +131,36 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
         context.fireChannelRead(self.wrapInboundOut(input))
     }
 
-    /// The length of the head at the start of `buffer`, up to and including its empty line, once it is all
-    /// there; the first `searched` bytes were searched already.
-    static func headLength(_ buffer: ByteBuffer, from searched: Int) -> Int? {
+    /// Where the head at the start of `buffer` ends (the length up to and including its empty line), once it is
+    /// all there; `unreadable` at the first byte no head read here may hold (a bare CR or LF, a control or
+    /// non-ASCII byte), so that the decoder sees it, and errs, at once. The first `searched` bytes were
+    /// searched already.
+    enum HeadEnd: Equatable {
+        case at(Int)
+        case notYet
+        case unreadable
+    }
+
+    static func headEnd(_ buffer: ByteBuffer, from searched: Int) -> HeadEnd {
         buffer.withUnsafeReadableBytes { bytes in
             let end = min(bytes.count, Self.maxHeadBytes)
-            var index = max(3, searched)
+            // From the last byte searched: a CR there was not checked against what follows it.
+            var index = max(0, searched - 1)
             while index < end {
-                if bytes[index] == 0x0A, bytes[index - 1] == 0x0D, bytes[index - 2] == 0x0A, bytes[index - 3] == 0x0D {
-                    return index + 1
+                switch bytes[index] {
+                case 0x0A:
+                    guard index > 0, bytes[index - 1] == 0x0D else { return .unreadable }
+                    if index >= 3, bytes[index - 2] == 0x0A, bytes[index - 3] == 0x0D { return .at(index + 1) }
+                case 0x0D:
+                    if index + 1 < bytes.count, bytes[index + 1] != 0x0A { return .unreadable }
+                case 0x09, 0x20...0x7E:
+                    break
+                default:
+                    return .unreadable
                 }
                 index += 1
             }
-            return nil
+            return .notYet
         }
     }
 
