@@ -17,6 +17,10 @@ struct AppServices: Sendable {
     let configuration: ServerConfiguration
     /// The signed `GET /v1/...` paths verified so far (the route and `MediaHitHandler`).
     let resolvedPaths = ResolvedPaths()
+    /// The `POST /transcode` JSON bodies answered so far, and the answers' JSON (the route and
+    /// `MediaHitHandler`).
+    let resolvedBodies = ResolvedBodies()
+    let encodedResults = EncodedResults()
 }
 
 typealias AppRequestContext = BasicRequestContext
@@ -100,7 +104,11 @@ func buildApplication(
             : MediaHitHandler.SignedRoute(
                 resolved: services.resolvedPaths, service: transcodes,
                 cacheControl: SourceController<AppRequestContext>.cacheControl(
-                    maxAgeSeconds: configuration.sourceMaxAgeSeconds)))
+                    maxAgeSeconds: configuration.sourceMaxAgeSeconds)),
+        transcodeRoute: MediaHitHandler.TranscodeRoute(
+            resolved: services.resolvedBodies, encoded: services.encodedResults, service: transcodes,
+            baseURL: PublicLinks(configuration: configuration).baseURL,
+            tokens: BearerAuthenticator<AppRequestContext>(tokens: configuration.authTokens)))
     let application = Application(
         router: router,
         server: HTTPServerBuilder { responder in
@@ -132,7 +140,8 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     TranscodeController<AppRequestContext>(
         service: services.transcodes, maxBodyBytes: configuration.maxRequestBodyBytes,
         bodyTimeout: .milliseconds(Int64(configuration.bodyTimeoutSeconds * 1000)),
-        temporaryDirectory: services.cache.temporaryDirectory, links: links, webhooks: services.webhooks
+        temporaryDirectory: services.cache.temporaryDirectory, links: links, webhooks: services.webhooks,
+        encoded: services.encodedResults, resolved: services.resolvedBodies
     ).addRoutes(to: router, authenticator: authenticator)
     let media = MediaController<AppRequestContext>(
         cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) },

@@ -158,6 +158,88 @@ import Testing
         }
     }
 
+    /// A cache-hit `POST /transcode` with a body the route answered before is answered ahead of the codec: the
+    /// route's answer (but `Date` and `X-Request-Id`), its log line, a cache hit counted. What only the route
+    /// may decide goes to it: a missing or wrong token, a page's request (CORS), a webhook, another body, a
+    /// body in a later read, a taken-down URL.
+    @Test func aTranscodeHitIsTheRoutesAnswer() async throws {
+        let recorder = AccessLogTests.Recorder()
+        let token = "front-token-0123456789"
+        try await withHarness(
+            logger: recorder.logger,
+            configure: {
+                $0.logLevel = .info
+                $0.authTokens = [token]
+            }
+        ) { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let body = "{\"url\": \"\(url)\"}"
+            func post(_ extra: String = "", body: String = body, id: String) -> String {
+                "POST /transcode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + "Authorization: Bearer \(token)\r\nX-Request-Id: \(id)\r\n\(extra)"
+                    + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)"
+            }
+            func answer(_ request: String) async throws -> MediaHitHandlerTests.RawResponse {
+                try #require(
+                    try await MediaHitHandlerTests.exchange(port: harness.appPort, request, bodiless: [false]).answers
+                        .first)
+            }
+            #expect(try await answer(post(id: "first")).header("X-Cache") == "miss")
+            let ahead = try await MediaHitHandlerTests.answersAhead(harness)
+            let hits = try await MediaHitHandlerTests.cacheHits(harness)
+            // The field of non-ASCII bytes makes the front leave the connection to the codec, and the router.
+            // The route's first hit also remembers the URL's destination as allowed, which the front asks.
+            let router = try await answer(post("X-Pad: caf\u{e9}\r\n", id: "router"))
+            let memory = try await answer(post(id: "memory"))
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead + 1)
+            #expect(try await MediaHitHandlerTests.cacheHits(harness) == hits + 2)
+            #expect(memory.status == 200 && router.status == 200)
+            #expect(memory.header("X-Cache") == "hit")
+            #expect(MediaHitHandlerTests.comparable(memory) == MediaHitHandlerTests.comparable(router))
+            #expect(memory.body == router.body)
+            #expect(memory.header("X-Request-Id") == "memory")
+            let line = try #require(recorder.requests(withID: "memory").first)
+            let routerLine = try #require(recorder.requests(withID: "router").first)
+            for field in ["http.route", "http.status", "http.method", "http.bytes"] {
+                #expect(line.metadata[field] == routerLine.metadata[field], "\(field)")
+            }
+
+            // Left to the route.
+            let wrongToken = try await answer(post(id: "wrong").replacingOccurrences(of: token, with: "nope"))
+            #expect(wrongToken.status == 401)
+            let fromPage = try await answer(post("Origin: https://pages.example\r\n", id: "page"))
+            #expect(fromPage.status == 200)
+            let other = try await answer(post(body: "{\"url\": \"\(url)\" }", id: "other"))
+            #expect(other.status == 200 && other.header("X-Cache") == "hit")
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead + 1)
+            // That other body is now known too.
+            _ = try await answer(post(body: "{\"url\": \"\(url)\" }", id: "other-again"))
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead + 2)
+            // A body that comes in a later read than its head.
+            let socket = try RawSocket(port: harness.appPort)
+            let split = post(id: "split")
+            let cut = split.utf8.count - 5
+            #expect(socket.send(Array(split.utf8.prefix(cut))))
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(socket.send(Array(split.utf8.dropFirst(cut))))
+            var text = ""
+            for _ in 0..<100 where !text.contains("}") {
+                try await Task.sleep(for: .milliseconds(20))
+                text += UploadTests.received(socket)
+            }
+            #expect(text.hasPrefix("HTTP/1.1 200") && text.contains("X-Cache: hit"), "\(text)")
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead + 2)
+
+            let encoded = url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let takedown = try await harness.request(
+                .DELETE, "/v1/sources?url=\(encoded)&takedown=true&reason=test",
+                headers: [("Authorization", "Bearer \(token)")])
+            #expect(takedown.status == 200)
+            #expect(try await answer(post(id: "gone")).status == 451)
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead + 2)
+        }
+    }
+
     /// A head that arrives in pieces is answered ahead once whole; a connection kept busy by such answers for
     /// two and a half times its deadlines is neither cut off at the head deadline nor closed as idle.
     @Test func aBusyConnectionIsNotCutOff() async throws {

@@ -12,18 +12,21 @@ struct BearerAuthenticator<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
-        guard !self.tokens.isEmpty else { return try await next(request, context) }
-        guard let header = request.headers[.authorization], header.lowercased().hasPrefix("bearer ") else {
-            throw ServiceError.unauthorized
-        }
+        guard self.authorizes(request.headers[.authorization]) else { throw ServiceError.unauthorized }
+        return try await next(request, context)
+    }
+
+    /// Whether a request with this `Authorization` field may pass (any, when no token is configured).
+    func authorizes(_ header: String?) -> Bool {
+        guard !self.tokens.isEmpty else { return true }
+        guard let header, header.lowercased().hasPrefix("bearer ") else { return false }
         let presented = Array(header.dropFirst(7).trimmingCharacters(in: .whitespaces).utf8)
         // Every token is compared, whatever matched, so timing reveals neither which nor how much.
         var matched = false
         for token in self.tokens {
             matched = Self.constantTimeEqual(presented, token) || matched
         }
-        guard matched else { throw ServiceError.unauthorized }
-        return try await next(request, context)
+        return matched
     }
 
     static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {

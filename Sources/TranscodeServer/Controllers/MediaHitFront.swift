@@ -101,6 +101,15 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
                 input.moveReaderIndex(forwardBy: length)
                 continue
             }
+            // A cache-hit POST /transcode, its body read in full with its head.
+            if head.mayBeTranscodeHit, (1...ResolvedBodies.maxBytes).contains(bodyLength),
+                input.readableBytes >= length + bodyLength,
+                self.answerTranscode(
+                    head, body: input.readableBytesView.dropFirst(length).prefix(bodyLength), context: context)
+            {
+                input.moveReaderIndex(forwardBy: length + bodyLength)
+                continue
+            }
             self.bodyLeft = bodyLength
             self.headsPassed += 1
             self.passedOn = true
@@ -164,18 +173,40 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
+    /// Whether an answer may be written here now: every head passed on came out of the decoder (one it
+    /// rejected is answered with an error, which nothing may overtake), none is with the router, and the
+    /// channel takes writes.
+    private func mayAnswer(context: ChannelHandlerContext) -> Bool {
+        self.hits.headsDecoded == self.headsPassed && self.hits.answersAhead && context.channel.isWritable
+    }
+
     /// Writes the answer to `head` when `MediaHitHandler` has it in memory and may answer now.
     /// - Returns: `false` when the request goes on to the decoder.
     private func answer(_ head: RawRequestHead, context: ChannelHandlerContext) -> Bool {
-        // Every head passed on came out of the decoder (one it rejected is answered with an error, which nothing
-        // may overtake), and none is with the router.
-        guard self.hits.headsDecoded == self.headsPassed, self.hits.answersAhead, context.channel.isWritable,
-            let candidate = self.hits.candidate(path: head.target)
-        else { return false }
+        guard self.mayAnswer(context: context), let candidate = self.hits.candidate(path: head.target) else {
+            return false
+        }
         guard let answer = self.hits.answer(method: head.method, fields: head.fields, candidate) else {
             self.hits.triedAheadAndMissed()
             return false
         }
+        self.write(answer, context: context)
+        return true
+    }
+
+    /// Writes the answer to a cache-hit `POST /transcode` with this body when `MediaHitHandler` has it.
+    /// - Returns: `false` when the request goes on to the decoder (and the router).
+    private func answerTranscode(_ head: RawRequestHead, body: ByteBufferView, context: ChannelHandlerContext)
+        -> Bool
+    {
+        guard self.mayAnswer(context: context),
+            let answer = self.hits.answerTranscode(fields: head.fields, body: body)
+        else { return false }
+        self.write(answer, context: context)
+        return true
+    }
+
+    private func write(_ answer: MediaHitHandler.Answer, context: ChannelHandlerContext) {
         let body = answer.body
         let copied = body.map { $0.readableBytes <= Self.copiedBodyBytes } ?? false
         var bytes = context.channel.allocator.buffer(capacity: 512 + (copied ? body!.readableBytes : 0))
@@ -198,7 +229,6 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
             context.write(self.wrapOutboundOut(last), promise: nil)
             self.needsFlush = true
         }
-        return true
     }
 
     /// A response head as NIO's encoder writes it: status line, one line per field, an empty line.
@@ -228,6 +258,8 @@ struct RawRequestHead {
     var fields: HTTPFields
     /// `GET` or `HEAD` of HTTP/1.1 without a body: may be answered ahead of the decoder.
     var mayBeAnswered: Bool
+    /// `POST /transcode` of HTTP/1.1 with a body by `Content-Length`: may be a cache hit answered ahead.
+    var mayBeTranscodeHit = false
     /// HTTP/1.0, or a `close` in `Connection`: llhttp reads nothing after this request.
     var endsConnection: Bool {
         self.isHTTP10 || self.fields[.connection]?.lowercased().contains("close") == true
@@ -241,6 +273,7 @@ struct RawRequestHead {
         (Array("range".utf8), .range), (Array("if-range".utf8), .ifRange),
         (Array("if-none-match".utf8), .ifNoneMatch), (Array("origin".utf8), .origin),
         (Array("connection".utf8), .connection), (Array("x-request-id".utf8), HTTPField.Name("X-Request-Id")!),
+        (Array("content-type".utf8), .contentType), (Array("authorization".utf8), .authorization),
     ]
     private static let contentLength = Array("content-length".utf8)
     private static let transferEncoding = Array("transfer-encoding".utf8)
@@ -270,7 +303,8 @@ struct RawRequestHead {
         else { return nil }
         let isGet = method.elementsEqual("GET".utf8)
         let isHead = !isGet && method.elementsEqual("HEAD".utf8)
-        self.method = isHead ? .head : .get
+        let isPost = method.elementsEqual("POST".utf8)
+        self.method = isHead ? .head : isPost ? .post : .get
         self.isHTTP10 = version.last == 0x30
         self.target = String(decoding: target, as: UTF8.self)
         self.fields = HTTPFields()
@@ -281,6 +315,8 @@ struct RawRequestHead {
             if line.isEmpty {
                 self.bodyLength = framed ? length ?? 0 : nil
                 self.mayBeAnswered = (isGet || isHead) && version.last == 0x31 && length == nil && framed
+                self.mayBeTranscodeHit =
+                    isPost && version.last == 0x31 && length != nil && framed && target.elementsEqual("/transcode".utf8)
                 return
             }
             guard let colon = bytes[line].firstIndex(of: 0x3A), colon > line.lowerBound else { return nil }

@@ -45,6 +45,19 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let cacheControl: String
         /// `GET /v1/...` hits too, when answered with bytes (`http.sourceAnswer: bytes`).
         var signedRoute: SignedRoute? = nil
+        /// Cache-hit `POST /transcode` with a JSON body too (ahead of the codec only: `MediaHitFront`).
+        var transcodeRoute: TranscodeRoute? = nil
+    }
+
+    /// What cache-hit `POST /transcode` needs: the bodies the route has answered (only those: no JSON is
+    /// parsed here), the encoded answers it shares with the route, the service that says whether the URL's
+    /// link is fresh, the answers' base URL and the route's tokens.
+    struct TranscodeRoute: Sendable {
+        let resolved: ResolvedBodies
+        let encoded: EncodedResults
+        let service: TranscodeService
+        let baseURL: String
+        let tokens: BearerAuthenticator<BasicRequestContext>
     }
 
     /// What `GET /v1/...` hits need: the signed paths the route has verified and parsed (only those are
@@ -242,6 +255,44 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             response: HTTPResponse(status: answer.status, headerFields: answer.headers), body: body, closing: closing,
             method: method, route: route, id: id, started: started)
     }
+
+    /// The answer to a `POST /transcode` whose JSON body is `body` (a body the route has answered before),
+    /// when its URL is a fresh local hit whose metadata is in memory: the route's answer, `X-Cache: hit`. `nil`
+    /// when the router has to answer: another body, a webhook, a request from a page (`Origin`: the route's
+    /// CORS policy decides), a token that does not pass, a stale link, a takedown, files changed.
+    func answerTranscode(fields: HTTPFields, body: ByteBufferView) -> Answer? {
+        let started = ContinuousClock.now
+        guard let route = self.source.transcodeRoute, !fields.contains(.origin),
+            fields[.contentType]?.lowercased().hasPrefix("application/json") == true,
+            route.tokens.authorizes(fields[.authorization]), let target = route.resolved.get(body),
+            let key = route.service.freshHitKey(url: target.url, keys: target.keys),
+            let metadata = self.source.cache.memoryObject(key),
+            (try? self.source.cache.checkNotTakenDown(
+                key: key, metadata: metadata, also: [.source(target.keys.sourceHash)])) != nil,
+            self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
+        else { return nil }
+        let result = TranscodeResult(
+            TranscodeOutcome(key: key, metadata: metadata), baseURL: route.baseURL, signed: target.signed)
+        guard
+            let json = try? route.encoded.body(
+                for: result, encode: TranscodeController<BasicRequestContext>.jsonBytes)
+        else { return nil }
+        self.source.metrics.cacheHit()
+        let id = fields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
+        var headers: HTTPFields = [
+            .contentType: "application/json; charset=utf-8", Self.cacheField: "hit",
+            .contentLength: String(json.readableBytes),
+        ]
+        headers[Self.requestIDField] = id
+        headers[.date] = HTTPDate.now
+        let closing = fields[.connection]?.lowercased().contains("close") == true
+        if closing { headers[.connection] = "close" }
+        return Answer(
+            response: HTTPResponse(status: .ok, headerFields: headers), body: json, closing: closing, method: .post,
+            route: "/transcode", id: id, started: started)
+    }
+
+    private static let cacheField = HTTPField.Name("X-Cache")!
 
     /// Counts and logs an answer once its head is written; `ahead` of the HTTP codec (`MediaHitFront`) or not.
     func record(_ answer: Answer, ahead: Bool) {

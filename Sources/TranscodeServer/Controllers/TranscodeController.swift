@@ -18,7 +18,9 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     /// Where `callbackURL`s are delivered.
     let webhooks: WebhookDispatcher
     /// Answers already encoded, by everything they are made of.
-    let encoded = EncodedResults()
+    let encoded: EncodedResults
+    /// The JSON bodies answered, for `MediaHitHandler`'s hits.
+    let resolved: ResolvedBodies
 
     func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
         router.group("transcode").add(middleware: authenticator).post(use: self.transcode)
@@ -102,6 +104,12 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             }
             answer = try await self.service.transcode(url: url, options: options)
             signed = self.links.signed(sourceURL: body.url, background: background)
+            // Without a webhook to queue, the same body's next hit may be answered by MediaHitHandler.
+            if case .done = answer, body.callbackURL == nil {
+                self.resolved.set(
+                    buffer.readableBytesView,
+                    .init(url: url, keys: SourceKeys(url: url, options: options), signed: signed))
+            }
         } else {
             throw ServiceError(
                 "unsupported-media-type", .unsupportedMediaType,
@@ -217,6 +225,38 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     static func json(body: ByteBuffer, status: HTTPResponse.Status = .ok) -> Response {
         Response(
             status: status, headers: [.contentType: "application/json; charset=utf-8"], body: .init(byteBuffer: body))
+    }
+}
+
+/// `POST /transcode` JSON bodies (up to `maxBytes`) the route has answered with a result, and what it made of
+/// them: the URL, its keys and signed links. `MediaHitHandler` answers the same body's hits from this and the
+/// cache, checking afresh everything that may have changed (the token, the link's freshness, the files,
+/// takedowns). A body with a `callbackURL` is never kept (its webhook is queued by the route). Bounded
+/// (emptied when full).
+final class ResolvedBodies: Sendable {
+    struct Target: Sendable {
+        let url: URL
+        let keys: SourceKeys
+        let signed: [String: String]?
+    }
+
+    static var capacity: Int { 10_000 }
+    static var maxBytes: Int { 4096 }
+    private let targets = Mutex<[[UInt8]: Target]>([:])
+
+    func get(_ body: some Collection<UInt8>) -> Target? {
+        guard body.count <= Self.maxBytes else { return nil }
+        let bytes = Array(body)
+        return self.targets.withLock { $0[bytes] }
+    }
+
+    func set(_ body: some Collection<UInt8>, _ target: Target) {
+        guard body.count <= Self.maxBytes else { return }
+        let bytes = Array(body)
+        self.targets.withLock { targets in
+            if targets.count >= Self.capacity { targets.removeAll(keepingCapacity: true) }
+            targets[bytes] = target
+        }
     }
 }
 

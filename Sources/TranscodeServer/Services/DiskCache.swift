@@ -459,19 +459,39 @@ final class DiskCache: Sendable {
     func memoryHit(_ key: String, fileExtension: String) -> (
         metadata: TranscodeMetadata, size: Int, bytes: ByteBuffer
     )? {
-        func currentIdentity(_ path: String) -> [Int]? {
-            var info = stat()
-            guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else { return nil }
-            return Self.identity(info)
-        }
-        guard Self.isValidKey(key), let json = currentIdentity(self.objectPath(key, "json")),
-            let metadata = self.decoded.withLock({ $0[key] }).flatMap({ $0.identity == json ? $0.metadata : nil }),
-            let file = currentIdentity(self.objectPath(key, fileExtension))
+        guard let metadata = self.memoryMetadata(key),
+            let file = Self.currentIdentity(self.objectPath(key, fileExtension))
         else { return nil }
         guard let bytes = self.keptBytes(key + "." + fileExtension, identity: file),
             !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
         else { return nil }
         return (metadata, file[2], bytes)
+    }
+
+    /// The metadata of `key` for a hit that serves none of the object's bytes (a cache-hit `POST /transcode`
+    /// answered from memory): its JSON still the file decoded before, its video and poster regular files of the
+    /// sizes the metadata says (what `verifiedObject` checks of them), its use not due to be written. Three
+    /// `lstat`s; `nil` sends the request the long way.
+    func memoryObject(_ key: String) -> TranscodeMetadata? {
+        guard let metadata = self.memoryMetadata(key),
+            Self.currentIdentity(self.objectPath(key, "mp4")).map({ $0[2] == metadata.mp4Bytes }) == true,
+            Self.currentIdentity(self.objectPath(key, "jpg")).map({ $0[2] == metadata.posterBytes }) == true,
+            !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
+        else { return nil }
+        return metadata
+    }
+
+    /// The metadata decoded from `key`'s JSON while that file is still the one decoded (`lstat`).
+    private func memoryMetadata(_ key: String) -> TranscodeMetadata? {
+        guard Self.isValidKey(key), let json = Self.currentIdentity(self.objectPath(key, "json")) else { return nil }
+        return self.decoded.withLock({ $0[key] }).flatMap({ $0.identity == json ? $0.metadata : nil })
+    }
+
+    /// The identity of the regular file with one link at `path` (`lstat`, no link followed).
+    private static func currentIdentity(_ path: String) -> [Int]? {
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else { return nil }
+        return Self.identity(info)
     }
 
     /// Keeps the bytes just read of a file: all of it when small, else its head (`keptLength`).
