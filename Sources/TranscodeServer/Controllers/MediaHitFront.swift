@@ -14,11 +14,13 @@ import NIOCore
 /// the decoder, whose rules and limits apply as before, for the rest of the connection (hits are then
 /// answered after the codec by `MediaHitHandler`, as before this handler).
 ///
-/// A request is answered here only when it is a `GET` or `HEAD` of HTTP/1.1 without a body, no earlier
-/// request of the connection is with the router (`MediaHitHandler.answersAhead`: answers in request order),
-/// the channel is writable, and `MediaHitHandler` has the answer in memory; the answer and its log line and
-/// metrics are the same (`MediaHitHandler.answer(method:fields:_:)`). Anything else is passed on as its
-/// bytes. `ConnectionTimeoutHandler` is told of each answer, so the connection is not idle.
+/// A request is answered here only when it is a `GET` or `HEAD` of HTTP/1.1 without a body, or a
+/// `POST /transcode` of HTTP/1.1 whose JSON body came whole with its head; every head passed on came out of
+/// the decoder and none is with the router (`MediaHitHandler.answersAhead`: answers in request order); the
+/// channel is writable; and `MediaHitHandler` has the answer in memory. The answer and its log line and
+/// metrics are the route's (`MediaHitHandler.answer(method:fields:_:)`, `answerTranscode(fields:body:)`).
+/// Anything else is passed on as its bytes. `ConnectionTimeoutHandler` is told of each answer, so the
+/// connection is not idle.
 final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer

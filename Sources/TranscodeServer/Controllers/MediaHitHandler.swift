@@ -203,6 +203,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var route: String
         var id: String
         var started: ContinuousClock.Instant
+        /// Media bytes (`/media`, `/v1/...`), counted in `served_bytes`; not the JSON of `POST /transcode`.
+        var isMedia = true
     }
 
     /// The answer to a `GET` or `HEAD` whose headers are `fields`, when the object is a local hit whose bytes are
@@ -289,7 +291,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if closing { headers[.connection] = "close" }
         return Answer(
             response: HTTPResponse(status: .ok, headerFields: headers), body: json, closing: closing, method: .post,
-            route: "/transcode", id: id, started: started)
+            route: "/transcode", id: id, started: started, isMedia: false)
     }
 
     private static let cacheField = HTTPField.Name("X-Cache")!
@@ -297,10 +299,11 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Counts and logs an answer once its head is written; `ahead` of the HTTP codec (`MediaHitFront`) or not.
     func record(_ answer: Answer, ahead: Bool) {
         let elapsed = ContinuousClock.now - answer.started
-        if let body = answer.body { self.source.metrics.served(bytes: body.readableBytes) }
+        if answer.isMedia, let body = answer.body { self.source.metrics.served(bytes: body.readableBytes) }
         var logger = self.source.logger
         if logger.logLevel <= .info {
-            logger[metadataKey: "hb.request.id"] = "\(answer.id)"
+            // As on the router's lines: Hummingbird's own id there, the client's (or ours) under request.id.
+            logger[metadataKey: "hb.request.id"] = "\(RequestID())"
             logger[metadataKey: "request.id"] = "\(answer.id)"
         }
         self.source.metrics.answeredFromMemory(ahead: ahead)

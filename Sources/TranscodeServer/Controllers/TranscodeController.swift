@@ -241,21 +241,28 @@ final class ResolvedBodies: Sendable {
     }
 
     static var capacity: Int { 10_000 }
+    /// What the kept bodies may add up to (anyone with a token, or anyone without tokens, can make many
+    /// bodies of one URL).
+    static var capacityBytes: Int { 4 << 20 }
     static var maxBytes: Int { 4096 }
-    private let targets = Mutex<[[UInt8]: Target]>([:])
+    private let targets = Mutex<(bodies: [[UInt8]: Target], bytes: Int)>(([:], 0))
 
     func get(_ body: some Collection<UInt8>) -> Target? {
         guard body.count <= Self.maxBytes else { return nil }
         let bytes = Array(body)
-        return self.targets.withLock { $0[bytes] }
+        return self.targets.withLock { $0.bodies[bytes] }
     }
 
     func set(_ body: some Collection<UInt8>, _ target: Target) {
         guard body.count <= Self.maxBytes else { return }
         let bytes = Array(body)
         self.targets.withLock { targets in
-            if targets.count >= Self.capacity { targets.removeAll(keepingCapacity: true) }
-            targets[bytes] = target
+            guard targets.bodies[bytes] == nil else { return }
+            if targets.bodies.count >= Self.capacity || targets.bytes + bytes.count > Self.capacityBytes {
+                targets = ([:], 0)
+            }
+            targets.bodies[bytes] = target
+            targets.bytes += bytes.count
         }
     }
 }
@@ -263,7 +270,8 @@ final class ResolvedBodies: Sendable {
 /// The JSON of answers already given, by the whole `TranscodeResult` (object key, metadata, base URL, signed
 /// links): encoding it was a fifth of a cache-hit `POST /transcode` (perf). Bounded (emptied when full).
 final class EncodedResults: Sendable {
-    static var capacity: Int { 4096 }
+    /// As many as `ResolvedBodies` keeps: a hit answered from memory finds its JSON here.
+    static var capacity: Int { ResolvedBodies.capacity }
     private let answers = Mutex<[TranscodeResult: ByteBuffer]>([:])
 
     /// The JSON of `result`, made by `encode` the first time.

@@ -65,7 +65,8 @@ final class ServiceMetrics: Sendable {
         self.servedBytes = counter("served_bytes", "total", "Bytes of media sent to clients.")
         self.memoryAnswers = counter(
             "media_memory_answers", "total",
-            "Media requests answered from memory on the event loop, before the router (included in requests_total).")
+            "Cache hits (media, signed GET, POST /transcode) answered from memory on the event loop, before the "
+                + "router (included in requests_total).")
         self.answersAhead = counter(
             "media_answers_ahead", "total",
             "Of media_memory_answers, those answered from the bytes read, ahead of the HTTP codec.")
