@@ -40,13 +40,15 @@ struct MediaAnswer {
         key: String, fileExtension: String, contentType: String, size: Int, request: HTTPFields, cacheControl: String
     ) {
         let etag = "\"\(key).\(fileExtension)\""
-        self.headers = [
-            .contentType: contentType,
-            .eTag: etag,
-            .cacheControl: cacheControl,
-            .acceptRanges: "bytes",
-            Self.contentTypeOptions: "nosniff",
-        ]
+        // Appended, not set by name: every field is new, and a cache hit answered from memory builds these
+        // (a dictionary literal and setting by name searched the fields each time).
+        self.headers = HTTPFields()
+        self.headers.reserveCapacity(12)
+        self.headers.append(HTTPField(name: .contentType, value: contentType))
+        self.headers.append(HTTPField(name: .eTag, value: etag))
+        self.headers.append(HTTPField(name: .cacheControl, value: cacheControl))
+        self.headers.append(HTTPField(name: .acceptRanges, value: "bytes"))
+        self.headers.append(HTTPField(name: Self.contentTypeOptions, value: "nosniff"))
         if let match = request[.ifNoneMatch], EntityTag.matches(match, etag) {
             self.status = .notModified
             self.bytes = nil
@@ -63,14 +65,15 @@ struct MediaAnswer {
         case .partial(let partial):
             self.status = .partialContent
             self.bytes = partial
-            self.headers[.contentRange] = "bytes \(partial.lowerBound)-\(partial.upperBound)/\(size)"
+            self.headers.append(
+                HTTPField(name: .contentRange, value: "bytes \(partial.lowerBound)-\(partial.upperBound)/\(size)"))
         case .unsatisfiable:
             self.status = .rangeNotSatisfiable
             self.bytes = nil
-            self.headers[.contentRange] = "bytes */\(size)"
-            self.headers[.contentLength] = "0"
+            self.headers.append(HTTPField(name: .contentRange, value: "bytes */\(size)"))
+            self.headers.append(HTTPField(name: .contentLength, value: "0"))
             return
         }
-        self.headers[.contentLength] = String(self.bytes.map { $0.count } ?? 0)
+        self.headers.append(HTTPField(name: .contentLength, value: String(self.bytes.map { $0.count } ?? 0)))
     }
 }

@@ -248,11 +248,12 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if case .signed = candidate { self.source.metrics.cacheHit() }
 
         let id = fields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
-        answer.headers[Self.requestIDField] = id
+        // Appended: none of these is among MediaAnswer's fields.
+        answer.headers.append(HTTPField(name: Self.requestIDField, value: id))
         if fields.contains(.origin) { CORSHeaders.addPublic(to: &answer.headers) }
-        answer.headers[.date] = HTTPDate.now
+        answer.headers.append(HTTPField(name: .date, value: HTTPDate.now))
         let closing = fields[.connection]?.lowercased().contains("close") == true
-        if closing { answer.headers[.connection] = "close" }
+        if closing { answer.headers.append(HTTPField(name: .connection, value: "close")) }
         return Answer(
             response: HTTPResponse(status: answer.status, headerFields: answer.headers), body: body, closing: closing,
             method: method, route: route, id: id, started: started)
