@@ -356,8 +356,8 @@ private enum HTTPDate {
 }
 
 /// Hummingbird's HTTP/1.1 channel with `MediaHitHandler` added right after its `HTTPConnectionStateHandler`
-/// (`HTTP1Channel.Configuration.additionalChannelHandlers` go before it, where idle timeouts and graceful
-/// shutdown would not see the requests answered by the handler).
+/// (`HTTP1Channel.Configuration.additionalChannelHandlers` go before it, where graceful shutdown would not
+/// see the requests answered by the handler), and `MediaHitFront` before the HTTP decoder.
 struct MediaHitChannel: ServerChildChannel, HTTPChannelHandler {
     typealias Value = HTTP1Channel.Value
 
@@ -373,6 +373,8 @@ struct MediaHitChannel: ServerChildChannel, HTTPChannelHandler {
             let hits = MediaHitHandler(source: self.source)
             try pipeline.addHandler(hits, position: .after(state))
             let timeouts = try pipeline.handler(type: ConnectionTimeoutHandler.self)
+            // First: it reads the bytes off the socket (the server speaks plain HTTP/1.1; a TLS handler would
+            // have to come before it).
             try pipeline.addHandler(MediaHitFront(hits: hits, timeouts: timeouts), position: .first)
             return value
         }
