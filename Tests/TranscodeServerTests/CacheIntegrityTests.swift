@@ -109,13 +109,7 @@ import Transcoder
     @Test func verifyFindsSameSizeDamageAndRepairMovesItAside() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
-            var keys: [String] = []
-            for name in ["loop_1.gif", "cartoon_hotdog.gif"] {
-                let gif = try corpusBytes(name)
-                let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
-                _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
-                keys.append(key)
-            }
+            let keys = try CacheTests.store(["loop_1.gif", "cartoon_hotdog.gif"], in: cache)
             #expect(keys.map(cache.verify) == [.sound, .sound])
 
             // A zeroed poster of the same size: serving's size check passes, the hash does not.

@@ -112,13 +112,7 @@ import Transcoder
     @Test func aRelinkedURLIsSeenAtOnce() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
-            var keys: [String] = []
-            for name in ["loop_1.gif", "cartoon_hotdog.gif"] {
-                let gif = try corpusBytes(name)
-                let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
-                _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
-                keys.append(key)
-            }
+            let keys = try Self.store(["loop_1.gif", "cartoon_hotdog.gif"], in: cache)
             let urlKey = DiskCache.urlKey(
                 normalizedURL: DiskCache.normalize(URL(string: "https://example.com/a.gif")!),
                 options: TranscodeOptions())
@@ -132,6 +126,16 @@ import Transcoder
             #expect(renewed.key == keys[1] && abs(renewed.age - 500) < 5)
             cache.removeLink(urlKey: urlKey)
             #expect(cache.freshLink(urlKey: urlKey) == nil)
+        }
+    }
+
+    /// Converts these corpus GIFs into `cache` with the default options; their keys.
+    static func store(_ names: [String], in cache: DiskCache) throws -> [String] {
+        try names.map { name in
+            let gif = try corpusBytes(name)
+            let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+            _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+            return key
         }
     }
 

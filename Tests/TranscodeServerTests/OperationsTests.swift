@@ -188,10 +188,7 @@ extension ConnectionLimitTests {
             $0.bodyTimeoutSeconds = 30
         }) { harness in
             let socket = try RawSocket(port: harness.appPort)
-            let head =
-                "POST /transcode HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/gif\r\n"
-                + "Content-Length: 100000\r\n\r\nGIF89a"
-            #expect(socket.send(Array(head.utf8)))
+            #expect(socket.send(Array((UploadTests.uploadHead(length: 100_000) + "GIF89a").utf8)))
             let started = ContinuousClock.now
             var (closed, received) = (false, "")
             while !closed, ContinuousClock.now - started < .seconds(5) {
@@ -278,6 +275,11 @@ final class RawSocket: Sendable {
 /// Uploads cost no memory while they arrive: admitted before their body is read, received into a file,
 /// cut off when they drip past the body deadline.
 @Suite struct UploadTests {
+    /// The head of an upload of `length` bytes of GIF.
+    static func uploadHead(length: Int) -> String {
+        "POST /transcode HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/gif\r\nContent-Length: \(length)\r\n\r\n"
+    }
+
     /// The response a raw socket has received so far, as text.
     static func received(_ socket: RawSocket) -> String {
         var bytes = [UInt8](repeating: 0, count: 4096)
@@ -291,10 +293,7 @@ final class RawSocket: Sendable {
             $0.idleTimeoutSeconds = 30
         }) { harness in
             let socket = try RawSocket(port: harness.appPort)
-            let head =
-                "POST /transcode HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/gif\r\n"
-                + "Content-Length: 100000\r\n\r\n"
-            #expect(socket.send(Array(head.utf8)))
+            #expect(socket.send(Array(UploadTests.uploadHead(length: 100_000).utf8)))
             var answer = ""
             // One byte every 100 ms: never idle, never done.
             for _ in 0..<50 where answer.isEmpty {
@@ -317,10 +316,7 @@ final class RawSocket: Sendable {
         }) { harness in
             let slow = try await harness.startSlowJob()
             let socket = try RawSocket(port: harness.appPort)
-            let head =
-                "POST /transcode HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/gif\r\n"
-                + "Content-Length: 49000000\r\n\r\nGIF89a"
-            #expect(socket.send(Array(head.utf8)))
+            #expect(socket.send(Array((Self.uploadHead(length: 49_000_000) + "GIF89a").utf8)))
             var answer = ""
             for _ in 0..<50 where answer.isEmpty {
                 try await Task.sleep(for: .milliseconds(20))
