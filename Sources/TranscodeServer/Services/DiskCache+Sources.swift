@@ -16,7 +16,6 @@ extension DiskCache {
     }
 
     var sourcesDirectory: String { self.root + "/sources" }
-    var tombstonesDirectory: String { self.root + "/tombstones" }
 
     /// The hash that names a URL whatever the options (the purge index and URL tombstones).
     static func sourceHash(normalizedURL: String) -> String {

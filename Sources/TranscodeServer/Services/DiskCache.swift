@@ -55,8 +55,10 @@ final class DiskCache: Sendable {
         var persistedUse: Date
     }
 
-    var objectsDirectory: String { self.root + "/objects" }
-    var urlsDirectory: String { self.root + "/urls" }
+    // Stored, not computed: a cache hit builds paths under them (each was an allocation per use).
+    let objectsDirectory: String
+    let urlsDirectory: String
+    let tombstonesDirectory: String
     var temporaryDirectory: String { self.root + "/tmp" }
     var quarantineDirectory: String { self.root + "/quarantine" }
 
@@ -69,6 +71,8 @@ final class DiskCache: Sendable {
         onQuarantine: @escaping @Sendable (String) -> Void = { _ in }, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
+        (self.objectsDirectory, self.urlsDirectory, self.tombstonesDirectory) =
+            (self.root + "/objects", self.root + "/urls", self.root + "/tombstones")
         self.maxBytes = maxBytes
         self.now = now
         self.onEviction = onEviction
