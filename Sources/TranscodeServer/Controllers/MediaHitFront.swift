@@ -122,6 +122,25 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
+    /// The connection's input ended (closed, or half-closed by the client): a head held here goes to the
+    /// decoder first, which answers an unfinished one with its error, as it would without this handler.
+    func channelInactive(context: ChannelHandlerContext) {
+        self.passPartialOn(context: context)
+        context.fireChannelInactive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case .inputClosed = event as? ChannelEvent { self.passPartialOn(context: context) }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    private func passPartialOn(context: ChannelHandlerContext) {
+        guard let partial = self.partial else { return }
+        self.partial = nil
+        self.passOn(partial.bytes, context: context)
+        context.fireChannelReadComplete()
+    }
+
     func channelReadComplete(context: ChannelHandlerContext) {
         if self.needsFlush {
             self.needsFlush = false
