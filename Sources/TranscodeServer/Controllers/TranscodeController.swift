@@ -240,7 +240,9 @@ final class ResolvedBodies: Sendable {
         let signed: [String: String]?
     }
 
-    static var capacity: Int { 10_000 }
+    /// As many as `EncodedResults` keeps (4,096 answers of a kilobyte or two were already a visible part of
+    /// the server's memory in `scripts/soak`).
+    static var capacity: Int { 4096 }
     /// What the kept bodies may add up to (anyone with a token, or anyone without tokens, can make many
     /// bodies of one URL).
     static var capacityBytes: Int { 4 << 20 }
