@@ -165,8 +165,11 @@ import Testing
             #expect(guarded.outcome == .qualityFloor || guarded.outcome == .attemptsExhausted, "\(guarded)")
             #expect(guarded.chosenCRF == TranscodeOptions.defaultCRF)
             #expect(metadata.mp4Bytes == guarded.attempts[0].bytes)
+            // The first attempt, at the default CRF, not a later one (here each is at least a third smaller).
+            // Not within 2%: two encodes of one GIF in this busy test process have differed by 3.5% (8,150 and
+            // 8,445 bytes of cartoon_hotdog.gif; README, "Open questions").
             #expect(
-                abs(Double(metadata.mp4Bytes) / Double(plainBytes) - 1) < 0.02, "\(metadata.mp4Bytes) vs \(plainBytes)")
+                abs(Double(metadata.mp4Bytes) / Double(plainBytes) - 1) < 0.08, "\(metadata.mp4Bytes) vs \(plainBytes)")
             #expect((guarded.attempts[0].projectedBytes != nil) == stopped)
             #expect((guarded.attempts[0].ssim == nil) == stopped)
             #expect(metadata.recommendation == .keepGIF)
