@@ -283,7 +283,7 @@ struct RawRequestHead {
     var mayBeTranscodeHit = false
     /// HTTP/1.0, or a `close` in `Connection`: llhttp reads nothing after this request.
     var endsConnection: Bool {
-        self.isHTTP10 || self.fields[.connection]?.lowercased().contains("close") == true
+        self.isHTTP10 || MediaHitHandler.asksToClose(self.fields)
     }
     var isHTTP10: Bool
     /// The body's length (`Content-Length`, else 0); `nil` when it is not known here: `Transfer-Encoding`,

@@ -247,13 +247,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         // Answered here from now on (counted once: the route counts the hits it answers).
         if case .signed = candidate { self.source.metrics.cacheHit() }
 
-        let id = fields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
-        // Appended: none of these is among MediaAnswer's fields.
-        answer.headers.append(HTTPField(name: Self.requestIDField, value: id))
-        if fields.contains(.origin) { CORSHeaders.addPublic(to: &answer.headers) }
-        answer.headers.append(HTTPField(name: .date, value: HTTPDate.now))
-        let closing = fields[.connection]?.lowercased().contains("close") == true
-        if closing { answer.headers.append(HTTPField(name: .connection, value: "close")) }
+        let (id, closing) = Self.finish(&answer.headers, request: fields, publicCORS: fields.contains(.origin))
         return Answer(
             response: HTTPResponse(status: answer.status, headerFields: answer.headers), body: body, closing: closing,
             method: method, route: route, id: id, started: started)
@@ -281,21 +275,37 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 for: result, encode: TranscodeController<BasicRequestContext>.jsonBytes)
         else { return nil }
         self.source.metrics.cacheHit()
-        let id = fields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
         var headers: HTTPFields = [
             .contentType: "application/json; charset=utf-8", Self.cacheField: "hit",
             .contentLength: String(json.readableBytes),
         ]
-        headers[Self.requestIDField] = id
-        headers[.date] = HTTPDate.now
-        let closing = fields[.connection]?.lowercased().contains("close") == true
-        if closing { headers[.connection] = "close" }
+        let (id, closing) = Self.finish(&headers, request: fields, publicCORS: false)
         return Answer(
             response: HTTPResponse(status: .ok, headerFields: headers), body: json, closing: closing, method: .post,
             route: "/transcode", id: id, started: started, isMedia: false)
     }
 
     private static let cacheField = HTTPField.Name("X-Cache")!
+
+    /// Appends what every answer given here ends with, after its own fields (none of which these are): the
+    /// request's id (the client's when well formed), the public CORS fields, `Date`, and `Connection: close`
+    /// when the request asked for it.
+    private static func finish(_ headers: inout HTTPFields, request fields: HTTPFields, publicCORS: Bool) -> (
+        id: String, closing: Bool
+    ) {
+        let id = fields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
+        headers.append(HTTPField(name: Self.requestIDField, value: id))
+        if publicCORS { CORSHeaders.addPublic(to: &headers) }
+        headers.append(HTTPField(name: .date, value: HTTPDate.now))
+        let closing = Self.asksToClose(fields)
+        if closing { headers.append(HTTPField(name: .connection, value: "close")) }
+        return (id, closing)
+    }
+
+    /// A `close` in the request's `Connection`.
+    static func asksToClose(_ fields: HTTPFields) -> Bool {
+        fields[.connection]?.lowercased().contains("close") == true
+    }
 
     /// Counts and logs an answer once its head is written; `ahead` of the HTTP codec (`MediaHitFront`) or not.
     func record(_ answer: Answer, ahead: Bool) {

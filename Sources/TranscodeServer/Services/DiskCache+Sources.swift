@@ -64,8 +64,12 @@ extension DiskCache {
     func linkAge(urlKey: String) -> TimeInterval? {
         var info = stat()
         guard Self.isValidKey(urlKey), lstat(self.urlLinkPath(urlKey), &info) == 0 else { return nil }
-        let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
-        return Date().timeIntervalSince1970 - modified
+        return Self.age(info)
+    }
+
+    /// Seconds since the file of `info` was modified.
+    static func age(_ info: stat) -> TimeInterval {
+        Date().timeIntervalSince1970 - (Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
     }
 
     /// Marks `urlKey` as just revalidated: the link's modification time becomes now.

@@ -176,8 +176,7 @@ final class DiskCache: Sendable {
         var info = stat()
         let path = self.urlLinkPath(urlKey)
         guard Self.isValidKey(urlKey), lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK else { return nil }
-        let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
-        let age = Date().timeIntervalSince1970 - modified
+        let age = Self.age(info)
         let identity = [Int(info.st_dev), Int(info.st_ino), info.st_ctim.tv_sec, info.st_ctim.tv_nsec]
         if let known = self.linkTargets.withLock({ $0[urlKey] }), known.identity == identity {
             return (known.key, age)
