@@ -160,8 +160,8 @@ import Testing
 
     /// A cache-hit `POST /transcode` with a body the route answered before is answered ahead of the codec: the
     /// route's answer (but `Date` and `X-Request-Id`), its log line, a cache hit counted. What only the route
-    /// may decide goes to it: a missing or wrong token, a page's request (CORS), a webhook, another body, a
-    /// body in a later read, a taken-down URL.
+    /// may decide goes to it: a missing or wrong token, a page's request (CORS), another body, a taken-down
+    /// URL.
     @Test func aTranscodeHitIsTheRoutesAnswer() async throws {
         let recorder = AccessLogTests.Recorder()
         let token = "front-token-0123456789"
@@ -218,7 +218,8 @@ import Testing
             // That other body is now known too.
             _ = try await answer(post(body: "{\"url\": \"\(url)\" }", id: "other-again"))
             #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead + 2)
-            // A body that comes in a later read than its head.
+            // A body sent after its head: answered right whichever way (when the server is busy, both pieces
+            // may come in one read and be answered ahead; else the route answers).
             let socket = try RawSocket(port: harness.appPort)
             let split = post(id: "split")
             let cut = split.utf8.count - 5
@@ -231,7 +232,7 @@ import Testing
                 text += UploadTests.received(socket)
             }
             #expect(text.hasPrefix("HTTP/1.1 200") && text.contains("X-Cache: hit"), "\(text)")
-            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead + 2)
+            let beforeTakedown = try await MediaHitHandlerTests.answersAhead(harness)
 
             let encoded = url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
             let takedown = try await harness.request(
@@ -239,7 +240,7 @@ import Testing
                 headers: [("Authorization", "Bearer \(token)")])
             #expect(takedown.status == 200)
             #expect(try await answer(post(id: "gone")).status == 451)
-            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead + 2)
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == beforeTakedown)
         }
     }
 
