@@ -69,8 +69,8 @@ enum CORSHeaders {
 
     /// The public policy on an answer to a request that came from another origin, for answers given below
     /// the router (`MediaHitHandler`).
-    static func addPublic(to headers: inout HTTPFields) {
-        headers[.accessControlAllowOrigin] = "*"
-        headers[.accessControlExposeHeaders] = Self.publicExposedValue
+    static func addPublic(to headers: inout some HeaderFieldSink) {
+        headers.add(.accessControlAllowOrigin, "*")
+        headers.add(.accessControlExposeHeaders, Self.publicExposedValue)
     }
 }

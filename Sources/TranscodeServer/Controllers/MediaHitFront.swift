@@ -230,8 +230,10 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     private func write(_ answer: MediaHitHandler.Answer, context: ChannelHandlerContext) {
         let body = answer.body
         let copied = body.map { $0.readableBytes <= Self.copiedBodyBytes } ?? false
-        var bytes = context.channel.allocator.buffer(capacity: 512 + (copied ? body!.readableBytes : 0))
-        Self.encode(answer.response, into: &bytes)
+        var head = ResponseHeadBytes(
+            answer.status, into: context.channel.allocator.buffer(capacity: 512 + (copied ? body!.readableBytes : 0)))
+        answer.addHeaders(to: &head)
+        var bytes = head.end()
         var last = bytes
         if copied, var copied = body {
             bytes.writeBuffer(&copied)
@@ -251,21 +253,32 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
             self.needsFlush = true
         }
     }
+}
 
-    /// A response head as NIO's encoder writes it: status line, one line per field, an empty line.
-    static func encode(_ response: HTTPResponse, into buffer: inout ByteBuffer) {
-        buffer.writeStaticString("HTTP/1.1 ")
-        buffer.writeString(String(response.status.code))
-        buffer.writeStaticString(" ")
-        buffer.writeString(response.status.reasonPhrase)
-        buffer.writeStaticString("\r\n")
-        for field in response.headerFields {
-            buffer.writeString(field.name.rawName)
-            buffer.writeStaticString(": ")
-            buffer.writeString(field.value)
-            buffer.writeStaticString("\r\n")
-        }
-        buffer.writeStaticString("\r\n")
+/// A response head as NIO's HTTP/1 encoder writes it: the status line, one line per field, an empty line.
+struct ResponseHeadBytes: HeaderFieldSink {
+    private var buffer: ByteBuffer
+
+    init(_ status: HTTPResponse.Status, into buffer: ByteBuffer) {
+        self.buffer = buffer
+        self.buffer.writeStaticString("HTTP/1.1 ")
+        self.buffer.writeString(String(status.code))
+        self.buffer.writeStaticString(" ")
+        self.buffer.writeString(status.reasonPhrase)
+        self.buffer.writeStaticString("\r\n")
+    }
+
+    mutating func add(_ name: HTTPField.Name, _ value: String) {
+        self.buffer.writeString(name.rawName)
+        self.buffer.writeStaticString(": ")
+        self.buffer.writeString(value)
+        self.buffer.writeStaticString("\r\n")
+    }
+
+    /// The head, ended by its empty line.
+    consuming func end() -> ByteBuffer {
+        self.buffer.writeStaticString("\r\n")
+        return self.buffer
     }
 }
 
@@ -275,27 +288,22 @@ struct RawRequestHead {
     var method: HTTPRequest.Method
     /// The request target as sent.
     var target: String
-    /// The fields a hit reads (`MediaAnswer`, `MediaHitHandler`), in the order sent; the others are skipped.
-    var fields: HTTPFields
+    /// The fields a hit reads (`MediaAnswer`, `MediaHitHandler`); the others are skipped.
+    var fields: HitFields
     /// `GET` or `HEAD` of HTTP/1.1 without a body: may be answered ahead of the decoder.
     var mayBeAnswered: Bool
     /// `POST /transcode` of HTTP/1.1 with a body by `Content-Length`: may be a cache hit answered ahead.
     var mayBeTranscodeHit = false
     /// HTTP/1.0, or a `close` in `Connection`: llhttp reads nothing after this request.
     var endsConnection: Bool {
-        self.isHTTP10 || MediaHitHandler.asksToClose(self.fields)
+        self.isHTTP10 || self.fields.asksToClose
     }
     var isHTTP10: Bool
     /// The body's length (`Content-Length`, else 0); `nil` when it is not known here: `Transfer-Encoding`,
     /// `Upgrade`, `CONNECT`, several or a malformed `Content-Length`.
     var bodyLength: Int?
 
-    private static let read: [(name: [UInt8], field: HTTPField.Name)] = [
-        (Array("range".utf8), .range), (Array("if-range".utf8), .ifRange),
-        (Array("if-none-match".utf8), .ifNoneMatch), (Array("origin".utf8), .origin),
-        (Array("connection".utf8), .connection), (Array("x-request-id".utf8), HTTPField.Name("X-Request-Id")!),
-        (Array("content-type".utf8), .contentType), (Array("authorization".utf8), .authorization),
-    ]
+    private static let read = HitFields.names.map { Array($0.utf8) }
     private static let contentLength = Array("content-length".utf8)
     private static let transferEncoding = Array("transfer-encoding".utf8)
     private static let upgrade = Array("upgrade".utf8)
@@ -328,7 +336,7 @@ struct RawRequestHead {
         self.method = isHead ? .head : isPost ? .post : .get
         self.isHTTP10 = version.last == 0x30
         self.target = String(decoding: target, as: UTF8.self)
-        self.fields = HTTPFields()
+        self.fields = HitFields()
         var length: Int? = nil
         var framed = !method.elementsEqual("CONNECT".utf8)
         // Field lines: name ":" OWS value OWS, up to the empty line.
@@ -356,8 +364,8 @@ struct RawRequestHead {
                 length = value.reduce(0) { $0 * 10 + Int($1 - 0x30) }
             } else if Self.equalsLowercased(name, Self.transferEncoding) || Self.equalsLowercased(name, Self.upgrade) {
                 framed = false
-            } else if let read = Self.read.first(where: { Self.equalsLowercased(name, $0.name) }) {
-                self.fields.append(HTTPField(name: read.field, value: String(decoding: value, as: UTF8.self)))
+            } else if let index = Self.read.firstIndex(where: { Self.equalsLowercased(name, $0) }) {
+                self.fields.append(String(decoding: value, as: UTF8.self), at: index)
             }
         }
         return nil

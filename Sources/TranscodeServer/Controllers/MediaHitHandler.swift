@@ -87,7 +87,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private typealias AccessLog = AccessLogMiddleware<BasicRequestContext>
-    private static let requestIDField = AccessLog.requestIDField
+    fileprivate static let requestIDField = AccessLog.requestIDField
 
     private let source: Source
     private var state = State.idle
@@ -193,7 +193,9 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// A hit's answer: what is written, and what its access-log line says.
     struct Answer {
-        var response: HTTPResponse
+        var status: HTTPResponse.Status
+        /// The answer's own header fields, before those every answer here ends with.
+        var kind: Kind
         /// The bytes sent (`nil` for `HEAD`, `304`, `416` and an empty file).
         var body: ByteBuffer?
         /// The request asked for `Connection: close`: nothing is read after it.
@@ -201,15 +203,55 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var method: HTTPRequest.Method
         /// The route's template, as the router's metrics name it.
         var route: String
+        /// The request's id (the client's when well formed).
         var id: String
+        /// With the public CORS fields (a `/media` or `/v1` request from a page).
+        var publicCORS: Bool
+        var date: String
         var started: ContinuousClock.Instant
+
+        enum Kind {
+            /// A stored file's (`/media`, `/v1/...`).
+            case media(MediaAnswer)
+            /// A cache-hit `POST /transcode`'s JSON of this many bytes.
+            case transcode(length: Int)
+        }
+
         /// Media bytes (`/media`, `/v1/...`), counted in `served_bytes`; not the JSON of `POST /transcode`.
-        var isMedia = true
+        var isMedia: Bool {
+            if case .media = self.kind { return true }
+            return false
+        }
+
+        /// Adds the answer's header fields to `sink`, in the order the router sends them: its own, then the request's
+        /// id, the public CORS fields, `Date`, and `Connection: close` when the request asked for it.
+        func addHeaders(to sink: inout some HeaderFieldSink) {
+            switch self.kind {
+            case .media(let media):
+                media.addHeaders(to: &sink)
+            case .transcode(let length):
+                sink.add(.contentType, "application/json; charset=utf-8")
+                sink.add(MediaHitHandler.cacheField, "hit")
+                sink.add(.contentLength, length)
+            }
+            sink.add(MediaHitHandler.requestIDField, self.id)
+            if self.publicCORS { CORSHeaders.addPublic(to: &sink) }
+            sink.add(.date, self.date)
+            if self.closing { sink.add(.connection, "close") }
+        }
+
+        /// The answer's head, for the HTTP codec.
+        var response: HTTPResponse {
+            var fields = HTTPFields()
+            fields.reserveCapacity(12)
+            self.addHeaders(to: &fields)
+            return HTTPResponse(status: self.status, headerFields: fields)
+        }
     }
 
     /// The answer to a `GET` or `HEAD` whose headers are `fields`, when the object is a local hit whose bytes are
     /// in memory; `nil` when the router has to answer.
-    func answer(method: HTTPRequest.Method, fields: HTTPFields, _ candidate: Candidate) -> Answer? {
+    func answer(method: HTTPRequest.Method, fields: HitFields, _ candidate: Candidate) -> Answer? {
         let started = ContinuousClock.now
         let cache = self.source.cache
         let key: String
@@ -235,9 +277,9 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             (try? cache.checkNotTakenDown(key: key, metadata: metadata, also: tombstones)) != nil,
             self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
         else { return nil }
-        var answer = MediaAnswer(
-            key: key, fileExtension: fileExtension, contentType: contentType, size: size,
-            request: fields, cacheControl: cacheControl)
+        let answer = MediaAnswer(
+            key: key, fileExtension: fileExtension, contentType: contentType, size: size, range: fields.range,
+            ifRange: fields.ifRange, ifNoneMatch: fields.ifNoneMatch, cacheControl: cacheControl)
         var body: ByteBuffer?
         if answer.sendsBody, method == .get, let bytes = answer.bytes {
             // Of a large file only the head is kept: other ranges are read by the route.
@@ -247,21 +289,20 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         // Answered here from now on (counted once: the route counts the hits it answers).
         if case .signed = candidate { self.source.metrics.cacheHit() }
 
-        let (id, closing) = Self.finish(&answer.headers, request: fields, publicCORS: fields.contains(.origin))
         return Answer(
-            response: HTTPResponse(status: answer.status, headerFields: answer.headers), body: body, closing: closing,
-            method: method, route: route, id: id, started: started)
+            status: answer.status, kind: .media(answer), body: body, closing: fields.asksToClose, method: method,
+            route: route, id: fields.id, publicCORS: fields.origin != nil, date: HTTPDate.now, started: started)
     }
 
     /// The answer to a `POST /transcode` whose JSON body is `body` (a body the route has answered before),
     /// when its URL is a fresh local hit whose metadata is in memory: the route's answer, `X-Cache: hit`. `nil`
     /// when the router has to answer: another body, a webhook, a request from a page (`Origin`: the route's
     /// CORS policy decides), a token that does not pass, a stale link, a takedown, files changed.
-    func answerTranscode(fields: HTTPFields, body: ByteBufferView) -> Answer? {
+    func answerTranscode(fields: HitFields, body: ByteBufferView) -> Answer? {
         let started = ContinuousClock.now
-        guard let route = self.source.transcodeRoute, !fields.contains(.origin),
-            fields[.contentType]?.lowercased().hasPrefix("application/json") == true,
-            route.tokens.authorizes(fields[.authorization]), let target = route.resolved.get(body),
+        guard let route = self.source.transcodeRoute, fields.origin == nil,
+            fields.contentType?.lowercased().hasPrefix("application/json") == true,
+            route.tokens.authorizes(fields.authorization), let target = route.resolved.get(body),
             let key = route.service.freshHitKey(url: target.url, keys: target.keys),
             let metadata = self.source.cache.memoryObject(key),
             (try? self.source.cache.checkNotTakenDown(
@@ -275,37 +316,13 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 for: result, encode: TranscodeController<BasicRequestContext>.jsonBytes)
         else { return nil }
         self.source.metrics.cacheHit()
-        var headers: HTTPFields = [
-            .contentType: "application/json; charset=utf-8", Self.cacheField: "hit",
-            .contentLength: String(json.readableBytes),
-        ]
-        let (id, closing) = Self.finish(&headers, request: fields, publicCORS: false)
         return Answer(
-            response: HTTPResponse(status: .ok, headerFields: headers), body: json, closing: closing, method: .post,
-            route: "/transcode", id: id, started: started, isMedia: false)
+            status: .ok, kind: .transcode(length: json.readableBytes), body: json, closing: fields.asksToClose,
+            method: .post, route: "/transcode", id: fields.id, publicCORS: false, date: HTTPDate.now,
+            started: started)
     }
 
-    private static let cacheField = HTTPField.Name("X-Cache")!
-
-    /// Appends what every answer given here ends with, after its own fields (none of which these are): the
-    /// request's id (the client's when well formed), the public CORS fields, `Date`, and `Connection: close`
-    /// when the request asked for it.
-    private static func finish(_ headers: inout HTTPFields, request fields: HTTPFields, publicCORS: Bool) -> (
-        id: String, closing: Bool
-    ) {
-        let id = fields[Self.requestIDField].flatMap(AccessLog.wellFormed) ?? RequestID().description
-        headers.append(HTTPField(name: Self.requestIDField, value: id))
-        if publicCORS { CORSHeaders.addPublic(to: &headers) }
-        headers.append(HTTPField(name: .date, value: HTTPDate.now))
-        let closing = Self.asksToClose(fields)
-        if closing { headers.append(HTTPField(name: .connection, value: "close")) }
-        return (id, closing)
-    }
-
-    /// A `close` in the request's `Connection`.
-    static func asksToClose(_ fields: HTTPFields) -> Bool {
-        fields[.connection]?.lowercased().contains("close") == true
-    }
+    fileprivate static let cacheField = HTTPField.Name("X-Cache")!
 
     /// Counts and logs an answer once its head is written; `ahead` of the HTTP codec (`MediaHitFront`) or not.
     func record(_ answer: Answer, ahead: Bool) {
@@ -319,7 +336,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         self.source.metrics.answeredFromMemory(ahead: ahead)
         AccessLog.record(
-            method: answer.method, route: answer.route, status: answer.response.status,
+            method: answer.method, route: answer.route, status: answer.status,
             bytes: answer.body?.readableBytes ?? 0, errorCode: nil, elapsed: elapsed, logger: logger,
             metrics: self.source.metrics)
     }
@@ -327,7 +344,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Writes the answer to `request` when the object is a local hit whose bytes are in memory.
     /// - Returns: `false` when the router has to answer.
     private func answer(_ request: HTTPRequest, _ candidate: Candidate, context: ChannelHandlerContext) -> Bool {
-        guard let answer = self.answer(method: request.method, fields: request.headerFields, candidate) else {
+        guard let answer = self.answer(method: request.method, fields: HitFields(request.headerFields), candidate)
+        else {
             return false
         }
         context.write(self.wrapOutboundOut(.head(answer.response)), promise: nil)
@@ -342,6 +360,61 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             self.needsFlush = true
         }
         return true
+    }
+}
+
+/// The request fields a hit answered by `MediaHitHandler` reads, each as `HTTPFields` gives it (the lines of one
+/// name joined by ", "). Ahead of the HTTP codec, `RawRequestHead` reads them off the bytes, and no `HTTPFields`
+/// is built.
+struct HitFields: Equatable {
+    var range: String?
+    var ifRange: String?
+    var ifNoneMatch: String?
+    var origin: String?
+    var connection: String?
+    var requestID: String?
+    var contentType: String?
+    var authorization: String?
+
+    init() {}
+
+    /// The fields of a request the HTTP codec decoded.
+    init(_ fields: HTTPFields) {
+        (self.range, self.ifRange, self.ifNoneMatch) = (fields[.range], fields[.ifRange], fields[.ifNoneMatch])
+        (self.origin, self.connection) = (fields[.origin], fields[.connection])
+        self.requestID = fields[AccessLogMiddleware<BasicRequestContext>.requestIDField]
+        (self.contentType, self.authorization) = (fields[.contentType], fields[.authorization])
+    }
+
+    /// The fields read, by lowercase name, in `append(_:at:)`'s order.
+    static let names = [
+        "range", "if-range", "if-none-match", "origin", "connection", "x-request-id", "content-type",
+        "authorization",
+    ]
+
+    /// Adds a field line of the name `names[index]`, after any earlier one of that name.
+    mutating func append(_ value: String, at index: Int) {
+        func join(_ field: inout String?) { field = field.map { $0 + ", " + value } ?? value }
+        switch index {
+        case 0: join(&self.range)
+        case 1: join(&self.ifRange)
+        case 2: join(&self.ifNoneMatch)
+        case 3: join(&self.origin)
+        case 4: join(&self.connection)
+        case 5: join(&self.requestID)
+        case 6: join(&self.contentType)
+        default: join(&self.authorization)
+        }
+    }
+
+    /// A `close` in `Connection`.
+    var asksToClose: Bool {
+        self.connection?.lowercased().contains("close") == true
+    }
+
+    /// The request's id: the client's when well formed, else a new one.
+    var id: String {
+        self.requestID.flatMap(AccessLogMiddleware<BasicRequestContext>.wellFormed) ?? RequestID().description
     }
 }
 
