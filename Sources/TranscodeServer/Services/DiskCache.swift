@@ -30,10 +30,10 @@ final class DiskCache: Sendable {
     let root: String
     let maxBytes: Int64
     private let state: Mutex<State>
-    private let decoded = Mutex<[String: (identity: [Int], metadata: TranscodeMetadata)]>([:])
+    private let decoded = Mutex<[String: (identity: FileIdentity, metadata: TranscodeMetadata)]>([:])
     private let smallFiles = Mutex(SmallFiles())
     /// The object each URL link was last read to point to, by the link's identity (`freshLink`).
-    private let linkTargets = Mutex<[String: (identity: [Int], key: String)]>([:])
+    private let linkTargets = Mutex<[String: (identity: FileIdentity, key: String)]>([:])
     /// The names in `tombstones/` as last read, and the directory's stamp then (`settledTombstones`).
     let tombstoneNames = Mutex<(stamp: DirectoryStamp, names: Set<String>)?>(nil)
     private let onEviction: @Sendable (Int) -> Void
@@ -177,7 +177,7 @@ final class DiskCache: Sendable {
         let path = self.urlLinkPath(urlKey)
         guard Self.isValidKey(urlKey), lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK else { return nil }
         let age = Self.age(info)
-        let identity = [Int(info.st_dev), Int(info.st_ino), info.st_ctim.tv_sec, info.st_ctim.tv_nsec]
+        let identity = FileIdentity(info)
         if let known = self.linkTargets.withLock({ $0[urlKey] }), known.identity == identity {
             return (known.key, age)
         }
@@ -218,10 +218,10 @@ final class DiskCache: Sendable {
     final class OpenFile: Sendable {
         let descriptor: CInt
         let size: Int
-        /// Inode, size and modification time: a file rewritten in place or replaced has another identity.
-        let identity: [Int]
+        /// A file rewritten in place or replaced has another identity.
+        let identity: FileIdentity
 
-        fileprivate init(descriptor: CInt, size: Int, identity: [Int] = []) {
+        fileprivate init(descriptor: CInt, size: Int, identity: FileIdentity) {
             self.descriptor = descriptor
             self.size = size
             self.identity = identity
@@ -268,18 +268,31 @@ final class DiskCache: Sendable {
                 continue
             }
             files[fileExtension] = .file(
-                OpenFile(descriptor: descriptor, size: Int(info.st_size), identity: Self.identity(info)))
+                OpenFile(descriptor: descriptor, size: Int(info.st_size), identity: FileIdentity(info)))
         }
         return files
     }
 
     /// Device, inode, size, modification and change times: the same identity means the very file that was
-    /// checked, unchanged (a rename, a new link or a write changes the change time).
-    private static func identity(_ info: stat) -> [Int] {
-        [
-            Int(info.st_dev), Int(info.st_ino), Int(info.st_size), Int(info.st_mtim.tv_sec),
-            Int(info.st_mtim.tv_nsec), Int(info.st_ctim.tv_sec), Int(info.st_ctim.tv_nsec),
-        ]
+    /// checked, unchanged (a rename, a new link or a write changes the change time). A value, not an array: a
+    /// cache hit takes two or three of them.
+    struct FileIdentity: Equatable, Sendable {
+        let device: UInt64
+        let inode: UInt64
+        let size: Int
+        let modified: timespec
+        let changed: timespec
+
+        init(_ info: stat) {
+            (self.device, self.inode, self.size) = (UInt64(info.st_dev), UInt64(info.st_ino), Int(info.st_size))
+            (self.modified, self.changed) = (info.st_mtim, info.st_ctim)
+        }
+
+        static func == (a: Self, b: Self) -> Bool {
+            a.device == b.device && a.inode == b.inode && a.size == b.size
+                && a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
+                && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
+        }
     }
 
     /// An object whose files passed the checks, held open: what is served or hashed is what was checked.
@@ -421,7 +434,7 @@ final class DiskCache: Sendable {
     /// `smallFilesCapacity` bytes in all, the least recently used dropped first. A hit on a small file then
     /// costs no read at all: every read is a hop to the I/O thread pool, which cost most of a hit's time.
     private struct SmallFiles {
-        var entries: [String: (identity: [Int], bytes: ByteBuffer, lastUse: UInt64)] = [:]
+        var entries: [FileName: (identity: FileIdentity, bytes: ByteBuffer, lastUse: UInt64)] = [:]
         var total = 0
         var clock: UInt64 = 0
     }
@@ -440,15 +453,22 @@ final class DiskCache: Sendable {
     /// The bytes of `file` (object `key`'s `.fileExtension`) kept in memory (`keptLength`: the whole file or
     /// its head), if they are.
     func cachedBytes(_ file: OpenFile, key: String, fileExtension: String) -> ByteBuffer? {
-        self.keptBytes(key + "." + fileExtension, identity: file.identity)
+        self.keptBytes(FileName(key: key, fileExtension: fileExtension), identity: file.identity)
     }
 
-    private func keptBytes(_ name: String, identity: [Int]) -> ByteBuffer? {
+    /// An object file's name in `SmallFiles`: hashed as it is, where joining the two was an allocation per hit.
+    private struct FileName: Hashable {
+        let key: String
+        let fileExtension: String
+    }
+
+    private func keptBytes(_ name: FileName, identity: FileIdentity) -> ByteBuffer? {
         self.smallFiles.withLock { cache in
-            guard let entry = cache.entries[name], entry.identity == identity else { return nil }
+            guard let index = cache.entries.index(forKey: name), cache.entries.values[index].identity == identity
+            else { return nil }
             cache.clock += 1
-            cache.entries[name]?.lastUse = cache.clock
-            return entry.bytes
+            cache.entries.values[index].lastUse = cache.clock
+            return cache.entries.values[index].bytes
         }
     }
 
@@ -465,10 +485,10 @@ final class DiskCache: Sendable {
         guard let metadata = self.memoryMetadata(key),
             let file = Self.currentIdentity(self.objectPath(key, fileExtension))
         else { return nil }
-        guard let bytes = self.keptBytes(key + "." + fileExtension, identity: file),
+        guard let bytes = self.keptBytes(FileName(key: key, fileExtension: fileExtension), identity: file),
             !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
         else { return nil }
-        return (metadata, file[2], bytes)
+        return (metadata, file.size, bytes)
     }
 
     /// The metadata of `key` for a hit that serves none of the object's bytes (a cache-hit `POST /transcode`
@@ -477,8 +497,8 @@ final class DiskCache: Sendable {
     /// `lstat`s; `nil` sends the request the long way.
     func memoryObject(_ key: String) -> TranscodeMetadata? {
         guard let metadata = self.memoryMetadata(key),
-            Self.currentIdentity(self.objectPath(key, "mp4")).map({ $0[2] == metadata.mp4Bytes }) == true,
-            Self.currentIdentity(self.objectPath(key, "jpg")).map({ $0[2] == metadata.posterBytes }) == true,
+            Self.currentIdentity(self.objectPath(key, "mp4"))?.size == metadata.mp4Bytes,
+            Self.currentIdentity(self.objectPath(key, "jpg"))?.size == metadata.posterBytes,
             !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
         else { return nil }
         return metadata
@@ -491,16 +511,16 @@ final class DiskCache: Sendable {
     }
 
     /// The identity of the regular file with one link at `path` (`lstat`, no link followed).
-    private static func currentIdentity(_ path: String) -> [Int]? {
+    private static func currentIdentity(_ path: String) -> FileIdentity? {
         var info = stat()
         guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else { return nil }
-        return Self.identity(info)
+        return FileIdentity(info)
     }
 
     /// Keeps the bytes just read of a file: all of it when small, else its head (`keptLength`).
     func keepBytes(_ bytes: ByteBuffer, of file: OpenFile, key: String, fileExtension: String) {
-        guard bytes.readableBytes == Self.keptLength(ofFileOfSize: file.size), !file.identity.isEmpty else { return }
-        let name = key + "." + fileExtension
+        guard bytes.readableBytes == Self.keptLength(ofFileOfSize: file.size) else { return }
+        let name = FileName(key: key, fileExtension: fileExtension)
         self.smallFiles.withLock { cache in
             if let old = cache.entries.removeValue(forKey: name) { cache.total -= old.bytes.readableBytes }
             while cache.total + bytes.readableBytes > Self.smallFilesCapacity,
