@@ -266,7 +266,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 (media.key, media.fileExtension, self.source.cacheControl, "/media/{file}")
         case .signed(let target):
             guard let signed = self.source.signedRoute,
-                let found = signed.service.freshHitKey(url: target.url, keys: target.keys)
+                let found = signed.service.freshHitKey(keys: target.keys)
             else { return nil }
             (key, fileExtension, cacheControl, route) =
                 (found, target.source.fileExtension, signed.cacheControl, "/v1/**")
@@ -303,7 +303,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard let route = self.source.transcodeRoute, fields.origin == nil,
             fields.contentType?.lowercased().hasPrefix("application/json") == true,
             route.tokens.authorizes(fields.authorization), let target = route.resolved.get(body),
-            let key = route.service.freshHitKey(url: target.url, keys: target.keys),
+            let key = route.service.freshHitKey(keys: target.keys),
             let metadata = self.source.cache.memoryObject(key),
             (try? self.source.cache.checkNotTakenDown(
                 key: key, metadata: metadata, also: [.source(target.keys.sourceHash)])) != nil,

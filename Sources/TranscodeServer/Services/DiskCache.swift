@@ -94,7 +94,11 @@ final class DiskCache: Sendable {
 
     /// Whether `text` has the shape of a key: 64 lowercase hex digits. Checked before any path is built.
     static func isValidKey(_ text: some StringProtocol) -> Bool {
-        text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+        func isLowercaseHex(_ byte: UInt8) -> Bool { (0x30...0x39).contains(byte) || (0x61...0x66).contains(byte) }
+        guard text.utf8.count == 64 else { return false }
+        // Over the bytes in place when they are (a hit checks two or three keys; the view's iterator was slower).
+        return text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(isLowercaseHex) }
+            ?? text.utf8.allSatisfy(isLowercaseHex)
     }
 
     /// The content key of a GIF converted with `options`.

@@ -124,9 +124,10 @@ struct Downloader: Sendable {
         return address
     }
 
-    /// Whether `url`'s host was allowed by the policy less than `HostDecisions.lifetime` ago (no lookup).
-    func isRememberedAllowed(_ url: URL) -> Bool {
-        if case .some(.none) = self.decisions.decision(for: Self.bareHost(url)) { return true }
+    /// Whether `host` (`bareHost` of a URL) was allowed by the policy less than `HostDecisions.lifetime` ago (no
+    /// lookup).
+    func isRememberedAllowed(host: String) -> Bool {
+        if case .some(.none) = self.decisions.decision(for: host) { return true }
         return false
     }
 

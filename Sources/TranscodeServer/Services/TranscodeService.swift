@@ -18,8 +18,12 @@ struct SourceKeys: Sendable {
     let normalized: String
     let urlKey: String
     let sourceHash: String
+    /// The URL's host as the downloader remembers its decisions (`Downloader.bareHost`): read once, not by
+    /// every cache hit answered from memory (parsing the URL again was a visible part of one).
+    let host: String
 
     init(url: URL, options: TranscodeOptions) {
+        self.host = Downloader.bareHost(url)
         self.normalized = DiskCache.normalize(url)
         self.urlKey = DiskCache.urlKey(normalizedURL: self.normalized, options: options)
         self.sourceHash = DiskCache.sourceHash(normalizedURL: self.normalized)
@@ -294,10 +298,10 @@ final class TranscodeService: Sendable {
     /// remembered as allowed, the object not waiting to be published. `nil` leaves the request to
     /// `transcode(url:...)`, which decides everything afresh. The object's own checks, and the URL's local
     /// tombstone (`DiskCache.Tombstone.source`, asked with the object's in one look), are the caller's.
-    func freshHitKey(url: URL, keys: SourceKeys) -> String? {
+    func freshHitKey(keys: SourceKeys) -> String? {
         guard self.shared?.notBuriedRecently([.source(keys.sourceHash)]) ?? true,
             let (key, age) = self.cache.freshLink(urlKey: keys.urlKey), age < self.urlTTLSeconds,
-            self.downloader.isRememberedAllowed(url), self.shared?.isUnpublished(key) != true
+            self.downloader.isRememberedAllowed(host: keys.host), self.shared?.isUnpublished(key) != true
         else { return nil }
         return key
     }
