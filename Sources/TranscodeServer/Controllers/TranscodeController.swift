@@ -306,6 +306,12 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
         self.signed = signed
     }
 
+    /// By the object key alone (equal results have equal keys; `==` still compares everything): hashing the whole
+    /// metadata and the signed links was most of finding a kept answer (`EncodedResults`).
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(self.key)
+    }
+
     private enum Keys: String, CodingKey {
         case key, mp4, poster, metadata, html, signed
     }
