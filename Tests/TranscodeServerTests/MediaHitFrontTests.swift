@@ -40,6 +40,37 @@ import Testing
         #expect(Self.head("HEAD /media/a.mp4 HTTP/1.1\r\n\r\n")?.method == .head)
     }
 
+    /// Every field a hit reads, including an empty one, as from the fields the HTTP codec decodes.
+    @Test func readsEveryFieldAsTheCodecDoes() throws {
+        let head = try #require(
+            Self.head(
+                "POST /transcode HTTP/1.1\r\nIf-Range: \"e\"\r\nconnection: keep-alive\r\n"
+                    + "Content-Type: application/json\r\nAuthorization: Bearer t\r\nOrigin:\r\n"
+                    + "Connection: Upgrade\r\nContent-Length: 2\r\n\r\n"))
+        let decoded: HTTPFields = [
+            .ifRange: "\"e\"", .connection: "keep-alive", .contentType: "application/json",
+            .authorization: "Bearer t", .origin: "", .connection: "Upgrade", .contentLength: "2",
+        ]
+        #expect(head.fields == HitFields(decoded))
+        #expect(head.fields.connection == "keep-alive, Upgrade")
+        #expect(head.fields.origin == "")
+    }
+
+    /// `close` is a token of `Connection`, as the codec reads it: not any value containing it.
+    @Test func closeIsAToken() {
+        func closes(_ value: String) -> Bool {
+            var fields = HitFields()
+            fields.connection = value
+            return fields.asksToClose
+        }
+        #expect(closes("close"))
+        #expect(closes("Keep-Alive, CLOSE "))
+        #expect(closes("x,\tclose"))
+        #expect(!closes("notclose"))
+        #expect(!closes("close-ish"))
+        #expect(!closes("keep-alive"))
+    }
+
     @Test func framesBodiesByContentLength() {
         let post = Self.head("POST /transcode HTTP/1.1\r\nHost: x\r\nContent-Length: 42\r\n\r\n")
         #expect(post?.bodyLength == 42)

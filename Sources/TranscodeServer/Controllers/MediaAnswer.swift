@@ -4,9 +4,9 @@ import HTTPTypes
 /// `304`, byte ranges, `If-Range`) and which bytes to send. Shared by the `/media` route, `GET /v1/...` and
 /// `MediaHitHandler`, so the three cannot answer the same request differently.
 struct MediaAnswer {
-    var status: HTTPResponse.Status
+    private(set) var status: HTTPResponse.Status
     /// The bytes of the file to send (`nil` for an empty file, `304` and `416`).
-    var bytes: ClosedRange<Int>?
+    private(set) var bytes: ClosedRange<Int>?
     private let contentType: String
     private let etag: String
     private let cacheControl: String
@@ -86,10 +86,7 @@ struct MediaAnswer {
 
     /// The answer's header fields, as the router sends them.
     var headers: HTTPFields {
-        var headers = HTTPFields()
-        headers.reserveCapacity(12)
-        self.addHeaders(to: &headers)
-        return headers
+        HTTPFields(adding: self.addHeaders)
     }
 
     /// Adds the answer's header fields to `sink`, in the order the router sends them. A cache hit answered ahead
@@ -106,7 +103,9 @@ struct MediaAnswer {
     }
 }
 
-/// Where a response's header fields go: `HTTPFields`, for the HTTP codec, or the bytes of a response head.
+/// Where a response's header fields go: `HTTPFields`, for the HTTP codec, or the bytes of a response head
+/// (`ResponseHeadBytes`). The bytes are written as given, without `HTTPField`'s checks: only values the server
+/// made or checked may be added (a value from the client as it came would allow response splitting).
 protocol HeaderFieldSink {
     mutating func add(_ name: HTTPField.Name, _ value: String)
     mutating func add(_ name: HTTPField.Name, _ value: Int)
@@ -120,4 +119,11 @@ extension HTTPFields: HeaderFieldSink {
     /// Appended, not set by name: the answers built this way have each field once, and setting by name
     /// searched the fields each time.
     mutating func add(_ name: HTTPField.Name, _ value: String) { self.append(HTTPField(name: name, value: value)) }
+
+    /// The fields `add` adds, in its order.
+    init(adding add: (inout HTTPFields) -> Void) {
+        self.init()
+        self.reserveCapacity(12)
+        add(&self)
+    }
 }

@@ -269,6 +269,7 @@ struct ResponseHeadBytes: HeaderFieldSink {
     }
 
     mutating func add(_ name: HTTPField.Name, _ value: String) {
+        assert(HTTPField.isValidValue(value), "\(name): a value the server did not make or check")
         self.buffer.writeString(name.rawName)
         self.buffer.writeStaticString(": ")
         self.buffer.writeString(value)
@@ -303,7 +304,7 @@ struct RawRequestHead {
     /// `Upgrade`, `CONNECT`, several or a malformed `Content-Length`.
     var bodyLength: Int?
 
-    private static let read = HitFields.names.map { Array($0.utf8) }
+    private static let read = HitFields.read.map { Array($0.name.canonicalName.utf8) }
     private static let contentLength = Array("content-length".utf8)
     private static let transferEncoding = Array("transfer-encoding".utf8)
     private static let upgrade = Array("upgrade".utf8)

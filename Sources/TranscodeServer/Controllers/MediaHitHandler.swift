@@ -242,10 +242,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
         /// The answer's head, for the HTTP codec.
         var response: HTTPResponse {
-            var fields = HTTPFields()
-            fields.reserveCapacity(12)
-            self.addHeaders(to: &fields)
-            return HTTPResponse(status: self.status, headerFields: fields)
+            HTTPResponse(status: self.status, headerFields: HTTPFields(adding: self.addHeaders))
         }
     }
 
@@ -291,7 +288,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
         return Answer(
             status: answer.status, kind: .media(answer), body: body, closing: fields.asksToClose, method: method,
-            route: route, id: fields.id, publicCORS: fields.origin != nil, date: HTTPDate.now, started: started)
+            route: route, id: fields.makeID(), publicCORS: fields.origin != nil, date: HTTPDate.now, started: started)
     }
 
     /// The answer to a `POST /transcode` whose JSON body is `body` (a body the route has answered before),
@@ -318,7 +315,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.source.metrics.cacheHit()
         return Answer(
             status: .ok, kind: .transcode(length: json.readableBytes), body: json, closing: fields.asksToClose,
-            method: .post, route: "/transcode", id: fields.id, publicCORS: false, date: HTTPDate.now,
+            method: .post, route: "/transcode", id: fields.makeID(), publicCORS: false, date: HTTPDate.now,
             started: started)
     }
 
@@ -380,40 +377,35 @@ struct HitFields: Equatable {
 
     /// The fields of a request the HTTP codec decoded.
     init(_ fields: HTTPFields) {
-        (self.range, self.ifRange, self.ifNoneMatch) = (fields[.range], fields[.ifRange], fields[.ifNoneMatch])
-        (self.origin, self.connection) = (fields[.origin], fields[.connection])
-        self.requestID = fields[AccessLogMiddleware<BasicRequestContext>.requestIDField]
-        (self.contentType, self.authorization) = (fields[.contentType], fields[.authorization])
+        for (name, field) in Self.read { self[keyPath: field] = fields[name] }
     }
 
-    /// The fields read, by lowercase name, in `append(_:at:)`'s order.
-    static let names = [
-        "range", "if-range", "if-none-match", "origin", "connection", "x-request-id", "content-type",
-        "authorization",
+    /// The fields read, and where each goes.
+    static let read: [(name: HTTPField.Name, field: WritableKeyPath<HitFields, String?> & Sendable)] = [
+        (.range, \.range), (.ifRange, \.ifRange), (.ifNoneMatch, \.ifNoneMatch), (.origin, \.origin),
+        (.connection, \.connection), (MediaHitHandler.requestIDField, \.requestID), (.contentType, \.contentType),
+        (.authorization, \.authorization),
     ]
 
-    /// Adds a field line of the name `names[index]`, after any earlier one of that name.
+    /// Adds a field line of the name `read[index].name`, after any earlier one of that name.
     mutating func append(_ value: String, at index: Int) {
-        func join(_ field: inout String?) { field = field.map { $0 + ", " + value } ?? value }
-        switch index {
-        case 0: join(&self.range)
-        case 1: join(&self.ifRange)
-        case 2: join(&self.ifNoneMatch)
-        case 3: join(&self.origin)
-        case 4: join(&self.connection)
-        case 5: join(&self.requestID)
-        case 6: join(&self.contentType)
-        default: join(&self.authorization)
+        let field = Self.read[index].field
+        self[keyPath: field] = self[keyPath: field].map { $0 + ", " + value } ?? value
+    }
+
+    /// `close` among the tokens of `Connection` (RFC 9112 §9.6), as the HTTP codec reads it.
+    var asksToClose: Bool {
+        guard let connection = self.connection else { return false }
+        return connection.lowercased().split(separator: ",").contains { token in
+            var token = token[...]
+            while let first = token.first, first == " " || first == "\t" { token.removeFirst() }
+            while let last = token.last, last == " " || last == "\t" { token.removeLast() }
+            return token == "close"
         }
     }
 
-    /// A `close` in `Connection`.
-    var asksToClose: Bool {
-        self.connection?.lowercased().contains("close") == true
-    }
-
-    /// The request's id: the client's when well formed, else a new one.
-    var id: String {
+    /// The id to answer with: the client's when well formed, else a new one (each call makes another).
+    func makeID() -> String {
         self.requestID.flatMap(AccessLogMiddleware<BasicRequestContext>.wellFormed) ?? RequestID().description
     }
 }

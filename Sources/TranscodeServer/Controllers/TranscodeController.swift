@@ -108,7 +108,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             if case .done = answer, body.callbackURL == nil {
                 self.resolved.set(
                     buffer.readableBytesView,
-                    .init(url: url, keys: SourceKeys(url: url, options: options), signed: signed))
+                    .init(keys: SourceKeys(url: url, options: options), signed: signed))
             }
         } else {
             throw ServiceError(
@@ -235,7 +235,6 @@ struct TranscodeController<Context: RequestContext>: Sendable {
 /// (emptied when full).
 final class ResolvedBodies: Sendable {
     struct Target: Sendable {
-        let url: URL
         let keys: SourceKeys
         let signed: [String: String]?
     }
@@ -306,10 +305,13 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
         self.signed = signed
     }
 
-    /// By the object key alone (equal results have equal keys; `==` still compares everything): hashing the whole
-    /// metadata and the signed links was most of finding a kept answer (`EncodedResults`).
+    /// By the object key and the signed video link (equal results have equal ones; `==` still compares
+    /// everything): hashing the whole metadata and all links was most of finding a kept answer
+    /// (`EncodedResults`). The link tells apart the results of URLs that differ only where the object's key
+    /// does not (a fragment), which would otherwise all collide.
     func hash(into hasher: inout Hasher) {
         hasher.combine(self.key)
+        hasher.combine(self.signed?["mp4"])
     }
 
     private enum Keys: String, CodingKey {

@@ -173,8 +173,8 @@ final class DiskCache: Sendable {
     }
 
     /// The object a URL key links to and the link's age, from one `lstat` of the link while it is the link read
-    /// before (same device, inode and change time: a link's target never changes in place, relinking makes a
-    /// new one, and renewing it changes its change time), else `lstat` and `readlink`. For a hit answered from
+    /// before (the same `FileIdentity`: a link's target never changes in place, relinking makes a new one, and
+    /// renewing it changes its times), else `lstat` and `readlink`. For a hit answered from
     /// memory, which checks the object's files itself.
     func freshLink(urlKey: String) -> (key: String, age: TimeInterval)? {
         var info = stat()
