@@ -216,9 +216,10 @@ extension DiskCache {
     /// again after a takedown that predates `sourceSha256` (then `gifSha256`) must not be served either).
     /// - Parameter also: more tombstones to ask in the same look (a URL's).
     func checkNotTakenDown(key: String, metadata: TranscodeMetadata, also: [Tombstone] = []) throws {
-        if self.isBuried(anyOf: [.object(key)] + (metadata.sourceSha256.map { [.gif($0)] } ?? []) + also) {
-            throw ServiceError.takenDown("this was taken down")
+        let buried = self.isBuried {
+            [.object(key)] + (metadata.sourceSha256.map { [.gif($0)] } ?? []) + also
         }
+        if buried { throw ServiceError.takenDown("this was taken down") }
     }
 
     /// Whether any of `tombstones` was recorded: looked up in the directory's names as last read while the
@@ -229,8 +230,16 @@ extension DiskCache {
     }
 
     func isBuried(anyOf tombstones: [Tombstone]) -> Bool {
-        if let names = self.settledTombstones() { return tombstones.contains { names.contains($0.fileName) } }
-        return tombstones.contains { access("\(self.tombstonesDirectory)/\($0.fileName)", F_OK) == 0 }
+        self.isBuried { tombstones }
+    }
+
+    /// `tombstones` are made only when there are any in the directory: nothing taken down is the common case,
+    /// and a cache hit asks this with names it would otherwise build for nothing.
+    private func isBuried(_ tombstones: () -> [Tombstone]) -> Bool {
+        if let names = self.settledTombstones() {
+            return !names.isEmpty && tombstones().contains { names.contains($0.fileName) }
+        }
+        return tombstones().contains { access("\(self.tombstonesDirectory)/\($0.fileName)", F_OK) == 0 }
     }
 
     /// The names in `tombstones/`, read again whenever the directory's stamp (inode, size, modification and
