@@ -1,0 +1,1 @@
+../../TranscoderTests/Support/ProcessSpawn.swift
