@@ -111,7 +111,7 @@ import Transcoder
             ]
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
-            try process.runWithFewDescriptorsOpen()
+            try process.run()
             defer { if process.isRunning { process.terminate() } }
 
             let client = URLSessionlessClient(port: port)

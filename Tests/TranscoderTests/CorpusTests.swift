@@ -313,7 +313,7 @@ func run(_ tool: String, _ arguments: [String]) throws -> [UInt8] {
     let pipe = Pipe()
     process.standardOutput = pipe
     process.standardError = FileHandle.nullDevice
-    try process.runWithFewDescriptorsOpen()
+    try process.run()
     let data = pipe.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     return [UInt8](data)

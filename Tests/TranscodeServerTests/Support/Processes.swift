@@ -21,7 +21,7 @@ func runProcess(
                 try await withCheckedThrowingContinuation { continuation in
                     process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
                     do {
-                        try process.runWithFewDescriptorsOpen()
+                        try process.run()
                     } catch {
                         process.terminationHandler = nil
                         continuation.resume(throwing: error)

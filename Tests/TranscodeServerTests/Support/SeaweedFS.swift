@@ -97,7 +97,7 @@ final class SeaweedFS: @unchecked Sendable {
         try handle.seekToEnd()
         process.standardOutput = handle
         process.standardError = handle
-        try process.runWithFewDescriptorsOpen()
+        try process.run()
         self.process = process
         let client = S3Client(configuration: self.configuration())
         // Counted in attempts, not wall time: under the full suite's load this test's task waits a long time to be

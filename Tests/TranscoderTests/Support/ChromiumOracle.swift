@@ -135,7 +135,7 @@ func runCapturing(_ executable: String, _ arguments: [String]) throws -> (
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errorPath))
-        try process.runWithFewDescriptorsOpen()
+        try process.run()
         let output = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let errors = FileManager.default.contents(atPath: errorPath) ?? Data()

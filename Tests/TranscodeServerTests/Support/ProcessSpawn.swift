@@ -1,1 +1,0 @@
-../../TranscoderTests/Support/ProcessSpawn.swift
