@@ -193,8 +193,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// A hit's answer: what is written, and what its access-log line says.
     struct Answer {
-        var status: HTTPResponse.Status
-        /// The answer's own header fields, before those every answer here ends with.
+        /// The answer's own status and header fields, before those every answer here ends with.
         var kind: Kind
         /// The bytes sent (`nil` for `HEAD`, `304`, `416` and an empty file).
         var body: ByteBuffer?
@@ -215,6 +214,13 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             case media(MediaAnswer)
             /// A cache-hit `POST /transcode`'s JSON of this many bytes.
             case transcode(length: Int)
+        }
+
+        var status: HTTPResponse.Status {
+            switch self.kind {
+            case .media(let media): media.status
+            case .transcode: .ok
+            }
         }
 
         /// Media bytes (`/media`, `/v1/...`), counted in `served_bytes`; not the JSON of `POST /transcode`.
@@ -287,7 +293,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if case .signed = candidate { self.source.metrics.cacheHit() }
 
         return Answer(
-            status: answer.status, kind: .media(answer), body: body, closing: fields.asksToClose, method: method,
+            kind: .media(answer), body: body, closing: fields.asksToClose, method: method,
             route: route, id: fields.makeID(), publicCORS: fields.origin != nil, date: HTTPDate.now, started: started)
     }
 
@@ -314,7 +320,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         else { return nil }
         self.source.metrics.cacheHit()
         return Answer(
-            status: .ok, kind: .transcode(length: json.readableBytes), body: json, closing: fields.asksToClose,
+            kind: .transcode(length: json.readableBytes), body: json, closing: fields.asksToClose,
             method: .post, route: "/transcode", id: fields.makeID(), publicCORS: false, date: HTTPDate.now,
             started: started)
     }

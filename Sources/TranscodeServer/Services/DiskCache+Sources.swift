@@ -260,29 +260,21 @@ extension DiskCache {
     }
 }
 
-/// What tells whether a directory's entries changed: its inode, size, and modification and change times.
+/// What tells whether a directory's entries changed: its identity (device, inode, size, modification and change
+/// times), as for a file.
 struct DirectoryStamp: Equatable, Sendable {
-    let inode: UInt
-    let size: Int
-    let modified: timespec
-    let changed: timespec
+    let identity: DiskCache.FileIdentity
 
     init?(_ path: String) {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
-        (self.inode, self.size, self.modified, self.changed) = (info.st_ino, info.st_size, info.st_mtim, info.st_ctim)
+        self.identity = DiskCache.FileIdentity(info)
     }
 
     /// Unchanged for the last two seconds, by the real-time clock the kernel stamps files with.
     var isSettled: Bool {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        return now.tv_sec - max(self.modified.tv_sec, self.changed.tv_sec) >= 2
-    }
-
-    static func == (left: DirectoryStamp, right: DirectoryStamp) -> Bool {
-        left.inode == right.inode && left.size == right.size && left.modified.tv_sec == right.modified.tv_sec
-            && left.modified.tv_nsec == right.modified.tv_nsec && left.changed.tv_sec == right.changed.tv_sec
-            && left.changed.tv_nsec == right.changed.tv_nsec
+        return now.tv_sec - max(self.identity.modified.tv_sec, self.identity.changed.tv_sec) >= 2
     }
 }
