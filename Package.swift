@@ -77,9 +77,14 @@ let package = Package(
         .executableTarget(
             name: "FuzzDecodePath", dependencies: ["Transcoder"], path: "Tests/Fuzz/DecodePath",
             swiftSettings: [.swiftLanguageMode(.v6)]),
+        // What both test targets use to start programs (see ChildProcess).
+        .target(name: "CTestSupport", path: "Tests/CTestSupport"),
+        .target(
+            name: "TestSupport", dependencies: ["CTestSupport"], path: "Tests/TestSupport",
+            swiftSettings: [.swiftLanguageMode(.v6)]),
         .testTarget(
             name: "TranscoderTests",
-            dependencies: ["Transcoder", "CFFmpeg"],
+            dependencies: ["Transcoder", "CFFmpeg", "TestSupport"],
             // The headless-Chromium oracle (WebCodecs ImageDecoder, <video> playback) the tests run.
             exclude: ["Browser"],
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -88,6 +93,7 @@ let package = Package(
             name: "TranscodeServerTests",
             dependencies: [
                 "TranscodeServer",
+                "TestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 // MediaHitFront's framing against NIO's decoder, in an embedded channel.

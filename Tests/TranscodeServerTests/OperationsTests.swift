@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 import Transcoder
 
@@ -104,15 +105,13 @@ import Transcoder
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
         try await withTemporaryDirectory { directory in
             let port = Int.random(in: 20_000..<40_000)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = [
-                "serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning",
-            ]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            defer { if process.isRunning { process.terminate() } }
+            let process = try ChildProcess(
+                binary,
+                ["serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning"])
+            defer {
+                process.send(SIGKILL)
+                _ = process.waitUntilExit()
+            }
 
             let client = URLSessionlessClient(port: port)
             var up = false
@@ -130,8 +129,7 @@ import Transcoder
             #expect(status == 200, "\(String(decoding: body, as: UTF8.self))")
             for _ in 0..<200 where process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
             #expect(!process.isRunning)
-            #expect(process.terminationStatus == 0)
-            #expect(process.terminationReason == .exit)
+            #expect(process.exit == .exited(0))
         }
     }
 }

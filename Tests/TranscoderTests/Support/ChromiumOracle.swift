@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// Headless Chromium as the test oracle, through `Browser/chromium_oracle.py` (Debian's chromium,
@@ -128,19 +129,11 @@ func runCapturing(_ executable: String, _ arguments: [String]) throws -> (
 ) {
     try withTemporaryDirectory { directory in
         let errorPath = directory + "/stderr"
-        FileManager.default.createFile(atPath: errorPath, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errorPath))
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+        let child = try ChildProcess(
+            executable, arguments, standardOutput: .pipe, standardError: .file(errorPath))
+        let output = child.readOutput()
+        let status = child.waitUntilExit().status
         let errors = FileManager.default.contents(atPath: errorPath) ?? Data()
-        return (
-            process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self)
-        )
+        return (status, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
     }
 }
