@@ -31,13 +31,10 @@ import Testing
                 get { self.metadata[key] }
                 set { self.metadata[key] = newValue }
             }
-            func log(
-                level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
-                file: String, function: String, line: UInt
-            ) {
-                let merged = self.metadata.merging(metadata ?? [:]) { $1 }.mapValues { "\($0)" }
+            func log(event: LogEvent) {
+                let merged = self.metadata.merging(event.metadata ?? [:]) { $1 }.mapValues { "\($0)" }
                 self.recorder.entries.withLock {
-                    $0.append(Entry(level: level, message: "\(message)", metadata: merged))
+                    $0.append(Entry(level: event.level, message: "\(event.message)", metadata: merged))
                 }
             }
         }
@@ -123,6 +120,12 @@ import Testing
         #expect(object["http.status"] == "404")
         #expect(object["http.route"] == "/media/{file}")
         #expect(object["time"].map { $0.contains("T") && $0.hasSuffix("Z") } == true)
+        #expect(object["error"] == nil)
+
+        logger.warning("upload failed", error: POSIXError(.ENOSPC))
+        let failure = try #require(lines.withLock { $0.last })
+        let failed = try #require(try JSONSerialization.jsonObject(with: Data(failure.utf8)) as? [String: String])
+        #expect(failed["error"] == "\(POSIXError(.ENOSPC))")
     }
 
     @Test func theFormatIsChecked() async throws {

@@ -22,18 +22,16 @@ struct JSONLogHandler: LogHandler {
         set { self.metadata[key] = newValue }
     }
 
-    func log(
-        level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
-        function: String, line: UInt
-    ) {
+    func log(event: LogEvent) {
         var object: [String: String] = [:]
-        for (key, value) in self.metadata.merging(metadata ?? [:], uniquingKeysWith: { $1 }) {
+        for (key, value) in self.metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) {
             object[key] = "\(value)"
         }
         object["time"] = Date().formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
-        object["level"] = level.rawValue
+        object["level"] = event.level.rawValue
         object["label"] = self.label
-        object["message"] = "\(message)"
+        object["message"] = "\(event.message)"
+        if let error = event.error { object["error"] = "\(error)" }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         guard let data = try? encoder.encode(object) else { return }
