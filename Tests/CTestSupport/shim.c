@@ -9,6 +9,7 @@ int CTestSupport_posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actio
 #if defined(__GLIBC__)
     return posix_spawn_file_actions_addclosefrom_np(actions, from);
 #else
+    // Elsewhere (the suite runs on Linux) the child inherits what is not close-on-exec.
     (void)actions;
     (void)from;
     return 0;

@@ -3,7 +3,8 @@ import Foundation
 import Synchronization
 
 /// A program the tests start (nginx, SeaweedFS, the Chromium oracle, the ffmpeg CLIs), spawned with
-/// `posix_spawnp` and reaped with `waitpid`.
+/// `posix_spawnp` and reaped with `waitpid` (`WNOHANG`, under a lock: waiting polls, every 2 ms for a blocked
+/// thread and every 10 ms for a task).
 ///
 /// Not Foundation's `Process`: on Linux its `run()` copies each `/proc/self/fd` entry's whole 256-byte name
 /// out of glibc's `readdir` buffer and now and then reads past its end, a SIGSEGV that took down one full test
@@ -106,13 +107,31 @@ public final class ChildProcess: Sendable {
     }
 
     /// How the child ended, if it has; never blocks.
-    public var exit: Termination? { self.reap(blocking: false) }
+    public var exit: Termination? {
+        self.termination.withLock { termination in
+            if let termination { return termination }
+            var status: Int32 = 0
+            var result: pid_t
+            repeat {
+                result = waitpid(self.processIdentifier, &status, WNOHANG)
+            } while result < 0 && errno == EINTR
+            // Our own child, reaped nowhere else: any other error is a bug in the test process.
+            precondition(result >= 0, "waitpid(\(self.processIdentifier)): \(String(cString: strerror(errno)))")
+            guard result == self.processIdentifier else { return nil }
+            // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift does not import.
+            termination = status & 0x7f == 0 ? .exited((status >> 8) & 0xff) : .signaled(status & 0x7f)
+            return termination
+        }
+    }
 
     public var isRunning: Bool { self.exit == nil }
 
     /// Blocks the calling thread until the child ends (for synchronous callers only).
     public func waitUntilExit() -> Termination {
-        self.reap(blocking: true)!
+        while true {
+            if let termination = self.exit { return termination }
+            usleep(2_000)
+        }
     }
 
     /// Waits, without holding a thread, until the child ends.
@@ -125,26 +144,6 @@ public final class ChildProcess: Sendable {
 
     public func send(_ signal: Int32) {
         if self.isRunning { kill(self.processIdentifier, signal) }
-    }
-
-    /// `waitpid` runs outside the lock, so that `isRunning` never waits for a blocked `waitUntilExit`; of two
-    /// concurrent reapers, the one that loses gets ECHILD and reads what the other stores.
-    private func reap(blocking: Bool) -> Termination? {
-        while true {
-            if let termination = self.termination.withLock({ $0 }) { return termination }
-            var status: Int32 = 0
-            let result = waitpid(self.processIdentifier, &status, blocking ? 0 : WNOHANG)
-            if result == self.processIdentifier {
-                // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift does not import.
-                let termination: Termination =
-                    status & 0x7f == 0 ? .exited((status >> 8) & 0xff) : .signaled(status & 0x7f)
-                self.termination.withLock { $0 = termination }
-                return termination
-            }
-            if result == 0 { return nil }
-            if errno != EINTR && !blocking { return self.termination.withLock { $0 } }
-            if errno == ECHILD { sched_yield() }
-        }
     }
 
     deinit {
