@@ -123,7 +123,15 @@ import Transcoder
 
             let gif = try corpusBytes("screenrec_terminal_thefuck.gif")
             async let inFlight = client.post("/transcode", contentType: "image/gif", body: gif)
-            try await Task.sleep(for: .milliseconds(300))
+            // Once the job is admitted (its upload read): a fixed wait sometimes sent SIGTERM before the upload's
+            // head was read, on a machine busy with other suites, and the idle connection was closed.
+            var admitted = false
+            for _ in 0..<400 where !admitted {
+                let (_, metrics) = try await client.fetch("/metrics")
+                admitted = String(decoding: metrics, as: UTF8.self).contains("\ntranscode_queue_depth 1")
+                if !admitted { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            try #require(admitted, "the job was not admitted")
             kill(process.processIdentifier, SIGTERM)
             let (status, body) = try await inFlight
             #expect(status == 200, "\(String(decoding: body, as: UTF8.self))")

@@ -6,7 +6,11 @@ struct URLSessionlessClient: Sendable {
     let port: Int
 
     func get(_ path: String) async throws -> Int {
-        try await self.send(HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)")).0
+        try await self.fetch(path).0
+    }
+
+    func fetch(_ path: String) async throws -> (Int, [UInt8]) {
+        try await self.send(HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)"))
     }
 
     func post(_ path: String, contentType: String, body: [UInt8]) async throws -> (Int, [UInt8]) {
