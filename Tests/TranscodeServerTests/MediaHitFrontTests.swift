@@ -327,6 +327,53 @@ import Testing
             #expect(socket.peerClosed())
         }
     }
+
+    /// A large file sent from the file (sendfile) to a client that reads nothing for longer than the head
+    /// deadline: the wait for the next head starts once the file has been sent (the kernel buffers only part of
+    /// it for a narrow connection), so the connection is not cut off mid-file.
+    @Test func aSlowReaderGetsTheWholeFile() async throws {
+        try await withHarness(configure: {
+            $0.headerTimeoutSeconds = 1
+            $0.idleTimeoutSeconds = 1
+        }) { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
+            let key = try #require(try reply.json()["key"] as? String)
+            let file = [UInt8](
+                try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
+            #expect(
+                try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")]).status == 206)
+            let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
+            let socket = try RawSocket(port: harness.appPort, narrow: true)
+            let started = ContinuousClock.now
+            // On a thread of its own (see above).
+            let received = await withCheckedContinuation { continuation in
+                Thread.detachNewThread {
+                    _ = socket.send(Array("GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+                    usleep(1_500_000)
+                    var received: [UInt8] = []
+                    var chunk = [UInt8](repeating: 0, count: 65536)
+                    // Up to the close: the idle timeout's, after the answer.
+                    while ContinuousClock.now - started < .seconds(20) {
+                        let count = recv(socket.descriptor, &chunk, chunk.count, 0)
+                        guard count > 0 else { break }
+                        received += chunk[..<count]
+                    }
+                    continuation.resume(returning: received)
+                }
+            }
+            let elapsed = ContinuousClock.now - started
+            #expect(elapsed > .seconds(2), "closed after the answer, when idle")
+            let separator = Array("\r\n\r\n".utf8)
+            let end = try #require(received.firstRange(of: separator))
+            let body = Array(received[end.upperBound...])
+            #expect(body.count == file.count)
+            // Compared as one Bool: a failure prints no megabyte of bytes.
+            let same = body == file
+            #expect(same)
+            #expect(
+                try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total") == fromFile + 1)
+        }
+    }
 }
 
 /// The front against NIO's decoder alone: random streams of well-formed, odd and malformed requests, cut into

@@ -323,19 +323,61 @@ import Testing
                 bodiless: [false])
             #expect(inHead.first?.body == Array(file[100..<head]))
 
+            // Past the head: ahead of the codec from the file (sendfile), the route's answer exactly; behind the
+            // codec, by the route.
             let outside: [(range: String?, bytes: ArraySlice<UInt8>)] = [
                 ("bytes=\(head - 10)-\(head + 10)", file[(head - 10)...(head + 10)]),
                 ("bytes=\(file.count - 5)-", file[(file.count - 5)...]),
+                ("bytes=\(head)-", file[head...]),
                 (nil, file[...]),
             ]
-            for (range, bytes) in outside {
+            for (index, (range, bytes)) in outside.enumerated() {
                 let before = try await Self.memoryAnswers(harness)
-                let reply = try await harness.request(
-                    .GET, "/media/\(key).mp4", headers: range.map { [("Range", $0)] } ?? [])
-                #expect(reply.status == (range == nil ? 200 : 206))
-                #expect(reply.body == Array(bytes), "\(range ?? "whole")")
+                let fromFile = try await Self.counter(harness, "transcode_media_file_answers_total")
+                let probe: Probe = ("GET", "/media/\(key).mp4", range.map { ["Range: \($0)"] } ?? [])
+                let (router, sent, behind) = try await Self.threeWays(harness, probe, id: "file\(index)")
+                #expect(router.status == (range == nil ? 200 : 206))
+                #expect(router.body == Array(bytes), "\(range ?? "whole")")
+                for answer in [sent, behind] {
+                    #expect(answer.status == router.status && answer.body == router.body, "\(probe)")
+                    #expect(Self.comparable(answer) == Self.comparable(router), "\(probe)")
+                }
                 #expect(try await Self.memoryAnswers(harness) == before, "\(range ?? "whole")")
+                #expect(
+                    try await Self.counter(harness, "transcode_media_file_answers_total") == fromFile + 1,
+                    "\(range ?? "whole")")
             }
+            // Pipelined behind a file answer, and with `Connection: close` after it: in order, then closed.
+            let (answers, closed) = try await Self.exchange(
+                port: harness.appPort,
+                "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n"
+                    + "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\n\r\n"
+                    + "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\nRange: bytes=\(head)-\r\nConnection: close\r\n\r\n"
+                    + "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n",
+                bodiless: [false, false, false, false], awaitingClose: true)
+            #expect(answers.map(\.body) == [file, Array(file[0...1]), Array(file[head...])])
+            #expect(closed)
+        }
+    }
+
+    /// A large file's bytes are sent from a descriptor opened only while the file is the very one whose head was
+    /// checked and kept: not once it was rewritten in place or replaced.
+    @Test func fileAnswersSendTheFileChecked() async throws {
+        try await withHarness { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
+            let key = try #require(try reply.json()["key"] as? String)
+            let cache = harness.services.cache
+            let path = cache.objectPath(key, "mp4")
+            #expect(
+                try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")]).status == 206)
+            let (_, identity, _) = try #require(cache.memoryHit(key, fileExtension: "mp4"))
+            let descriptor = try #require(cache.openUnchanged(key, fileExtension: "mp4", identity: identity))
+            close(descriptor)
+            // The same bytes written again in place: another change time, another file as far as a hit goes.
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+            try bytes.write(to: URL(fileURLWithPath: path))
+            #expect(cache.openUnchanged(key, fileExtension: "mp4", identity: identity) == nil)
+            #expect(cache.memoryHit(key, fileExtension: "mp4") == nil)
         }
     }
 

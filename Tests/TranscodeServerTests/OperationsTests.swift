@@ -227,8 +227,16 @@ extension ConnectionLimitTests {
 final class RawSocket: Sendable {
     let descriptor: Int32
 
-    init(port: Int) throws {
+    /// - Parameter narrow: a small receive buffer and segment size, set before connecting: the server's kernel
+    ///   then buffers only a few KB of what it sends (on loopback's 64 KB segments it takes a megabyte or more),
+    ///   so a slow reader holds up the server's writes.
+    init(port: Int, narrow: Bool = false) throws {
         self.descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        if narrow {
+            var (buffer, segment): (Int32, Int32) = (4096, 536)
+            setsockopt(self.descriptor, SOL_SOCKET, SO_RCVBUF, &buffer, socklen_t(MemoryLayout<Int32>.size))
+            setsockopt(self.descriptor, Int32(IPPROTO_TCP), TCP_MAXSEG, &segment, socklen_t(MemoryLayout<Int32>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)

@@ -28,6 +28,8 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
     private var lastRead: NIODeadline?
     /// Heads read whose answers have not ended.
     private var unanswered = 0
+    /// Answers written ahead of the HTTP decoder whose bytes are still being sent (files, `MediaHitFront`).
+    private var answersBeingSent = 0
     /// At most one timer per connection, moved on when it fires early: scheduling and cancelling one per
     /// request was a visible part of a cache hit's cost.
     private var timer: (task: Scheduled<Void>, deadline: NIODeadline)?
@@ -77,14 +79,27 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
         if case .end = self.unwrapOutboundIn(data) {
             self.unanswered = max(0, self.unanswered - 1)
             // A pipelined request already read is not waited for: only an idle connection waits for a head.
-            if self.unanswered == 0 { self.arm() }
+            if self.unanswered == 0, self.answersBeingSent == 0 { self.arm() }
         }
         context.write(data, promise: promise)
     }
 
     /// A request read and answered ahead of the HTTP decoder: the wait for the next head starts now.
     func answeredAhead() {
-        if self.unanswered == 0, self.lastRead == nil { self.arm() }
+        if self.unanswered == 0, self.lastRead == nil, self.answersBeingSent == 0 { self.arm() }
+    }
+
+    /// A request read ahead of the HTTP decoder whose answer takes a while to send (a file to a slow client):
+    /// the connection is busy, no deadline runs, until `sentAhead`.
+    func sendingAhead() {
+        self.answersBeingSent += 1
+        self.waitingSince = nil
+    }
+
+    /// The answer of a `sendingAhead` has been sent (or the write failed).
+    func sentAhead() {
+        self.answersBeingSent = max(0, self.answersBeingSent - 1)
+        self.answeredAhead()
     }
 
     /// When the connection is closed unless something happens before.

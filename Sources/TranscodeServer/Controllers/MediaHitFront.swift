@@ -17,14 +17,17 @@ import NIOCore
 /// A request is answered here only when it is a `GET` or `HEAD` of HTTP/1.1 without a body, or a
 /// `POST /transcode` of HTTP/1.1 whose JSON body came whole with its head; every head passed on came out of
 /// the decoder and none is with the router (`MediaHitHandler.answersAhead`: answers in request order); the
-/// channel is writable; and `MediaHitHandler` has the answer in memory. The answer and its log line and
-/// metrics are the route's (`MediaHitHandler.answer(method:fields:_:)`, `answerTranscode(fields:body:)`).
-/// Anything else is passed on as its bytes. `ConnectionTimeoutHandler` is told of each answer, so the
-/// connection is not idle.
+/// channel is writable; and `MediaHitHandler` has the answer in memory, or, for bytes of a large file past
+/// the head it keeps, has checked the file: those are sent from the file by the kernel (a `FileRegion`:
+/// `sendfile`), which the route's read-and-write cost several times over in CPU. The answer and its log line
+/// and metrics are the route's (`MediaHitHandler.answer(method:fields:_:sendingFiles:)`,
+/// `answerTranscode(fields:body:)`). Anything else is passed on as its bytes. `ConnectionTimeoutHandler` is
+/// told of each answer, so the connection is not idle, and of a file being sent, so that a slow reader is
+/// not cut off at the next head's deadline.
 final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
-    typealias OutboundOut = ByteBuffer
+    typealias OutboundOut = IOData
 
     /// The longest head read here; a longer one goes to the decoder (whose limit is 80 KB).
     static let maxHeadBytes = 16 * 1024
@@ -207,7 +210,8 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
         guard self.mayAnswer(context: context), let candidate = self.hits.candidate(path: head.target) else {
             return false
         }
-        guard let answer = self.hits.answer(method: head.method, fields: head.fields, candidate) else {
+        guard let answer = self.hits.answer(method: head.method, fields: head.fields, candidate, sendingFiles: true)
+        else {
             self.hits.triedAheadAndMissed()
             return false
         }
@@ -234,23 +238,42 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
             answer.status, into: context.channel.allocator.buffer(capacity: 512 + (copied ? body!.readableBytes : 0)))
         answer.addHeaders(to: &head)
         var bytes = head.end()
-        var last = bytes
-        if copied, var copied = body {
+        let last: IOData
+        if let file = answer.file {
+            context.write(self.wrapOutboundOut(.byteBuffer(bytes)), promise: nil)
+            last = .fileRegion(file)
+        } else if copied, var copied = body {
             bytes.writeBuffer(&copied)
-            last = bytes
+            last = .byteBuffer(bytes)
         } else if let body {
-            context.write(self.wrapOutboundOut(bytes), promise: nil)
-            last = body
+            context.write(self.wrapOutboundOut(.byteBuffer(bytes)), promise: nil)
+            last = .byteBuffer(body)
+        } else {
+            last = .byteBuffer(bytes)
         }
         self.hits.record(answer, ahead: true)
-        self.timeouts.answeredAhead()
+        // A large file to a slow client: the wait for the next head starts once it has been sent, not when the
+        // answer is queued (the router's answer ends when its last bytes are written).
+        if answer.file == nil { self.timeouts.answeredAhead() } else { self.timeouts.sendingAhead() }
+        let written = answer.closing || answer.file != nil ? context.eventLoop.makePromise(of: Void.self) : nil
         if answer.closing {
             self.mode = .closed
-            let channel = context.channel
-            context.writeAndFlush(self.wrapOutboundOut(last)).whenComplete { _ in channel.close(promise: nil) }
+            context.writeAndFlush(self.wrapOutboundOut(last), promise: written)
         } else {
-            context.write(self.wrapOutboundOut(last), promise: nil)
+            context.write(self.wrapOutboundOut(last), promise: written)
             self.needsFlush = true
+        }
+        let channel = context.channel
+        let timeouts = self.timeouts
+        written?.futureResult.assumeIsolated().whenComplete { _ in
+            // The descriptor is the answer's own (`DiskCache.openUnchanged`): closed once the kernel has sent the
+            // bytes, or the write failed.
+            try? answer.file?.fileHandle.close()
+            if answer.closing {
+                channel.close(promise: nil)
+            } else if answer.file != nil {
+                timeouts.sentAhead()
+            }
         }
     }
 }

@@ -15,8 +15,9 @@ import Synchronization
 /// already verified whose URL's link is fresh (`TranscodeService.freshHitKey`). The object must be on the
 /// local disk, still the files that were checked and read (`DiskCache.memoryHit`), not taken down (in a
 /// fleet, by a recent "no" of the store), and the bytes asked for kept in memory after a first read (all of a
-/// small file, the first 64 KB of a larger one). Everything else (a miss, a range past the kept bytes, a file
-/// not read yet, a stale link, a takedown, a last use due to be written to disk, a request with a body, a
+/// small file, the first 64 KB of a larger one; ahead of the codec, bytes past those are sent from the file,
+/// see `MediaHitFront`). Everything else (a miss, a range past the kept bytes behind the codec, a file not
+/// read yet, a stale link, a takedown, a last use due to be written to disk, a request with a body, a
 /// connection whose write buffer is full) goes on to the router, which answers as before.
 ///
 /// Why: a hit through Hummingbird's router, middlewares and async channel cost more than the file itself
@@ -195,8 +196,11 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     struct Answer {
         /// The answer's own status and header fields, before those every answer here ends with.
         var kind: Kind
-        /// The bytes sent (`nil` for `HEAD`, `304`, `416` and an empty file).
+        /// The bytes sent from memory (`nil` for `HEAD`, `304`, `416`, an empty file and a `file` answer).
         var body: ByteBuffer?
+        /// Or the part of an open file sent by the kernel (`sendfile`), past the head of a large file kept in
+        /// memory; ahead of the HTTP codec only (`MediaHitFront`), whose writer closes its descriptor.
+        var file: FileRegion? = nil
         /// The request asked for `Connection: close`: nothing is read after it.
         var closing: Bool
         var method: HTTPRequest.Method
@@ -221,6 +225,11 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             case .media(let media): media.status
             case .transcode: .ok
             }
+        }
+
+        /// The length of the body sent.
+        var bodyLength: Int {
+            self.body?.readableBytes ?? self.file?.readableBytes ?? 0
         }
 
         /// Media bytes (`/media`, `/v1/...`), counted in `served_bytes`; not the JSON of `POST /transcode`.
@@ -253,8 +262,11 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// The answer to a `GET` or `HEAD` whose headers are `fields`, when the object is a local hit whose bytes are
-    /// in memory; `nil` when the router has to answer.
-    func answer(method: HTTPRequest.Method, fields: HitFields, _ candidate: Candidate) -> Answer? {
+    /// in memory, or `sendingFiles` and the file's head is (then bytes past it are sent from the file, the very
+    /// file whose head was kept: `DiskCache.openUnchanged`); `nil` when the router has to answer.
+    func answer(method: HTTPRequest.Method, fields: HitFields, _ candidate: Candidate, sendingFiles: Bool = false)
+        -> Answer?
+    {
         let started = ContinuousClock.now
         let cache = self.source.cache
         let key: String
@@ -276,24 +288,34 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             tombstones = [.source(target.keys.sourceHash)]
         }
         guard let contentType = MediaAnswer.contentTypes[fileExtension],
-            let (metadata, size, kept) = cache.memoryHit(key, fileExtension: fileExtension),
+            let (metadata, identity, kept) = cache.memoryHit(key, fileExtension: fileExtension),
             (try? cache.checkNotTakenDown(key: key, metadata: metadata, also: tombstones)) != nil,
             self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
         else { return nil }
         let answer = MediaAnswer(
-            key: key, fileExtension: fileExtension, contentType: contentType, size: size, range: fields.range,
-            ifRange: fields.ifRange, ifNoneMatch: fields.ifNoneMatch, cacheControl: cacheControl)
+            key: key, fileExtension: fileExtension, contentType: contentType, size: identity.size,
+            range: fields.range, ifRange: fields.ifRange, ifNoneMatch: fields.ifNoneMatch, cacheControl: cacheControl)
         var body: ByteBuffer?
+        var file: FileRegion?
         if answer.sendsBody, method == .get, let bytes = answer.bytes {
-            // Of a large file only the head is kept: other ranges are read by the route.
-            guard bytes.upperBound < kept.readableBytes else { return nil }
-            body = kept.getSlice(at: kept.readerIndex + bytes.lowerBound, length: bytes.count)
+            if bytes.upperBound < kept.readableBytes {
+                body = kept.getSlice(at: kept.readerIndex + bytes.lowerBound, length: bytes.count)
+            } else {
+                // Of a large file only the head is kept: other ranges are sent from the file ahead of the codec,
+                // else read by the route.
+                guard sendingFiles,
+                    let descriptor = cache.openUnchanged(key, fileExtension: fileExtension, identity: identity)
+                else { return nil }
+                file = FileRegion(
+                    fileHandle: NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: descriptor),
+                    readerIndex: bytes.lowerBound, endIndex: bytes.upperBound + 1)
+            }
         }
         // Answered here from now on (counted once: the route counts the hits it answers).
         if case .signed = candidate { self.source.metrics.cacheHit() }
 
         return Answer(
-            kind: .media(answer), body: body, closing: fields.asksToClose, method: method,
+            kind: .media(answer), body: body, file: file, closing: fields.asksToClose, method: method,
             route: route, id: fields.makeID(), publicCORS: fields.origin != nil, date: HTTPDate.now, started: started)
     }
 
@@ -330,17 +352,21 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Counts and logs an answer once its head is written; `ahead` of the HTTP codec (`MediaHitFront`) or not.
     func record(_ answer: Answer, ahead: Bool) {
         let elapsed = ContinuousClock.now - answer.started
-        if answer.isMedia, let body = answer.body { self.source.metrics.served(bytes: body.readableBytes) }
+        if answer.isMedia, answer.bodyLength > 0 { self.source.metrics.served(bytes: answer.bodyLength) }
         var logger = self.source.logger
         if logger.logLevel <= .info {
             // As on the router's lines: Hummingbird's own id there, the client's (or ours) under request.id.
             logger[metadataKey: "hb.request.id"] = "\(RequestID())"
             logger[metadataKey: "request.id"] = "\(answer.id)"
         }
-        self.source.metrics.answeredFromMemory(ahead: ahead)
+        if answer.file == nil {
+            self.source.metrics.answeredFromMemory(ahead: ahead)
+        } else {
+            self.source.metrics.answeredFromFile()
+        }
         AccessLog.record(
-            method: answer.method, route: answer.route, status: answer.status,
-            bytes: answer.body?.readableBytes ?? 0, errorCode: nil, elapsed: elapsed, logger: logger,
+            method: answer.method, route: answer.route, status: answer.status, bytes: answer.bodyLength, errorCode: nil,
+            elapsed: elapsed, logger: logger,
             metrics: self.source.metrics)
     }
 

@@ -476,15 +476,16 @@ final class DiskCache: Sendable {
         }
     }
 
-    /// A hit answered from memory alone: the metadata of `key`, the size of its `.fileExtension` and the bytes
-    /// of it kept in memory (all of a small file, the head of another), when both were checked and read before
-    /// and the files at their paths are still those very files (`lstat`, the same identity). Two `lstat`s
+    /// A hit answered from memory alone: the metadata of `key`, the identity (and size) of its `.fileExtension`
+    /// and the bytes of it kept in memory (all of a small file, the head of another), when both were checked
+    /// and read before and the files at their paths are still those very files (`lstat`, the same identity).
+    /// Two `lstat`s
     /// instead of opening and checking the three files: what is served are bytes read from a checked
     /// descriptor, so a link or another file put at the path is not followed but misses. `nil` sends the
     /// request the long way (`verifiedObject`), which reads and keeps what is missing, and also when the use
     /// is due to be written to disk: that write blocks, and this runs on an event loop.
     func memoryHit(_ key: String, fileExtension: String) -> (
-        metadata: TranscodeMetadata, size: Int, bytes: ByteBuffer
+        metadata: TranscodeMetadata, file: FileIdentity, bytes: ByteBuffer
     )? {
         guard let metadata = self.memoryMetadata(key),
             let file = Self.currentIdentity(self.objectPath(key, fileExtension))
@@ -492,7 +493,23 @@ final class DiskCache: Sendable {
         guard let bytes = self.keptBytes(FileName(key: key, fileExtension: fileExtension), identity: file),
             !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
         else { return nil }
-        return (metadata, file.size, bytes)
+        return (metadata, file, bytes)
+    }
+
+    /// Opens object `key`'s `.fileExtension` for the bytes of a `memoryHit` past those kept in memory, when the
+    /// file opened is still the very file `identity` names (`fstat` of the descriptor: the path may have
+    /// changed since the `lstat`). The caller closes the descriptor. Once open, the bytes stay readable
+    /// whatever happens at the path (an eviction or a purge unlinks, it does not change the file).
+    func openUnchanged(_ key: String, fileExtension: String, identity: FileIdentity) -> CInt? {
+        // O_NONBLOCK: a FIFO put at the path must not block the event loop (its identity would not match).
+        let descriptor = open(self.objectPath(key, fileExtension), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard descriptor >= 0 else { return nil }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, FileIdentity(info) == identity else {
+            close(descriptor)
+            return nil
+        }
+        return descriptor
     }
 
     /// The metadata of `key` for a hit that serves none of the object's bytes (a cache-hit `POST /transcode`

@@ -24,6 +24,7 @@ final class ServiceMetrics: Sendable {
     private let servedBytes: Counter
     private let memoryAnswers: Counter
     private let answersAhead: Counter
+    private let fileAnswers: Counter
     private let savedBytes: Counter
     private let conversions: Counter
     private let reencodes: Counter
@@ -70,6 +71,10 @@ final class ServiceMetrics: Sendable {
         self.answersAhead = counter(
             "media_answers_ahead", "total",
             "Of media_memory_answers, those answered from the bytes read, ahead of the HTTP codec.")
+        self.fileAnswers = counter(
+            "media_file_answers", "total",
+            "Cache hits on bytes past the head kept in memory of a large file, answered ahead of the HTTP codec "
+                + "and sent from the file by the kernel (sendfile; included in requests_total).")
         self.savedBytes = counter("saved_bytes", "total", "Bytes saved: GIF size minus MP4 size, per conversion.")
         self.conversions = counter("conversions", "total", "GIFs converted.")
         self.reencodes = counter(
@@ -144,6 +149,11 @@ final class ServiceMetrics: Sendable {
     func answeredFromMemory(ahead: Bool) {
         self.memoryAnswers.increment()
         if ahead { self.answersAhead.increment() }
+    }
+
+    /// One `/media` or signed `/v1/...` request answered ahead of the HTTP codec with bytes sent from the file.
+    func answeredFromFile() {
+        self.fileAnswers.increment()
     }
 
     func transcoded(duration: Duration, savedBytes: Int, reencodes: Int = 0) {
