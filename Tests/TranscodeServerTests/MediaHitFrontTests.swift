@@ -329,12 +329,12 @@ import Testing
     }
 
     /// A large file sent from the file (sendfile) to a client that reads nothing for longer than the head
-    /// deadline: the wait for the next head starts once the file has been sent (the kernel buffers only part of
-    /// it for a narrow connection), so the connection is not cut off mid-file.
+    /// deadline (but not the sending one): the wait for the next head starts once the file has been sent (the
+    /// kernel buffers only part of it for a narrow connection), so the connection is not cut off mid-file.
     @Test func aSlowReaderGetsTheWholeFile() async throws {
         try await withHarness(configure: {
             $0.headerTimeoutSeconds = 1
-            $0.idleTimeoutSeconds = 1
+            $0.idleTimeoutSeconds = 3
         }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
             let key = try #require(try reply.json()["key"] as? String)
@@ -372,6 +372,58 @@ import Testing
             #expect(same)
             #expect(
                 try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total") == fromFile + 1)
+        }
+    }
+
+    /// A client that asks for a large file and never reads it is cut off once `idleTimeout` passes without any
+    /// of the answer's writes completing, whether the file goes out ahead of the codec (sendfile) or from the
+    /// route behind it (a field of non-ASCII bytes sends the request that way): it holds neither the
+    /// connection nor the file for ever.
+    @Test func aClientThatNeverReadsIsCutOff() async throws {
+        try await withHarness(configure: {
+            $0.headerTimeoutSeconds = 10
+            $0.idleTimeoutSeconds = 1
+        }) { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
+            let key = try #require(try reply.json()["key"] as? String)
+            let size = try #require(
+                try FileManager.default.attributesOfItem(atPath: harness.services.cache.objectPath(key, "mp4"))[.size]
+                    as? Int)
+            let probe = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")])
+            #expect(probe.status == 206)
+            let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
+            for extra in ["", "X-Pad: caf\u{e9}\r\n"] {
+                let socket = try RawSocket(port: harness.appPort, narrow: true)
+                let started = ContinuousClock.now
+                let (received, closed) = await withCheckedContinuation { continuation in
+                    Thread.detachNewThread {
+                        _ = socket.send(Array("GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\(extra)\r\n".utf8))
+                        usleep(3_000_000)
+                        // Then whatever the kernels hold, and the end of the connection if it came.
+                        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+                        setsockopt(
+                            socket.descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                        var received = 0
+                        var chunk = [UInt8](repeating: 0, count: 65536)
+                        while true {
+                            let count = recv(socket.descriptor, &chunk, chunk.count, 0)
+                            if count > 0 {
+                                received += count
+                                continue
+                            }
+                            continuation.resume(returning: (received, count == 0 || errno == ECONNRESET))
+                            return
+                        }
+                    }
+                }
+                let way = extra.isEmpty ? "ahead" : "behind"
+                #expect(closed, "\(way): still open after \(ContinuousClock.now - started)")
+                #expect(received < size, "\(way): \(received) of \(size) bytes")
+            }
+            #expect(
+                try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total") == fromFile + 1)
+            // Still serving.
+            #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 200)
         }
     }
 }

@@ -33,7 +33,8 @@ struct ServerConfiguration: Sendable {
     var syncWaitSeconds: Double = 30
     /// Largest request body (an uploaded GIF or JSON). `http.maxBodyBytes`, default 50 MB.
     var maxRequestBodyBytes = 50_000_000
-    /// Idle connections are closed after this. `http.idleTimeoutSeconds`, default 30.
+    /// Idle connections are closed after this, and those whose client takes none of an answer's bytes for this
+    /// long. `http.idleTimeoutSeconds`, default 30.
     var idleTimeoutSeconds: Double = 30
     /// A request head must arrive in full within this, from the connection's start or the previous
     /// response's end. `http.headerTimeoutSeconds`, default 10.

@@ -1,13 +1,20 @@
 import NIOCore
 import NIOHTTPTypes
 
-/// A connection's two deadlines:
+/// A connection's three deadlines:
 /// - **the request head**: a head must arrive in full within `headTimeout`, from the moment the connection
-///   opens and again once every request read so far has been answered (a pipelined request already read is
-///   not on the clock). The idle timeout alone does not stop a client that drips one header byte every few
-///   seconds (it never goes idle) while holding a connection open.
+///   opens and again once every request read so far has been answered and sent (a pipelined request already
+///   read is not on the clock, nor is a client still reading a long answer). The idle timeout alone does not
+///   stop a client that drips one header byte every few seconds (it never goes idle) while holding a
+///   connection open.
 /// - **idle**: a connection is closed after `idleTimeout` without a request part read while it waits for a
-///   head or reads a request's body; not while the service is answering.
+///   head or reads a request's body; not while the service is working on an answer.
+/// - **sending**: while answer bytes written to the channel wait for the client to take them, it is closed
+///   after `idleTimeout` without one such write completing (nginx's `send_timeout`): a client that asks for a
+///   video and never reads it does not hold the connection, and the file, for ever. Each write of an answer's
+///   body counts (`write`, for the router's answers; `sending`, for those written ahead of the decoder, whose
+///   files go in parts of at most `MediaHitFront.filePartBytes` so that a slow but steady reader makes
+///   progress).
 ///
 /// Hummingbird's connection-state handler had the idle timeout; it is here, off there, because requests
 /// answered ahead of the HTTP codec (`MediaHitFront`) never reach that handler: they report themselves
@@ -28,8 +35,10 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
     private var lastRead: NIODeadline?
     /// Heads read whose answers have not ended.
     private var unanswered = 0
-    /// Answers written ahead of the HTTP decoder whose bytes are still being sent (files, `MediaHitFront`).
-    private var answersBeingSent = 0
+    /// Writes of answer bytes the client has not taken in full yet.
+    private var pendingSends = 0
+    /// When the last of those completed, or the first was written; `nil` when none is pending.
+    private var lastSent: NIODeadline?
     /// At most one timer per connection, moved on when it fires early: scheduling and cancelling one per
     /// request was a visible part of a cache hit's cost.
     private var timer: (task: Scheduled<Void>, deadline: NIODeadline)?
@@ -76,36 +85,56 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = self.unwrapOutboundIn(data) {
+        switch self.unwrapOutboundIn(data) {
+        case .head:
+            context.write(data, promise: promise)
+        case .body:
+            let written = promise ?? context.eventLoop.makePromise()
+            self.sending(written)
+            context.write(data, promise: written)
+        case .end:
             self.unanswered = max(0, self.unanswered - 1)
             // A pipelined request already read is not waited for: only an idle connection waits for a head.
-            if self.unanswered == 0, self.answersBeingSent == 0 { self.arm() }
+            if self.unanswered == 0 { self.arm() }
+            context.write(data, promise: promise)
         }
-        context.write(data, promise: promise)
     }
 
-    /// A request read and answered ahead of the HTTP decoder: the wait for the next head starts now.
+    /// A request read and answered ahead of the HTTP decoder: the wait for the next head starts now (or once
+    /// its bytes have been sent, when they are `sending`).
     func answeredAhead() {
-        if self.unanswered == 0, self.lastRead == nil, self.answersBeingSent == 0 { self.arm() }
+        if self.unanswered == 0, self.lastRead == nil { self.arm() }
     }
 
-    /// A request read ahead of the HTTP decoder whose answer takes a while to send (a file to a slow client):
-    /// the connection is busy, no deadline runs, until `sentAhead`.
-    func sendingAhead() {
-        self.answersBeingSent += 1
-        self.waitingSince = nil
-    }
-
-    /// The answer of a `sendingAhead` has been sent (or the write failed).
-    func sentAhead() {
-        self.answersBeingSent = max(0, self.answersBeingSent - 1)
-        self.answeredAhead()
+    /// Answer bytes written to the channel with `promise`, which completes once the client's kernel has them
+    /// (or the write failed). Until then no head deadline runs, and the sending one does.
+    func sending(_ promise: EventLoopPromise<Void>) {
+        self.pendingSends += 1
+        if self.pendingSends == 1 {
+            self.lastSent = .now()
+            self.schedule()
+        }
+        promise.futureResult.assumeIsolated().whenComplete { _ in
+            self.pendingSends -= 1
+            guard self.context?.channel.isActive == true else { return }
+            if self.pendingSends > 0 {
+                self.lastSent = .now()
+            } else {
+                self.lastSent = nil
+                // All sent: the wait for the next head starts now, not when the answer was queued.
+                if self.waitingSince != nil { self.arm() }
+            }
+        }
     }
 
     /// When the connection is closed unless something happens before.
     private var deadline: NIODeadline? {
+        let reading = self.lastRead.map { $0 + self.idleTimeout }
+        if let sent = self.lastSent {
+            return min(sent + self.idleTimeout, reading ?? .distantFuture)
+        }
         if let since = self.waitingSince { return since + min(self.headTimeout, self.idleTimeout) }
-        return self.lastRead.map { $0 + self.idleTimeout }
+        return reading
     }
 
     private func arm() {

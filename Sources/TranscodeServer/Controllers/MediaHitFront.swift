@@ -231,6 +231,10 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
         return true
     }
 
+    /// A file is sent in parts of at most this many bytes, each a write whose completion shows the client is
+    /// reading (`ConnectionTimeoutHandler`'s sending deadline): 8.5 KB/s keeps a 30 s deadline at bay.
+    static let filePartBytes = 256 * 1024
+
     private func write(_ answer: MediaHitHandler.Answer, context: ChannelHandlerContext) {
         let body = answer.body
         let copied = body.map { $0.readableBytes <= Self.copiedBodyBytes } ?? false
@@ -238,42 +242,52 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
             answer.status, into: context.channel.allocator.buffer(capacity: 512 + (copied ? body!.readableBytes : 0)))
         answer.addHeaders(to: &head)
         var bytes = head.end()
-        let last: IOData
+        /// What follows the head, each part with whether its completion is watched.
+        var parts: [IOData] = []
         if let file = answer.file {
-            context.write(self.wrapOutboundOut(.byteBuffer(bytes)), promise: nil)
-            last = .fileRegion(file)
+            var start = file.readerIndex
+            while start < file.endIndex {
+                let end = min(file.endIndex, start + Self.filePartBytes)
+                parts.append(.fileRegion(FileRegion(fileHandle: file.fileHandle, readerIndex: start, endIndex: end)))
+                start = end
+            }
         } else if copied, var copied = body {
             bytes.writeBuffer(&copied)
-            last = .byteBuffer(bytes)
         } else if let body {
-            context.write(self.wrapOutboundOut(.byteBuffer(bytes)), promise: nil)
-            last = .byteBuffer(body)
-        } else {
-            last = .byteBuffer(bytes)
+            parts.append(.byteBuffer(body))
         }
         self.hits.record(answer, ahead: true)
-        // A large file to a slow client: the wait for the next head starts once it has been sent, not when the
-        // answer is queued (the router's answer ends when its last bytes are written).
-        if answer.file == nil { self.timeouts.answeredAhead() } else { self.timeouts.sendingAhead() }
-        let written = answer.closing || answer.file != nil ? context.eventLoop.makePromise(of: Void.self) : nil
+        self.timeouts.answeredAhead()
+        if parts.isEmpty {
+            guard answer.closing else {
+                context.write(self.wrapOutboundOut(.byteBuffer(bytes)), promise: nil)
+                self.needsFlush = true
+                return
+            }
+            parts = [.byteBuffer(bytes)]
+        } else {
+            // A body of its own (a large one, a file) is watched: the client may be slow to take it.
+            context.write(self.wrapOutboundOut(.byteBuffer(bytes)), promise: nil)
+        }
+        var last = context.eventLoop.makePromise(of: Void.self)
+        for (index, part) in parts.enumerated() {
+            if index > 0 { last = context.eventLoop.makePromise(of: Void.self) }
+            self.timeouts.sending(last)
+            context.write(self.wrapOutboundOut(part), promise: last)
+        }
         if answer.closing {
             self.mode = .closed
-            context.writeAndFlush(self.wrapOutboundOut(last), promise: written)
+            context.flush()
         } else {
-            context.write(self.wrapOutboundOut(last), promise: written)
             self.needsFlush = true
         }
         let channel = context.channel
-        let timeouts = self.timeouts
-        written?.futureResult.assumeIsolated().whenComplete { _ in
+        // Writes complete in order, and once one fails all later ones do: the last is the answer's end.
+        last.futureResult.assumeIsolated().whenComplete { _ in
             // The descriptor is the answer's own (`DiskCache.openUnchanged`): closed once the kernel has sent the
             // bytes, or the write failed.
             try? answer.file?.fileHandle.close()
-            if answer.closing {
-                channel.close(promise: nil)
-            } else if answer.file != nil {
-                timeouts.sentAhead()
-            }
+            if answer.closing { channel.close(promise: nil) }
         }
     }
 }
