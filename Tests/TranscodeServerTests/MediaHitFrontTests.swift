@@ -332,16 +332,10 @@ import Testing
     /// deadline (but not the sending one): the wait for the next head starts once the file has been sent (the
     /// kernel buffers only part of it for a narrow connection), so the connection is not cut off mid-file.
     @Test func aSlowReaderGetsTheWholeFile() async throws {
-        try await withHarness(configure: {
+        try await MediaHitHandlerTests.withLargeFileKept(configure: {
             $0.headerTimeoutSeconds = 1
             $0.idleTimeoutSeconds = 3
-        }) { harness in
-            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
-            let key = try #require(try reply.json()["key"] as? String)
-            let file = [UInt8](
-                try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
-            #expect(
-                try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")]).status == 206)
+        }) { harness, key, file in
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
             let socket = try RawSocket(port: harness.appPort, narrow: true)
             let started = ContinuousClock.now
@@ -380,17 +374,11 @@ import Testing
     /// route behind it (a field of non-ASCII bytes sends the request that way): it holds neither the
     /// connection nor the file for ever.
     @Test func aClientThatNeverReadsIsCutOff() async throws {
-        try await withHarness(configure: {
+        try await MediaHitHandlerTests.withLargeFileKept(configure: {
             $0.headerTimeoutSeconds = 10
             $0.idleTimeoutSeconds = 1
-        }) { harness in
-            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
-            let key = try #require(try reply.json()["key"] as? String)
-            let size = try #require(
-                try FileManager.default.attributesOfItem(atPath: harness.services.cache.objectPath(key, "mp4"))[.size]
-                    as? Int)
-            let probe = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")])
-            #expect(probe.status == 206)
+        }) { harness, key, file in
+            let size = file.count
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
             for extra in ["", "X-Pad: caf\u{e9}\r\n"] {
                 let socket = try RawSocket(port: harness.appPort, narrow: true)

@@ -155,6 +155,25 @@ import Testing
         }
     }
 
+    /// Converts the corpus's photo_cats_4frames.gif, whose MP4 is larger than the small-file limit, and asks for
+    /// its first two bytes (Safari's probe), which keeps the file's head in memory; `body` gets the key and the
+    /// MP4's bytes.
+    static func withLargeFileKept(
+        configure: (inout ServerConfiguration) -> Void = { _ in },
+        _ body: @Sendable (Harness, String, [UInt8]) async throws -> Void
+    ) async throws {
+        try await withHarness(configure: configure) { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
+            let key = try #require(try reply.json()["key"] as? String)
+            let file = [UInt8](
+                try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
+            try #require(file.count > DiskCache.smallFileLimit)
+            let probe = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")])
+            try #require(probe.status == 206 && probe.body == Array(file[0...1]))
+            try await body(harness, key, file)
+        }
+    }
+
     /// Each request is sent three ways (`threeWays`): to the router, and answered from memory ahead of the HTTP
     /// codec and behind it. The answers are the same but for `Date` and `X-Request-Id`.
     @Test func answersAreTheRoutersByteForByte() async throws {
@@ -291,16 +310,9 @@ import Testing
     /// probe, the `moov`) and HEAD are answered from memory, the route's answer exactly; ranges past it and the
     /// whole file go to the route, and their bytes are the file's.
     @Test func aLargeFilesHeadIsAnsweredFromMemory() async throws {
-        try await withHarness { harness in
-            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
-            let key = try #require(try reply.json()["key"] as? String)
-            let path = harness.services.cache.objectPath(key, "mp4")
-            let file = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
-            try #require(file.count > DiskCache.smallFileLimit)
+        // The route reads the head once (Safari's probe) and keeps it.
+        try await Self.withLargeFileKept { harness, key, file in
             let head = DiskCache.headLength
-            // The route reads the head once (Safari's probe) and keeps it.
-            let probe = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")])
-            #expect(probe.status == 206 && probe.body == Array(file[0...1]))
 
             let inside: [Probe] = [
                 ("GET", "/media/\(key).mp4", ["Range: bytes=0-1"]),
@@ -363,13 +375,9 @@ import Testing
     /// A large file's bytes are sent from a descriptor opened only while the file is the very one whose head was
     /// checked and kept: not once it was rewritten in place or replaced.
     @Test func fileAnswersSendTheFileChecked() async throws {
-        try await withHarness { harness in
-            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
-            let key = try #require(try reply.json()["key"] as? String)
+        try await Self.withLargeFileKept { harness, key, _ in
             let cache = harness.services.cache
             let path = cache.objectPath(key, "mp4")
-            #expect(
-                try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")]).status == 206)
             let (_, identity, _) = try #require(cache.memoryHit(key, fileExtension: "mp4"))
             let descriptor = try #require(cache.openUnchanged(key, fileExtension: "mp4", identity: identity))
             close(descriptor)
