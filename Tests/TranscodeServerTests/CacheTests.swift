@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import Synchronization
+import TestSupport
 import Testing
 import Transcoder
 
@@ -236,11 +237,4 @@ import Transcoder
     func keyShape(text: String, valid: Bool) {
         #expect(DiskCache.isValidKey(text) == valid)
     }
-}
-
-func withTemporaryDirectorySync<Result>(_ body: (String) throws -> Result) throws -> Result {
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("cache-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: path) }
-    return try body(path)
 }

@@ -6,6 +6,7 @@ import NIOEmbedded
 import NIOHTTP1
 import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
+import TestSupport
 import Testing
 
 @testable import TranscodeServer

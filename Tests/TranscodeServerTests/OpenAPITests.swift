@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import TestSupport
 import Testing
 
 @testable import TranscodeServer

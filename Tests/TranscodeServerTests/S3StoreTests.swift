@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 import Transcoder
 

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -160,7 +161,7 @@ import Testing
     ]
 
     @Test func chromiumDecodesWhatWeConvert() throws {
-        try withTemporaryDirectory { directory in
+        try withTemporaryDirectorySync { directory in
             let chromiumDirectory = directory + "/chromium"
             try FileManager.default.createDirectory(atPath: chromiumDirectory, withIntermediateDirectories: true)
             var paths: [String] = []

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -77,7 +78,7 @@ import Testing
     }
 
     @Test func chromiumPlaysTheGIFTiming() throws {
-        try withTemporaryDirectory { directory in
+        try withTemporaryDirectorySync { directory in
             var paths: [String] = []
             for testCase in Self.cases {
                 let metadata = try Self.convert(testCase, into: directory)

@@ -1,5 +1,6 @@
 import CFFmpeg
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -25,7 +26,7 @@ import Testing
     }
 
     @Test func filesAndMetadataAgree() throws {
-        try withTemporaryDirectory { directory in
+        try withTemporaryDirectorySync { directory in
             let bytes = try self.sample()
             let metadata = try Transcoder().convert(bytes, directory: directory, name: "clip")
             let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
@@ -56,7 +57,7 @@ import Testing
     @Test func posterIsTheFirstFrameAtTheVideoSize() throws {
         var gif = GIFBuilder(width: 33, height: 31)
         gif.frames = [.filled(2, width: 33, height: 31), .filled(4, width: 33, height: 31)]
-        try withTemporaryDirectory { directory in
+        try withTemporaryDirectorySync { directory in
             try Transcoder().convert(try gif.build(), directory: directory, name: "p")
             let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: directory + "/p.jpg")))
             #expect(bytes.prefix(2) == [0xFF, 0xD8])
@@ -76,7 +77,7 @@ import Testing
     /// video is compared picture by picture.
     @Test func sameInputSamePictures() throws {
         let bytes = try self.sample()
-        try withTemporaryDirectory { directory in
+        try withTemporaryDirectorySync { directory in
             let transcoder = Transcoder()
             let first = try transcoder.convert(bytes, directory: directory, name: "a")
             let second = try transcoder.convert(bytes, directory: directory, name: "b")
@@ -113,7 +114,7 @@ import Testing
     }
 
     @Test func failureLeavesEarlierOutputsAlone() throws {
-        try withTemporaryDirectory { directory in
+        try withTemporaryDirectorySync { directory in
             let good = try self.sample()
             let first = try Transcoder().convert(good, directory: directory, name: "x")
             #expect(throws: TranscodeError.self) {

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -42,7 +43,7 @@ import Testing
 
     /// The size of the MP4 a default conversion gives (the first attempt the guard makes).
     static func unguardedBytes(_ gif: [UInt8]) throws -> Int {
-        try withTemporaryDirectory { try Transcoder().convert(gif, directory: $0, name: "a").mp4Bytes }
+        try withTemporaryDirectorySync { try Transcoder().convert(gif, directory: $0, name: "a").mp4Bytes }
     }
 
     static func corpus(_ name: String) throws -> [UInt8] {
@@ -56,7 +57,7 @@ import Testing
     func reencodesUntilSmaller(name: String, stopped: Bool) throws {
         let gif = try Self.corpus(name)
         var options = TranscodeOptions()
-        let plain = try withTemporaryDirectory {
+        let plain = try withTemporaryDirectorySync {
             try Transcoder(options: options).convert(gif, directory: $0, name: "a")
         }
         #expect(plain.sizeGuard == nil)
@@ -65,7 +66,7 @@ import Testing
         options.maxSizeRatio = Double(plain.mp4Bytes) * 0.85 / Double(gif.count)
         options.minSSIM = 0.9
         #expect((Double(gif.count) * options.maxSizeRatio >= Double(Transcoder.smallestStoppedTarget)) == stopped)
-        try withTemporaryDirectory { directory in
+        try withTemporaryDirectorySync { directory in
             let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)
             #expect(guarded.outcome == .smaller)
@@ -110,7 +111,7 @@ import Testing
         let plainBytes = try Self.unguardedBytes(gif)
         options.maxSizeRatio = Double(plainBytes) * 0.85 / Double(gif.count)
         options.minSSIM = 0.9
-        try withTemporaryDirectory { directory in
+        try withTemporaryDirectorySync { directory in
             let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)
             #expect((guarded.attempts[0].ssim == nil) == stopped)
@@ -159,7 +160,7 @@ import Testing
         options.maxSizeRatio = stopped ? Double(plainBytes) * 0.7 / Double(gif.count) : 0.001
         options.minSSIM = stopped ? 0.99999 : 0.98
         options.maxExtraAttempts = 3
-        try withTemporaryDirectory { directory in
+        try withTemporaryDirectorySync { directory in
             let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)
             #expect(guarded.outcome == .qualityFloor || guarded.outcome == .attemptsExhausted, "\(guarded)")

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -70,7 +71,7 @@ import Testing
     /// picture's start) and scores both against Chromium's ImageDecoder frames.
     static func observe() throws -> Observed {
         let bytes = try Self.gif()
-        return try withTemporaryDirectory { directory in
+        return try withTemporaryDirectorySync { directory in
             var seen = Observed()
             let source = directory + "/" + Self.name
             try Data(bytes).write(to: URL(fileURLWithPath: source))

@@ -5,6 +5,7 @@ import HummingbirdTesting
 import Logging
 import NIOCore
 import NIOHTTP1
+import TestSupport
 import Testing
 
 @testable import TranscodeServer
@@ -76,14 +77,6 @@ struct Harness: Sendable {
     {
         try await self.request(.POST, "/transcode", headers: [("Content-Type", contentType)] + headers, body: gif)
     }
-}
-
-/// A fresh temporary directory, removed afterwards.
-func withTemporaryDirectory<Result>(_ body: (String) async throws -> Result) async throws -> Result {
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("server-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: path) }
-    return try await body(path)
 }
 
 /// Runs an origin and the application, calls `body`, and stops both.

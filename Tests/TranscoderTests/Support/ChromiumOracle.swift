@@ -56,7 +56,7 @@ enum ChromiumOracle {
         _ paths: [String], rate: Double = 0.25, metadataOnly: Bool = false, probes: [String: [Double]] = [:]
     ) throws -> [Playback] {
         try requireBrowser()
-        return try withTemporaryDirectory { directory in
+        return try withTemporaryDirectorySync { directory in
             let out = directory + "/playback.json"
             var arguments = [Self.script, "video", "--rate", String(rate), "--out", out]
             if metadataOnly { arguments.append("--metadata-only") }
@@ -127,7 +127,7 @@ enum ChromiumOracle {
 func runCapturing(_ executable: String, _ arguments: [String]) throws -> (
     status: Int32, stdout: String, stderr: String
 ) {
-    try withTemporaryDirectory { directory in
+    try withTemporaryDirectorySync { directory in
         let errorPath = directory + "/stderr"
         let child = try ChildProcess(
             executable, arguments, standardOutput: .pipe, standardError: .file(errorPath))

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -9,17 +10,9 @@ struct Conversion {
     var video: MP4Probe
 }
 
-/// A fresh temporary directory, removed when `body` returns.
-func withTemporaryDirectory<Result>(_ body: (String) throws -> Result) throws -> Result {
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("transcoder-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: path) }
-    return try body(path)
-}
-
 /// Converts `gif` into a temporary directory and probes the result.
 func convert(_ gif: [UInt8], options: TranscodeOptions = TranscodeOptions()) throws -> Conversion {
-    try withTemporaryDirectory { directory in
+    try withTemporaryDirectorySync { directory in
         let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "out")
         let video = try MP4Probe(path: directory + "/out.mp4")
         return Conversion(metadata: metadata, video: video)
@@ -31,7 +24,7 @@ func expectFailure(
     _ gif: [UInt8], _ code: TranscodeError.Code, options: TranscodeOptions = TranscodeOptions(),
     sourceLocation: SourceLocation = #_sourceLocation
 ) throws {
-    try withTemporaryDirectory { directory in
+    try withTemporaryDirectorySync { directory in
         do {
             try Transcoder(options: options).convert(gif, directory: directory, name: "out")
             Issue.record("expected \(code), the conversion succeeded", sourceLocation: sourceLocation)
