@@ -415,6 +415,63 @@ import Testing
             #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 200)
         }
     }
+
+    /// Pipelined ranges past a kept head, all in one read: one file answer ahead of the codec at a time (each
+    /// would open the file: a connection holds one descriptor at most), the others by the route, all in order
+    /// and the file's bytes. A lone file answer with `Connection: close` ends the connection once sent.
+    @Test func oneFileAnswerAtATime() async throws {
+        try await MediaHitHandlerTests.withLargeFileKept { harness, key, file in
+            let head = DiskCache.headLength
+            let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
+            let ranges = (0..<20).map { (head + $0 * 1000)...(head + $0 * 1000 + 99) }
+            let requests = ranges.map {
+                "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\nRange: bytes=\($0.lowerBound)-\($0.upperBound)\r\n\r\n"
+            }
+            let (answers, _) = try await MediaHitHandlerTests.exchange(
+                port: harness.appPort, requests.joined(), bodiless: Array(repeating: false, count: ranges.count))
+            #expect(answers.map(\.status) == Array(repeating: 206, count: ranges.count))
+            #expect(answers.map(\.body) == ranges.map { Array(file[$0]) })
+            #expect(
+                try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total") == fromFile + 1)
+
+            let (closing, closed) = try await MediaHitHandlerTests.exchange(
+                port: harness.appPort,
+                "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\nRange: bytes=\(head)-\r\nConnection: close\r\n\r\n",
+                bodiless: [false], awaitingClose: true)
+            #expect(closing.first?.status == 206 && closing.first?.header("Connection") == "close")
+            let same = closing.first?.body == Array(file[head...])
+            #expect(same)
+            #expect(closed)
+            #expect(
+                try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total") == fromFile + 2)
+        }
+    }
+}
+
+/// The sending deadline's parts: a large body written through `ConnectionTimeoutHandler` goes out as parts of
+/// at most `MediaHitFront.filePartBytes`, in order, the same bytes, the caller's promise on the last.
+@Suite struct SendingPartsTests {
+    @Test func aLargeBodyGoesInParts() throws {
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(
+            ConnectionTimeoutHandler(headTimeout: .seconds(60), idleTimeout: .seconds(60)))
+        let bytes = (0..<(2 * MediaHitFront.filePartBytes + 1000)).map { UInt8(truncatingIfNeeded: $0 * 7) }
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        channel.write(HTTPResponsePart.body(ByteBuffer(bytes: bytes)), promise: promise)
+        channel.flush()
+        var parts: [Int] = []
+        var received: [UInt8] = []
+        while let part = try channel.readOutbound(as: HTTPResponsePart.self) {
+            guard case .body(let buffer) = part else { continue }
+            parts.append(buffer.readableBytes)
+            received += buffer.readableBytesView
+        }
+        #expect(parts == [MediaHitFront.filePartBytes, MediaHitFront.filePartBytes, 1000])
+        let same = received == bytes
+        #expect(same)
+        try promise.futureResult.wait()
+        _ = try channel.finish()
+    }
 }
 
 /// The front against NIO's decoder alone: random streams of well-formed, odd and malformed requests, cut into

@@ -140,6 +140,71 @@ import Transcoder
             #expect(process.exit == .exited(0))
         }
     }
+
+    /// SIGTERM while a large file goes out ahead of the HTTP codec to a client that has not read it yet: the
+    /// client still gets all of it (a close at shutdown would fail the writes still queued), then the process
+    /// exits 0.
+    @Test func sigtermLetsAFileBeingSentFinish() async throws {
+        let binary = ConfigurationTests.repositoryRoot.appendingPathComponent(".build/debug/transcode-server").path
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
+        try await withTemporaryDirectory { directory in
+            let port = Int.random(in: 20_000..<40_000)
+            let process = try ChildProcess(
+                binary,
+                ["serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning"])
+            defer {
+                process.send(SIGKILL)
+                _ = process.waitUntilExit()
+            }
+            let client = URLSessionlessClient(port: port)
+            var up = false
+            for _ in 0..<100 where !up {
+                up = (try? await client.get("/healthz")) == 200
+                if !up { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            try #require(up, "the server did not start")
+            let (status, body) = try await client.post(
+                "/transcode", contentType: "image/gif", body: try corpusBytes("photo_cats_4frames.gif"))
+            try #require(status == 200)
+            let reply = try #require(try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])
+            let key = try #require(reply["key"] as? String)
+            let file = [UInt8](
+                try Data(contentsOf: URL(fileURLWithPath: "\(directory)/cache/objects/\(key.prefix(2))/\(key).mp4")))
+            // Safari's probe keeps the head in memory: the whole file then goes out ahead of the codec.
+            let (probe, _) = try await MediaHitHandlerTests.exchange(
+                port: port, "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\n\r\n", bodiless: [false])
+            try #require(probe.first?.status == 206)
+
+            let socket = try RawSocket(port: port, narrow: true)
+            let received = await withCheckedContinuation { continuation in
+                Thread.detachNewThread {
+                    _ = socket.send(Array("GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+                    usleep(500_000)
+                    kill(process.processIdentifier, SIGTERM)
+                    usleep(1_000_000)
+                    var timeout = timeval(tv_sec: 10, tv_usec: 0)
+                    setsockopt(
+                        socket.descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                    var received: [UInt8] = []
+                    var chunk = [UInt8](repeating: 0, count: 65536)
+                    while true {
+                        let count = recv(socket.descriptor, &chunk, chunk.count, 0)
+                        guard count > 0 else { break }
+                        received += chunk[..<count]
+                    }
+                    continuation.resume(returning: received)
+                }
+            }
+            let end = try #require(received.firstRange(of: Array("\r\n\r\n".utf8)))
+            let sent = Array(received[end.upperBound...])
+            #expect(sent.count == file.count)
+            let same = sent == file
+            #expect(same)
+            for _ in 0..<200 where process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(!process.isRunning)
+            #expect(process.exit == .exited(0))
+        }
+    }
 }
 
 @Suite struct ConnectionLimitTests {

@@ -12,9 +12,8 @@ import NIOHTTPTypes
 /// - **sending**: while answer bytes written to the channel wait for the client to take them, it is closed
 ///   after `idleTimeout` without one such write completing (nginx's `send_timeout`): a client that asks for a
 ///   video and never reads it does not hold the connection, and the file, for ever. Each write of an answer's
-///   body counts (`write`, for the router's answers; `sending`, for those written ahead of the decoder, whose
-///   files go in parts of at most `MediaHitFront.filePartBytes` so that a slow but steady reader makes
-///   progress).
+///   body counts (`write`, for the router's answers; `sending`, for those written ahead of the decoder), in
+///   parts of at most `MediaHitFront.filePartBytes`, so that a slow but steady reader makes progress.
 ///
 /// Hummingbird's connection-state handler had the idle timeout; it is here, off there, because requests
 /// answered ahead of the HTTP codec (`MediaHitFront`) never reach that handler: they report themselves
@@ -88,10 +87,18 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
         switch self.unwrapOutboundIn(data) {
         case .head:
             context.write(data, promise: promise)
-        case .body:
+        case .body(var buffer):
+            // A large buffer (a batch's results, a rewritten page) in parts, so that a slow but steady reader
+            // shows progress before the whole of it is in the kernel.
+            while buffer.readableBytes > MediaHitFront.filePartBytes {
+                let part = context.eventLoop.makePromise(of: Void.self)
+                self.sending(part)
+                let slice = buffer.readSlice(length: MediaHitFront.filePartBytes)!
+                context.write(self.wrapOutboundOut(.body(slice)), promise: part)
+            }
             let written = promise ?? context.eventLoop.makePromise()
             self.sending(written)
-            context.write(data, promise: written)
+            context.write(self.wrapOutboundOut(.body(buffer)), promise: written)
         case .end:
             self.unanswered = max(0, self.unanswered - 1)
             // A pipelined request already read is not waited for: only an idle connection waits for a head.

@@ -55,6 +55,13 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     private var needsFlush = false
     /// Bytes were passed on since the last read completed: the handlers behind are told it completed.
     private var passedOn = false
+    /// A file answer is being sent: the next request past a kept head goes to the route, so that one
+    /// connection holds one descriptor at most (pipelined ranges would each open the file).
+    private var sendingFile = false
+    /// Answers written with their completion watched (files, large bodies) that have not all gone yet.
+    private var answersSending = 0
+    /// Graceful shutdown came while answers were being sent: passed on once they have gone.
+    private var quiesceHeld = false
 
     init(hits: MediaHitHandler, timeouts: ConnectionTimeoutHandler) {
         self.hits = hits
@@ -133,6 +140,12 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent, self.answersSending > 0 {
+            // Hummingbird's connection handler closes a connection with no request of its own at once, and a
+            // close fails the writes still queued: a video half sent. Nothing more is answered here meanwhile.
+            self.quiesceHeld = true
+            return
+        }
         if case .inputClosed = event as? ChannelEvent { self.passPartialOn(context: context) }
         context.fireUserInboundEventTriggered(event)
     }
@@ -202,6 +215,7 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     /// channel takes writes.
     private func mayAnswer(context: ChannelHandlerContext) -> Bool {
         self.hits.headsDecoded == self.headsPassed && self.hits.answersAhead && context.channel.isWritable
+            && !self.quiesceHeld
     }
 
     /// Writes the answer to `head` when `MediaHitHandler` has it in memory and may answer now.
@@ -210,7 +224,9 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
         guard self.mayAnswer(context: context), let candidate = self.hits.candidate(path: head.target) else {
             return false
         }
-        guard let answer = self.hits.answer(method: head.method, fields: head.fields, candidate, sendingFiles: true)
+        guard
+            let answer = self.hits.answer(
+                method: head.method, fields: head.fields, candidate, sendingFiles: !self.sendingFile)
         else {
             self.hits.triedAheadAndMissed()
             return false
@@ -282,12 +298,24 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
             self.needsFlush = true
         }
         let channel = context.channel
+        if answer.file != nil { self.sendingFile = true }
+        self.answersSending += 1
         // Writes complete in order, and once one fails all later ones do: the last is the answer's end.
         last.futureResult.assumeIsolated().whenComplete { _ in
-            // The descriptor is the answer's own (`DiskCache.openUnchanged`): closed once the kernel has sent the
-            // bytes, or the write failed.
-            try? answer.file?.fileHandle.close()
-            if answer.closing { channel.close(promise: nil) }
+            if let file = answer.file {
+                // The descriptor is the answer's own (`DiskCache.openUnchanged`): closed once the kernel has sent
+                // the bytes, or the write failed; the object may be evicted from then on.
+                try? file.fileHandle.close()
+                answer.release?()
+                self.sendingFile = false
+            }
+            self.answersSending -= 1
+            if answer.closing {
+                channel.close(promise: nil)
+            } else if self.answersSending == 0, self.quiesceHeld, channel.isActive {
+                self.quiesceHeld = false
+                context.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+            }
         }
     }
 }

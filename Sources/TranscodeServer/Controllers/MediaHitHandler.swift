@@ -201,6 +201,9 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         /// Or the part of an open file sent by the kernel (`sendfile`), past the head of a large file kept in
         /// memory; ahead of the HTTP codec only (`MediaHitFront`), whose writer closes its descriptor.
         var file: FileRegion? = nil
+        /// With `file`: ends the object's pin (`DiskCache.beginServing`: not evicted while it is sent, as by the
+        /// route), once the file has been sent.
+        var release: (() -> Void)? = nil
         /// The request asked for `Connection: close`: nothing is read after it.
         var closing: Bool
         var method: HTTPRequest.Method
@@ -297,15 +300,20 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             range: fields.range, ifRange: fields.ifRange, ifNoneMatch: fields.ifNoneMatch, cacheControl: cacheControl)
         var body: ByteBuffer?
         var file: FileRegion?
+        var release: (() -> Void)?
         if answer.sendsBody, method == .get, let bytes = answer.bytes {
             if bytes.upperBound < kept.readableBytes {
                 body = kept.getSlice(at: kept.readerIndex + bytes.lowerBound, length: bytes.count)
             } else {
                 // Of a large file only the head is kept: other ranges are sent from the file ahead of the codec,
                 // else read by the route.
-                guard sendingFiles,
-                    let descriptor = cache.openUnchanged(key, fileExtension: fileExtension, identity: identity)
-                else { return nil }
+                guard sendingFiles, cache.beginServing(key) else { return nil }
+                guard let descriptor = cache.openUnchanged(key, fileExtension: fileExtension, identity: identity)
+                else {
+                    cache.endServing(key)
+                    return nil
+                }
+                release = { cache.endServing(key) }
                 file = FileRegion(
                     fileHandle: NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: descriptor),
                     readerIndex: bytes.lowerBound, endIndex: bytes.upperBound + 1)
@@ -315,7 +323,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if case .signed = candidate { self.source.metrics.cacheHit() }
 
         return Answer(
-            kind: .media(answer), body: body, file: file, closing: fields.asksToClose, method: method,
+            kind: .media(answer), body: body, file: file, release: release, closing: fields.asksToClose, method: method,
             route: route, id: fields.makeID(), publicCORS: fields.origin != nil, date: HTTPDate.now, started: started)
     }
 
