@@ -101,6 +101,54 @@ import Testing
         }
     }
 
+    /// The steady-overrun rule alone: from half the animation on, when both the whole so far and its second
+    /// quarter project to 1.2x the target; not before half, not when the second quarter is cheaper (the first
+    /// pictures, a key frame among them, cost more), not under 1.2x.
+    @Test func aSteadyOverrunStopsAtHalf() {
+        func stops(quarter: (Double, Int)?, now: (Double, Int)) -> Bool {
+            Transcoder.overrunsSteadily(
+                .init(share: now.0, bytes: now.1), quarter: quarter.map { .init(share: $0.0, bytes: $0.1) },
+                target: 1000)
+        }
+        #expect(stops(quarter: (0.25, 375), now: (0.5, 750)))
+        #expect(stops(quarter: (0.3, 400), now: (0.6, 800)))
+        #expect(!stops(quarter: (0.25, 375), now: (0.45, 700)))
+        #expect(!stops(quarter: nil, now: (0.5, 750)))
+        #expect(!stops(quarter: (0.25, 600), now: (0.5, 700)))
+        #expect(!stops(quarter: (0.25, 250), now: (0.5, 550)))
+        #expect(!stops(quarter: (0.5, 700), now: (0.5, 700)))
+    }
+
+    /// Pictures that all cost about the same (noise), with a target at 70% of the plain video: the first
+    /// attempt reads 1.4x the target from the start, so it is stopped at half the animation, before its bytes
+    /// pass the target, and its projection is close to the whole.
+    @Test func aSteadyOverrunIsStoppedBeforeItPassesTheTarget() throws {
+        var builder = GIFBuilder(width: 192, height: 192)
+        builder.frames = (0..<20).map { index in
+            GIFBuilder.Frame(
+                width: 192, height: 192, pixels: BrowserTimingTests.noise(UInt8(index + 1), size: 192), delay: 10)
+        }
+        let gif = try builder.build()
+        let plainBytes = try Self.unguardedBytes(gif)
+        var options = TranscodeOptions()
+        options.maxSizeRatio = Double(plainBytes) * 0.7 / Double(gif.count)
+        options.minSSIM = 0.5
+        let target = Double(gif.count) * options.maxSizeRatio
+        try #require(target >= Double(Transcoder.smallestStoppedTarget))
+        try withTemporaryDirectorySync { directory in
+            let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
+            let guarded = try #require(metadata.sizeGuard)
+            let first = guarded.attempts[0]
+            let projected = try #require(first.projectedBytes)
+            #expect(Double(first.bytes) < target, "stopped at \(first.bytes) bytes, target \(Int(target))")
+            #expect(Double(first.bytes) < 0.6 * Double(plainBytes), "\(first.bytes) of \(plainBytes)")
+            #expect(abs(Double(projected) / Double(plainBytes) - 1) < 0.15, "\(projected) vs \(plainBytes)")
+            #expect(guarded.outcome == .smaller)
+            #expect((metadata.crf ?? 0) > TranscodeOptions.defaultCRF)
+            #expect(Double(metadata.mp4Bytes) < target)
+        }
+    }
+
     /// An attempt's SSIM, measured while it is encoded, is the SSIM of the file written: the MP4 decoded by
     /// the ffmpeg CLI against the pictures the encoder got (`dumpPictures`), each weighted by its display
     /// time. Both ways of the first attempt: measured (a small target) and stopped.
