@@ -370,6 +370,60 @@ import Testing
         }
     }
 
+    /// An object whose file is being sent ahead of the codec is pinned: a store that takes the cache over
+    /// `cache.maxBytes` meanwhile evicts nothing (the object sent is the least recently used one, the only
+    /// other), and the client still gets the whole file.
+    @Test func anObjectBeingSentIsNotEvicted() async throws {
+        // photo_cats_4frames.gif's object is about 345 KB, cartoon_dancing_banana.gif's about 41 KB.
+        try await MediaHitHandlerTests.withLargeFileKept(configure: {
+            $0.cacheMaxBytes = 360_000
+            $0.idleTimeoutSeconds = 30
+        }) { harness, key, file in
+            let cache = harness.services.cache
+            try #require(cache.usage.objects == 1 && cache.usage.bytes < 360_000, "\(cache.usage)")
+            let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
+            let socket = try RawSocket(port: harness.appPort, narrow: true)
+            _ = socket.send(Array("GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+            // The head is written (and the object pinned) before the counter moves; the narrow connection then
+            // holds most of the file back until it is read.
+            var started = false
+            for _ in 0..<100 where !started {
+                let answers = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
+                started = answers == fromFile + 1
+                if !started { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            try #require(started)
+
+            let other = try await harness.transcode(url: harness.originURL("/corpus/cartoon_dancing_banana.gif"))
+            #expect(other.status == 200)
+            #expect(cache.usage.objects == 2 && cache.usage.bytes > 360_000, "\(cache.usage)")
+            #expect(cache.usage.evictions == 0)
+            #expect(FileManager.default.fileExists(atPath: cache.objectPath(key, "mp4")))
+
+            let received = await withCheckedContinuation { continuation in
+                Thread.detachNewThread {
+                    var received: [UInt8] = []
+                    var chunk = [UInt8](repeating: 0, count: 65536)
+                    let started = ContinuousClock.now
+                    let separator = Array("\r\n\r\n".utf8)
+                    // Up to the file's last byte: the connection itself stays open.
+                    while ContinuousClock.now - started < .seconds(20) {
+                        if let end = received.firstRange(of: separator), received.count - end.upperBound >= file.count {
+                            break
+                        }
+                        let count = recv(socket.descriptor, &chunk, chunk.count, 0)
+                        guard count > 0 else { break }
+                        received += chunk[..<count]
+                    }
+                    continuation.resume(returning: received)
+                }
+            }
+            let end = try #require(received.firstRange(of: Array("\r\n\r\n".utf8)))
+            let same = Array(received[end.upperBound...]) == file
+            #expect(same)
+        }
+    }
+
     /// A client that asks for a large file and never reads it is cut off once `idleTimeout` passes without any
     /// of the answer's writes completing, whether the file goes out ahead of the codec (sendfile) or from the
     /// route behind it (a field of non-ASCII bytes sends the request that way): it holds neither the
