@@ -189,8 +189,9 @@ public struct SizeGuard: Codable, Hashable, Sendable {
         /// Mean SSIM (luma) against the encoded pictures, weighted by display time; `nil` for a stopped
         /// attempt (not measured; written as 0).
         public var ssim: Double?
-        /// For a first attempt stopped as soon as its bytes passed the target (it could only end larger):
-        /// the size projected for the whole from the share of the animation encoded by then.
+        /// For a first attempt stopped early, as soon as its bytes passed the target (it could only end larger)
+        /// or, from half the animation on, when it overran the target steadily (`bytes` may then be under the
+        /// target): the size projected for the whole from the share of the animation encoded by then.
         public var projectedBytes: Int?
 
         public init(crf: Int, bytes: Int, ssim: Double?, projectedBytes: Int? = nil) {

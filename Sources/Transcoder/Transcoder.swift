@@ -219,8 +219,12 @@ public struct Transcoder: Sendable {
                 break
             }
         }
+        // A stopped attempt never qualifies: its bytes are only what was written when it stopped (under the
+        // target when it overran steadily), and its SSIM was not measured.
         let chosen =
-            attempts.firstIndex { ($0.ssim ?? 0) >= self.options.minSSIM && Double($0.bytes) < target } ?? 0
+            attempts.firstIndex {
+                $0.projectedBytes == nil && ($0.ssim ?? 0) >= self.options.minSSIM && Double($0.bytes) < target
+            } ?? 0
         if chosen > 0 { outcome = .smaller }
         if chosen == 0, attempts[0].ssim == nil {
             // Nothing better: the first attempt after all, encoded whole this time.
@@ -251,10 +255,10 @@ public struct Transcoder: Sendable {
     }
 
     /// Whether an encode half done will end well over `target` bytes, though it has not passed it yet: from
-    /// half the animation on, both the whole so far and its second quarter alone project to at least 1.2x
-    /// the target. The second quarter is what tells a steady rate (a large photographic loop: every
-    /// picture costs about the same) from a front-loaded one, whose first pictures, the key frame among
-    /// them, cost more than the rest will. Of the corpus's 35 GIFs of 64 KB and more (where stopping is on),
+    /// half the animation on, both the whole so far and what was encoded since the first quarter alone (the
+    /// second quarter, at half) project to at least 1.2x the target. The part since the first quarter is what
+    /// tells a steady rate (a large photographic loop: every picture costs about the same) from a front-loaded
+    /// one, whose first pictures, the key frame among them, cost more than the rest will. Of the corpus's 35 GIFs of 64 KB and more (where stopping is on),
     /// only huge_1080_transparent_30f.gif stops this way (at half instead of four fifths: 1.38x and 1.85x the
     /// target). Of those whose video ends under the target, the highest reading at half is 0.89x
     /// (cartoon_isometric_desk.gif, its second quarter 0.06x), the highest second quarter 0.40x. Should a
@@ -299,7 +303,8 @@ public struct Transcoder: Sendable {
     }
 
     /// - Parameters:
-    ///   - stopAbove: stop (throw `StoppedAboveTarget`) once the packets written pass this many bytes.
+    ///   - stopAbove: stop (throw `StoppedAboveTarget`) once the packets written pass this many bytes, or overrun
+    ///     it steadily (`overrunsSteadily`).
     ///   - measure: measure the video's SSIM against the pictures encoded, while encoding (`EncodeSSIM`).
     /// - Returns: the metadata, the poster and, when measured, the SSIM.
     private func encode(

@@ -41,9 +41,13 @@ import Testing
         #expect(ours < 1 || noise == 0)
     }
 
-    /// The size of the MP4 a default conversion gives (the first attempt the guard makes).
+    /// The size of the MP4 a default conversion gives with the guard off (the first attempt the guard makes).
     static func unguardedBytes(_ gif: [UInt8]) throws -> Int {
-        try withTemporaryDirectorySync { try Transcoder().convert(gif, directory: $0, name: "a").mp4Bytes }
+        var options = TranscodeOptions()
+        options.maxExtraAttempts = 0
+        return try withTemporaryDirectorySync {
+            try Transcoder(options: options).convert(gif, directory: $0, name: "a").mp4Bytes
+        }
     }
 
     static func corpus(_ name: String) throws -> [UInt8] {
@@ -121,8 +125,10 @@ import Testing
 
     /// Pictures that all cost about the same (noise), with a target at 70% of the plain video: the first
     /// attempt reads 1.4x the target from the start, so it is stopped at half the animation, before its bytes
-    /// pass the target, and its projection is close to the whole.
-    @Test func aSteadyOverrunIsStoppedBeforeItPassesTheTarget() throws {
+    /// pass the target, and its projection is close to the whole. The stopped attempt is never the one kept,
+    /// though its bytes are under the target, not even with no quality floor at all.
+    @Test(arguments: [0.5, 0])
+    func aSteadyOverrunIsStoppedBeforeItPassesTheTarget(minSSIM: Double) throws {
         var builder = GIFBuilder(width: 192, height: 192)
         builder.frames = (0..<20).map { index in
             GIFBuilder.Frame(
@@ -132,7 +138,8 @@ import Testing
         let plainBytes = try Self.unguardedBytes(gif)
         var options = TranscodeOptions()
         options.maxSizeRatio = Double(plainBytes) * 0.7 / Double(gif.count)
-        options.minSSIM = 0.5
+        options.minSSIM = minSSIM
+        options.maxExtraAttempts = 3
         let target = Double(gif.count) * options.maxSizeRatio
         try #require(target >= Double(Transcoder.smallestStoppedTarget))
         try withTemporaryDirectorySync { directory in
@@ -145,7 +152,9 @@ import Testing
             #expect(abs(Double(projected) / Double(plainBytes) - 1) < 0.15, "\(projected) vs \(plainBytes)")
             #expect(guarded.outcome == .smaller)
             #expect((metadata.crf ?? 0) > TranscodeOptions.defaultCRF)
+            #expect(guarded.chosenCRF == metadata.crf && guarded.chosenCRF == guarded.attempts.last?.crf)
             #expect(Double(metadata.mp4Bytes) < target)
+            #expect(metadata.recommendation == .video)
         }
     }
 
