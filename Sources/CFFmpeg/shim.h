@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
-#include <malloc.h>
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/avutil.h>

@@ -1,6 +1,5 @@
 import ArgumentParser
 import Foundation
-import TestSupport
 import Testing
 
 @testable import TranscodeServer
@@ -15,39 +14,6 @@ import Testing
             let message = ConvertCommand.message(for: error)
             #expect(message.contains("d1/x.gif and d2/x.gif would both be written as x.mp4"), "\(message)")
             #expect(ConvertCommand.exitCode(for: error) == .validationFailure)
-        }
-    }
-
-    /// The same GIF gives the same MP4 whatever the process converted before it (`DeterministicHeap`): here
-    /// cartoon_hotdog.gif after the ten corpus GIFs before it, which without it came out 7,964-7,977 bytes
-    /// from run to run, against the bytes of the file converted alone. Four runs of the real binary.
-    @Test func outputIsTheSameWhateverWasConvertedBefore() async throws {
-        let binary = ConfigurationTests.repositoryRoot.appendingPathComponent(".build/debug/transcode-server").path
-        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
-        let before = [
-            "cartoon_3d_machine_101f", "cartoon_anime_table", "cartoon_christmas_tree_loop1000",
-            "cartoon_dancing_banana", "cartoon_earth_3d_loop65535", "cartoon_flag_delaware", "cartoon_floppybuddy",
-            "cartoon_gifjs_logo", "cartoon_giphy_logo", "cartoon_giphy_new_feature",
-        ].map { corpusDirectory + "/\($0).gif" }
-        let gif = corpusDirectory + "/cartoon_hotdog.gif"
-        try await withTemporaryDirectory { directory in
-            func convert(_ inputs: [String], into name: String) async throws -> [UInt8] {
-                let out = directory + "/" + name
-                let arguments = ["convert"] + inputs + ["--out", out]
-                let result = try await runProcess(binary, arguments, timeout: .seconds(120))
-                try #require(result.status == 0, "\(result.stderr)")
-                return [UInt8](try Data(contentsOf: URL(fileURLWithPath: out + "/cartoon_hotdog.mp4")))
-            }
-            let alone = try await convert([gif], into: "alone")
-            var sizes: [Int] = []
-            for run in 0..<4 {
-                let after = try await convert(before + [gif], into: "after\(run)")
-                sizes.append(after.count)
-                // Compared as one Bool: a failure prints no kilobytes of bytes.
-                let same = after == alone
-                #expect(same, "run \(run): \(after.count) bytes, alone \(alone.count)")
-            }
-            #expect(Set(sizes) == [alone.count], "\(sizes)")
         }
     }
 

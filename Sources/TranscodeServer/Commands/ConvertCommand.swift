@@ -92,7 +92,6 @@ struct ConvertCommand: ParsableCommand {
     }
 
     func run() throws {
-        DeterministicHeap.enable()
         let options = self.options
         let transcoder = Transcoder(options: options)
         do {

@@ -26,7 +26,6 @@ struct ServeCommand: AsyncParsableCommand {
     var settings: [String] = []
 
     func run() async throws {
-        DeterministicHeap.enable()
         let configuration = try await ServerConfiguration.loadForCommand(
             filePath: self.config, arguments: self.settings)
         var logger =
