@@ -68,7 +68,9 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             resources: [.copy("Resources/openapi.yaml")],
-            swiftSettings: [.swiftLanguageMode(.v6)]
+            swiftSettings: [.swiftLanguageMode(.v6)],
+            // EncoderHeap's memalign must be the one libx264 finds at run time.
+            linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=memalign"])]
         ),
         // libFuzzer targets (scripts/fuzz-coverage); built plainly, they replay the inputs named on the command
         // line.

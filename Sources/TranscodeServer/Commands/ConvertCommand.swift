@@ -92,6 +92,9 @@ struct ConvertCommand: ParsableCommand {
     }
 
     func run() throws {
+        #if canImport(Glibc)
+            EncoderHeap.enable()
+        #endif
         let options = self.options
         let transcoder = Transcoder(options: options)
         do {

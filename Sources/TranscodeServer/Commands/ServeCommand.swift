@@ -26,6 +26,9 @@ struct ServeCommand: AsyncParsableCommand {
     var settings: [String] = []
 
     func run() async throws {
+        #if canImport(Glibc)
+            EncoderHeap.enable()
+        #endif
         let configuration = try await ServerConfiguration.loadForCommand(
             filePath: self.config, arguments: self.settings)
         var logger =
