@@ -41,8 +41,7 @@ import Testing
         ),
     ])
     func outputIsTheSameWhateverWasConvertedBefore(name: String, before: [String]) async throws {
-        let binary = ConfigurationTests.repositoryRoot.appendingPathComponent(".build/debug/transcode-server").path
-        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
+        let binary = try OperationsTests.debugBinary()
         let inputs = before.map { corpusDirectory + "/\($0).gif" }
         let gif = corpusDirectory + "/\(name).gif"
         try await withTemporaryDirectory { directory in

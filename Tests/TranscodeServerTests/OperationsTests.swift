@@ -98,11 +98,20 @@ import Transcoder
         }
     }
 
-    /// SIGTERM: the running binary stops accepting, finishes the transcode in flight (its client gets
-    /// the result), and exits 0.
-    @Test func sigtermDrainsInFlightWorkAndExitsZero() async throws {
+    /// The debug build of the binary, which `swift build --build-tests` makes before the tests run.
+    static func debugBinary() throws -> String {
         let binary = ConfigurationTests.repositoryRoot.appendingPathComponent(".build/debug/transcode-server").path
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
+        return binary
+    }
+
+    /// Runs `body` while the debug binary serves on a loopback port over a fresh cache directory (`DIRECTORY/cache`),
+    /// once its `/healthz` answers; the process is killed afterwards, whatever `body` did to it.
+    static func withServingBinary(
+        _ body: (_ process: ChildProcess, _ client: URLSessionlessClient, _ port: Int, _ directory: String)
+            async throws -> Void
+    ) async throws {
+        let binary = try Self.debugBinary()
         try await withTemporaryDirectory { directory in
             let port = Int.random(in: 20_000..<40_000)
             let process = try ChildProcess(
@@ -112,7 +121,6 @@ import Transcoder
                 process.send(SIGKILL)
                 _ = process.waitUntilExit()
             }
-
             let client = URLSessionlessClient(port: port)
             var up = false
             for _ in 0..<100 where !up {
@@ -120,7 +128,14 @@ import Transcoder
                 if !up { try await Task.sleep(for: .milliseconds(100)) }
             }
             try #require(up, "the server did not start")
+            try await body(process, client, port, directory)
+        }
+    }
 
+    /// SIGTERM: the running binary stops accepting, finishes the transcode in flight (its client gets
+    /// the result), and exits 0.
+    @Test func sigtermDrainsInFlightWorkAndExitsZero() async throws {
+        try await Self.withServingBinary { process, client, _, _ in
             let gif = try corpusBytes("screenrec_terminal_thefuck.gif")
             async let inFlight = client.post("/transcode", contentType: "image/gif", body: gif)
             // Once the job is admitted (its upload read): a fixed wait sometimes sent SIGTERM before the upload's
@@ -145,24 +160,7 @@ import Transcoder
     /// client still gets all of it (a close at shutdown would fail the writes still queued), then the process
     /// exits 0.
     @Test func sigtermLetsAFileBeingSentFinish() async throws {
-        let binary = ConfigurationTests.repositoryRoot.appendingPathComponent(".build/debug/transcode-server").path
-        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
-        try await withTemporaryDirectory { directory in
-            let port = Int.random(in: 20_000..<40_000)
-            let process = try ChildProcess(
-                binary,
-                ["serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning"])
-            defer {
-                process.send(SIGKILL)
-                _ = process.waitUntilExit()
-            }
-            let client = URLSessionlessClient(port: port)
-            var up = false
-            for _ in 0..<100 where !up {
-                up = (try? await client.get("/healthz")) == 200
-                if !up { try await Task.sleep(for: .milliseconds(100)) }
-            }
-            try #require(up, "the server did not start")
+        try await Self.withServingBinary { process, client, port, directory in
             let (status, body) = try await client.post(
                 "/transcode", contentType: "image/gif", body: try corpusBytes("photo_cats_4frames.gif"))
             try #require(status == 200)

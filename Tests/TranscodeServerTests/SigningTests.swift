@@ -103,8 +103,7 @@ import Transcoder
 
     /// `transcode-server sign` prints the path the server accepts, with keys read like the server reads them.
     @Test func signCommand() async throws {
-        let binary = ConfigurationTests.repositoryRoot.appendingPathComponent(".build/debug/transcode-server").path
-        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
+        let binary = try OperationsTests.debugBinary()
         let key = String(repeating: "7f", count: 20), salt = "00ff"
         let source = "https://example.com/a.gif"
         let run = try await runProcess(

@@ -369,8 +369,7 @@ import Transcoder
 
     /// `transcode-server cache purge --url ... --takedown`, run beside the live server, takes effect at once.
     @Test func purgeCommandBesideTheServer() async throws {
-        let binary = ConfigurationTests.repositoryRoot.appendingPathComponent(".build/debug/transcode-server").path
-        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the package first: \(binary)")
+        let binary = try OperationsTests.debugBinary()
         try await withSigningHarness { harness in
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")
             let first = try await harness.request(.GET, Self.signed(url))
