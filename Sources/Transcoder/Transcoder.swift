@@ -258,12 +258,13 @@ public struct Transcoder: Sendable {
     /// half the animation on, both the whole so far and what was encoded since the first quarter alone (the
     /// second quarter, at half) project to at least 1.2x the target. The part since the first quarter is what
     /// tells a steady rate (a large photographic loop: every picture costs about the same) from a front-loaded
-    /// one, whose first pictures, the key frame among them, cost more than the rest will. Of the corpus's 35 GIFs of 64 KB and more (where stopping is on),
-    /// only huge_1080_transparent_30f.gif stops this way (at half instead of four fifths: 1.38x and 1.85x the
-    /// target). Of those whose video ends under the target, the highest reading at half is 0.89x
-    /// (cartoon_isometric_desk.gif, its second quarter 0.06x), the highest second quarter 0.40x. Should a
-    /// video stop this way and still have ended under the target, the guard keeps a later attempt, which
-    /// meets the quality floor, or else encodes the first whole.
+    /// one, whose first pictures, the key frame among them, cost more than the rest will.
+    ///
+    /// Of the corpus's 35 GIFs of 64 KB and more (where stopping is on), only huge_1080_transparent_30f.gif
+    /// stops this way (at half instead of four fifths: 1.38x and 1.85x the target). Of those whose video ends
+    /// under the target, the highest reading at half is 0.89x (cartoon_isometric_desk.gif, its second quarter
+    /// 0.06x), the highest second quarter 0.40x. Should a video stop this way and still have ended under the
+    /// target, the guard keeps a later attempt, which meets the quality floor, or else encodes the first whole.
     /// - Parameter quarter: where the encode stood when it first covered a quarter of the animation.
     static func overrunsSteadily(_ now: EncodedShare, quarter: EncodedShare?, target: Int) -> Bool {
         guard now.share >= 0.5, let quarter, now.share > quarter.share else { return false }

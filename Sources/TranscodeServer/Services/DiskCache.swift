@@ -479,9 +479,8 @@ final class DiskCache: Sendable {
     /// A hit answered from memory alone: the metadata of `key`, the identity (and size) of its `.fileExtension`
     /// and the bytes of it kept in memory (all of a small file, the head of another), when both were checked
     /// and read before and the files at their paths are still those very files (`lstat`, the same identity).
-    /// Two `lstat`s
-    /// instead of opening and checking the three files: what is served are bytes read from a checked
-    /// descriptor, so a link or another file put at the path is not followed but misses. `nil` sends the
+    /// Two `lstat`s instead of opening and checking the three files: what is served are bytes read from a
+    /// checked descriptor, so a link or another file put at the path is not followed but misses. `nil` sends the
     /// request the long way (`verifiedObject`), which reads and keeps what is missing, and also when the use
     /// is due to be written to disk: that write blocks, and this runs on an event loop.
     func memoryHit(_ key: String, fileExtension: String) -> (
