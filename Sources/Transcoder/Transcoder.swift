@@ -8,14 +8,9 @@ import Foundation
 /// an async executor. Memory stays bounded whatever the frame count: a few canvases plus x264's lookahead.
 public struct Transcoder: Sendable {
     public var options: TranscodeOptions
-    /// x264 threads for this conversion when more than `options.threads` (nil: `options.threads`): a server
-    /// gives a job the cores no other job uses. Not part of the options' fingerprint, so not of a cache key:
-    /// the pictures are the same, the bytes may differ with the thread count.
-    public var encoderThreads: Int?
 
-    public init(options: TranscodeOptions = TranscodeOptions(), encoderThreads: Int? = nil) {
+    public init(options: TranscodeOptions = TranscodeOptions()) {
         self.options = options
-        self.encoderThreads = encoderThreads
     }
 
     /// Converts `gif` into `directory/name.mp4`, `directory/name.jpg` and `directory/name.json` (the
@@ -320,7 +315,6 @@ public struct Transcoder: Sendable {
             den: Int32(clamping: max(1, totalMilliseconds)))
         var options = self.options
         options.crf = crf
-        options.threads = max(options.threads, min(64, self.encoderThreads ?? 1))
         let encoder = try H264Encoder(
             width: output.width, height: output.height, options: options,
             averageFrameRate: av_reduce_rational(frameRate), globalHeader: true)

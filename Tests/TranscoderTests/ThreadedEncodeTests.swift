@@ -4,7 +4,7 @@ import Testing
 
 @testable import Transcoder
 
-/// A job that starts alone encodes with x264 frame threads (`encoderThreads`), and a canvas over half a
+/// Jobs encode with x264 frame threads (two by default, `TranscodeOptions.threads`), and a canvas over half a
 /// megapixel with the memory bound (two references, a shared lookahead, no synchronous lookahead). Checked in
 /// Chromium like the single-threaded output: its `<video>` plays the GIF's length, seeking to each of our
 /// pictures' start shows that picture (`requestVideoFrameCallback`'s `mediaTime`), and the pictures match
@@ -75,8 +75,11 @@ import Testing
             var seen = Observed()
             let source = directory + "/" + Self.name
             try Data(bytes).write(to: URL(fileURLWithPath: source))
-            let single = try Transcoder(encoderThreads: 1).convert(bytes, directory: directory, name: "one")
-            let threaded = try Transcoder(encoderThreads: 2).convert(bytes, directory: directory, name: "two")
+            var options = TranscodeOptions()
+            options.threads = 1
+            let single = try Transcoder(options: options).convert(bytes, directory: directory, name: "one")
+            options.threads = 2
+            let threaded = try Transcoder(options: options).convert(bytes, directory: directory, name: "two")
             seen.singleDurationMs = single.durationMs
             seen.threadedDurationMs = threaded.durationMs
             seen.sourceSize = (threaded.sourceWidth, threaded.sourceHeight)

@@ -28,8 +28,8 @@ struct ConvertCommand: ParsableCommand {
     @Option(name: .long, help: "x264 preset (ultrafast ... veryslow).")
     var preset: String = TranscodeOptions.defaultPreset
 
-    @Option(name: .long, help: "x264 threads per file.")
-    var threads: Int = 1
+    @Option(name: .long, help: "x264 threads per file (part of the output: the service's transcode.threads).")
+    var threads: Int = TranscodeOptions.defaultThreads
 
     @Option(name: .long, help: "Size guard: re-encode a video not smaller than this fraction of the GIF.")
     var maxSizeRatio: Double = TranscodeOptions().maxSizeRatio

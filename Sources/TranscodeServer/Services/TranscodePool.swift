@@ -20,8 +20,6 @@ final class TranscodePool: Service, Sendable {
     private struct State {
         var admitted = 0
         var accepting = true
-        /// Jobs running on the pool's threads now.
-        var running = 0
     }
 
     init(workers: Int, queueLength: Int, graceSeconds: Double) {
@@ -69,23 +67,6 @@ final class TranscodePool: Service, Sendable {
     func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await self.threadPool.runIfActive(body)
     }
-
-    /// Runs `body` on a pool thread with the number of cores it may use: one per worker no other job holds
-    /// as it starts (all of them for a job alone, one each when every worker is busy). A job keeps its count
-    /// to the end; one starting beside it gets what is left, at least one.
-    func runUsingIdleCores<T: Sendable>(_ body: @escaping @Sendable (_ cores: Int) throws -> T) async throws -> T {
-        try await self.threadPool.runIfActive {
-            let cores = self.state.withLock { state in
-                state.running += 1
-                return max(1, self.workers - (state.running - 1))
-            }
-            defer { self.state.withLock { $0.running -= 1 } }
-            return try body(cores)
-        }
-    }
-
-    /// Jobs running on the pool's threads now.
-    var running: Int { self.state.withLock { $0.running } }
 
     func run() async throws {
         try? await gracefulShutdown()

@@ -404,11 +404,8 @@ final class TranscodeService: Sendable {
             // In a fleet, the same bytes may have come to another node (an upload, another URL).
             if let metadata = try await self.shared?.pull(key) { return metadata }
             let started = ContinuousClock.now
-            // A job alone uses the idle cores (x264 frame threads): one big GIF converts as fast as the ffmpeg
-            // CLI's; under load every job gets one core, as before.
-            let metadata = try await self.pool.runUsingIdleCores { cores in
-                try self.cache.store(
-                    gif: gif, key: key, transcoder: Transcoder(options: options, encoderThreads: cores))
+            let metadata = try await self.pool.run {
+                try self.cache.store(gif: gif, key: key, transcoder: Transcoder(options: options))
             }
             let elapsed = ContinuousClock.now - started
             self.metrics.transcoded(
