@@ -96,16 +96,19 @@ import Testing
         }
     }
 
-    /// x264's buffers follow the picture size: the preset's lookahead and six references up to half a
-    /// megapixel, then two references and about 6 megapixels of lookahead (at least 3 frames, shared among
-    /// frame threads), never more than the preset's.
+    /// x264's buffers follow the picture size: six references and about 12 megapixels of lookahead up to half a
+    /// megapixel, then two references and about 6 megapixels (at least 3 frames), the lookahead shared among
+    /// frame threads and never more than the preset's.
     @Test func encoderMemoryIsBoundedByThePictureSize() {
         func bound(_ width: Int, _ height: Int, _ preset: String, threads: Int = 1) -> String {
             let bound = H264Encoder.memoryBound(width: width, height: height, preset: preset, threads: threads)
             return "\(bound.references) \(bound.lookahead.map(String.init) ?? "-") \(bound.x264Params)"
         }
-        #expect(bound(640, 480, "medium") == "6 - ")
-        #expect(bound(640, 480, "medium", threads: 2) == "6 - ")
+        #expect(bound(256, 256, "medium") == "6 - ")
+        #expect(bound(256, 256, "medium", threads: 2) == "6 - sync-lookahead=0")
+        #expect(bound(640, 480, "medium") == "6 39 rc-lookahead=39")
+        #expect(bound(640, 480, "medium", threads: 2) == "6 19 rc-lookahead=19:sync-lookahead=0")
+        #expect(bound(706, 706, "medium", threads: 2) == "6 12 rc-lookahead=12:sync-lookahead=0")
         #expect(bound(1080, 1080, "medium") == "2 5 rc-lookahead=5")
         #expect(bound(1080, 1080, "medium", threads: 2) == "2 3 rc-lookahead=3:sync-lookahead=0")
         #expect(bound(1920, 1080, "medium") == "2 3 rc-lookahead=3")

@@ -62,23 +62,23 @@ final class H264Encoder {
 
     /// The frames x264 holds besides the one being encoded: reference frames and the rate-control lookahead
     /// (with mbtree, each with its own half-resolution copy and cost arrays), and with frame threads one
-    /// picture per thread plus a synchronous lookahead. Up to half a megapixel per picture, the preset's
-    /// lookahead and six references; above it, x264's buffers are held to about 6 megapixels of lookahead
-    /// (shared among the threads, at least 3 frames) and two references, and with more than one thread no
-    /// synchronous lookahead, so that a 1080x1080 GIF stays under 150 MiB: it peaked at 234 MiB (175 of them
-    /// x264's), now 147 MiB with one thread and 145 with two. huge_1080_transparent_30f.gif: +0.2% bytes.
-    /// - Returns: the references, the lookahead when it must be lower than the preset's own (nil: the
-    ///   preset's), and the `x264-params` that apply them.
-    static func memoryBound(width: Int, height: Int, preset: String, threads: Int = 1) -> (
+    /// picture per thread plus a synchronous lookahead. The lookahead is shared among the threads and held to a
+    /// budget of pixels: about 12 megapixels up to half a megapixel per picture, with six references, and 6 above
+    /// it, with two references (at least 3 frames), never more than the preset's; with more than one thread no
+    /// synchronous lookahead (the same bytes, less memory). So a 1080x1080 GIF stays under 150 MiB: it peaked at
+    /// 234 MiB (175 of them x264's), now 147 MiB with one thread and 145 with two
+    /// (huge_1080_transparent_30f.gif: +0.2% bytes). Under half a megapixel the preset's 40 frames had no bound:
+    /// a 706x706 GIF peaked at 172 MiB with one thread and 178 with two.
+    static func memoryBound(width: Int, height: Int, preset: String, threads: Int) -> (
         references: Int, lookahead: Int?, x264Params: String
     ) {
-        let pixels = width * height
-        guard pixels > 500_000 else { return (6, nil, "") }
-        let budget = max(3, 6_000_000 / (pixels * max(1, threads)))
+        let pixels = max(1, width * height)
+        let small = pixels <= 500_000
+        let budget = max(3, (small ? 12_000_000 : 6_000_000) / (pixels * max(1, threads)))
         let lookahead = budget < (Self.presetLookahead[preset] ?? 40) ? budget : nil
         var parameters = lookahead.map { ["rc-lookahead=\($0)"] } ?? []
         if threads > 1 { parameters.append("sync-lookahead=0") }
-        return (2, lookahead, parameters.joined(separator: ":"))
+        return (small ? 6 : 2, lookahead, parameters.joined(separator: ":"))
     }
 
     /// x264's `rc_lookahead` per preset (x264 0.164, `x264_param_apply_preset`).
