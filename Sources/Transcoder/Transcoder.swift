@@ -524,9 +524,10 @@ extension Transcoder {
     /// The pictures the encoder would get, written instead of encoded: every distinct picture as raw yuv420p
     /// (planes tightly packed) appended to `yuvPath`. For `scripts/bench-floor`, which times x264 alone on
     /// exactly these frames.
-    /// - Returns: the picture size, each picture's start (milliseconds) and where the last one ends.
+    /// - Returns: the picture size, each picture's start (milliseconds), where the last one ends, and the
+    ///   x264 reference frames and lookahead (nil: the preset's) an encode of them uses with `options.threads`.
     public func dumpPictures(_ source: [UInt8], yuvPath: String) throws -> (
-        width: Int, height: Int, starts: [Int64], end: Int64
+        width: Int, height: Int, starts: [Int64], end: Int64, references: Int, lookahead: Int?
     ) {
         guard let file = fopen(yuvPath, "wb") else {
             throw TranscodeError(.io, "cannot create \(yuvPath)")
@@ -553,6 +554,8 @@ extension Transcoder {
             }
             return (plan.output.width, plan.output.height, pass.time)
         }
-        return (result.0, result.1, starts, result.2)
+        let bound = H264Encoder.memoryBound(
+            width: result.0, height: result.1, preset: self.options.preset, threads: self.options.threads)
+        return (result.0, result.1, starts, result.2, bound.references, bound.lookahead)
     }
 }

@@ -132,6 +132,21 @@ import Transcoder
         }
     }
 
+    /// Whether the serving binary counts `jobs` jobs admitted (`transcode_queue_depth` in `/metrics`).
+    static func admits(_ jobs: Int, _ client: URLSessionlessClient) async throws -> Bool {
+        let (_, metrics) = try await client.fetch("/metrics")
+        return String(decoding: metrics, as: UTF8.self).contains("\ntranscode_queue_depth \(jobs)")
+    }
+
+    /// Waits (4 s at most) until the serving binary counts `jobs` jobs admitted. - Returns: whether it did.
+    static func waitUntilAdmitted(_ jobs: Int, _ client: URLSessionlessClient) async throws -> Bool {
+        for _ in 0..<400 {
+            if try await Self.admits(jobs, client) { return true }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return false
+    }
+
     /// SIGTERM: the running binary stops accepting, finishes the transcode in flight (its client gets
     /// the result), and exits 0.
     @Test func sigtermDrainsInFlightWorkAndExitsZero() async throws {
@@ -140,13 +155,7 @@ import Transcoder
             async let inFlight = client.post("/transcode", contentType: "image/gif", body: gif)
             // Once the job is admitted (its upload read): a fixed wait sometimes sent SIGTERM before the upload's
             // head was read, on a machine busy with other suites, and the idle connection was closed.
-            var admitted = false
-            for _ in 0..<400 where !admitted {
-                let (_, metrics) = try await client.fetch("/metrics")
-                admitted = String(decoding: metrics, as: UTF8.self).contains("\ntranscode_queue_depth 1")
-                if !admitted { try await Task.sleep(for: .milliseconds(10)) }
-            }
-            try #require(admitted, "the job was not admitted")
+            try #require(try await Self.waitUntilAdmitted(1, client), "the job was not admitted")
             kill(process.processIdentifier, SIGTERM)
             let (status, body) = try await inFlight
             #expect(status == 200, "\(String(decoding: body, as: UTF8.self))")

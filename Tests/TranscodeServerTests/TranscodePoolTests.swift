@@ -24,18 +24,10 @@ import Testing
     static func mp4(of gif: [UInt8], beside other: [UInt8]?) async throws -> (key: String, bytes: [UInt8]) {
         var result: (key: String, bytes: [UInt8])?
         try await OperationsTests.withServingBinary { _, client, _, _ in
-            func admitted() async throws -> Bool {
-                let (_, metrics) = try await client.fetch("/metrics")
-                return String(decoding: metrics, as: UTF8.self).contains("\ntranscode_queue_depth 1")
-            }
             var busy: Task<(Int, [UInt8]), any Error>?
             if let other {
                 busy = Task { try await client.post("/transcode", contentType: "image/gif", body: other) }
-                var started = false
-                for _ in 0..<400 where !started {
-                    started = try await admitted()
-                    if !started { try await Task.sleep(for: .milliseconds(10)) }
-                }
+                let started = try await OperationsTests.waitUntilAdmitted(1, client)
                 try #require(started, "the other job was not admitted")
                 // Its 1 MB body is read on loopback at once: it is encoding well before the second upload.
                 try await Task.sleep(for: .milliseconds(300))
@@ -44,7 +36,7 @@ import Testing
             try #require(status == 200, "\(String(decoding: body, as: UTF8.self))")
             if let busy {
                 // Still admitted beside the finished one (which left the count): the two jobs overlapped.
-                #expect(try await admitted(), "the other job ended first: the test saw no load")
+                #expect(try await OperationsTests.admits(1, client), "the other job ended first: the test saw no load")
                 #expect(try await busy.value.0 == 200)
             }
             let reply = try #require(try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])

@@ -44,7 +44,8 @@ struct ConvertCommand: ParsableCommand {
         name: .customLong("dump-yuv"),
         help: """
             Write the pictures the encoder would get instead of converting: DIR/NAME.yuv (yuv420p) and \
-            DIR/NAME.tc (x264 timecodes, v2), and print NAME WIDTHxHEIGHT PICTURES (scripts/bench-floor).
+            DIR/NAME.tc (x264 timecodes, v2), and print NAME WIDTHxHEIGHT PICTURES REFS LOOKAHEAD (x264's \
+            reference frames and lookahead for --threads, - for the preset's: scripts/bench-floor).
             """)
     var dumpYUV = false
 
@@ -114,7 +115,8 @@ struct ConvertCommand: ParsableCommand {
                     let dump = try transcoder.dumpPictures(bytes, yuvPath: base + ".yuv")
                     let timecodes = "# timecode format v2\n" + dump.starts.map { "\($0)\n" }.joined()
                     try Data(timecodes.utf8).write(to: URL(fileURLWithPath: base + ".tc"))
-                    print("\(name) \(dump.width)x\(dump.height) \(dump.starts.count)")
+                    let lookahead = dump.lookahead.map(String.init) ?? "-"
+                    print("\(name) \(dump.width)x\(dump.height) \(dump.starts.count) \(dump.references) \(lookahead)")
                 } else {
                     let started = ContinuousClock.now
                     try transcoder.convert(bytes, directory: self.out, name: name)
