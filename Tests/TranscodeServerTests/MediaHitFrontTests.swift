@@ -505,6 +505,29 @@ import Testing
                 try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total") == fromFile + 2)
         }
     }
+
+    /// A large file asked for whole, with no range before it (curl, a CDN filling its cache), is read by the
+    /// route once, which keeps its head; the next request is answered ahead of the codec from the file
+    /// (sendfile), the same bytes. Before, such a file came to the route every time, read in chunks.
+    @Test func aWholeLargeFileIsSentFromTheFileAfterItsFirstRead() async throws {
+        try await withHarness { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
+            let key = try #require(try reply.json()["key"] as? String)
+            let file = [UInt8](
+                try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
+            try #require(file.count > DiskCache.smallFileLimit)
+            let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
+            for expected in [fromFile, fromFile + 1] {
+                let (answers, _) = try await MediaHitHandlerTests.exchange(
+                    port: harness.appPort, "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])
+                #expect(answers.first?.status == 200)
+                let same = answers.first?.body == file
+                #expect(same)
+                #expect(
+                    try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total") == expected)
+            }
+        }
+    }
 }
 
 /// The sending deadline's parts: a large body written through `ConnectionTimeoutHandler` goes out as parts of
