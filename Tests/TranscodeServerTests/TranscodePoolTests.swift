@@ -37,7 +37,10 @@ import Testing
             if let busy {
                 // Still admitted beside the finished one (which left the count): the two jobs overlapped.
                 #expect(try await OperationsTests.admits(1, client), "the other job ended first: the test saw no load")
-                #expect(try await busy.value.0 == 200)
+                // Done (200), or still converting when the POST's wait ran out (202: the debug binary, beside the
+                // rest of the suite, can take longer than transcode.syncWaitSeconds on it).
+                let busyStatus = try await busy.value.0
+                #expect(busyStatus == 200 || busyStatus == 202, "the other job answered \(busyStatus)")
             }
             let reply = try #require(try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])
             let key = try #require(reply["key"] as? String)
