@@ -100,6 +100,10 @@ func withHarness(
         configuration.transcodeWorkers = 2
         configuration.logLevel = .warning
         configure(&configuration)
+        // The client lets idle connections go well before the server closes them (tests shorten its idle
+        // deadline to 0.5-3 s): a request sent on a connection the server is closing at that moment fails with
+        // `remoteConnectionClosed`, which a full run, the machine busy, once hit.
+        let idleMilliseconds = Int64(min(5, configuration.idleTimeoutSeconds / 2) * 1000)
         let (application, services) = try buildApplication(
             configuration: configuration, logger: logger, sharedStore: sharedStore)
         let originApplication = Application(
@@ -108,7 +112,7 @@ func withHarness(
             try await application.test(.live) { appClient in
                 var clientConfiguration = HTTPClient.Configuration()
                 clientConfiguration.connectionPool = .init(
-                    idleTimeout: .seconds(5), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
+                    idleTimeout: .milliseconds(idleMilliseconds), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
                 clientConfiguration.redirectConfiguration = .disallow
                 let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
                 let harness = Harness(
