@@ -138,9 +138,10 @@ import Transcoder
         return String(decoding: metrics, as: UTF8.self).contains("\ntranscode_queue_depth \(jobs)")
     }
 
-    /// Waits (4 s at most) until the serving binary counts `jobs` jobs admitted. - Returns: whether it did.
+    /// Waits (20 s at most: the debug binary beside the whole suite is slow to read an upload) until the serving
+    /// binary counts `jobs` jobs admitted. - Returns: whether it did.
     static func waitUntilAdmitted(_ jobs: Int, _ client: URLSessionlessClient) async throws -> Bool {
-        for _ in 0..<400 {
+        for _ in 0..<2000 {
             if try await Self.admits(jobs, client) { return true }
             try await Task.sleep(for: .milliseconds(10))
         }
