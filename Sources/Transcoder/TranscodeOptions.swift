@@ -92,8 +92,8 @@ public struct TranscodeOptions: Hashable, Sendable {
     public static let defaultCRF = 25
     public static let defaultPreset = "medium"
     /// Two, for every job whatever the load: a job alone uses both cores of a two-core machine (a 1080x1080 GIF
-    /// in two thirds of the time), jobs side by side pay about 5% of their throughput for it, and a key's bytes
-    /// never depend on what else ran (README, "One key, one file").
+    /// in two thirds of the time), jobs side by side pay 5-7% of their throughput for it (the CLI on the corpus,
+    /// the service's cold step), and a key's bytes never depend on what else ran (README, "One key, one file").
     public static let defaultThreads = 2
     /// Chosen by looking at the size guard's attempts on the corpus (README, "Never bigger than the GIF").
     public static let defaultMinSSIM = 0.98

@@ -66,8 +66,9 @@ final class H264Encoder {
     /// budget of pixels: about 12 megapixels up to half a megapixel per picture, with six references, and 6 above
     /// it, with two references (at least 3 frames), never more than the preset's; with more than one thread no
     /// synchronous lookahead (the same bytes, less memory). So a 1080x1080 GIF stays under 150 MiB: it peaked at
-    /// 234 MiB (175 of them x264's), now at most 144 MiB (huge_1080_transparent_30f.gif: +0.2% bytes). Under half a megapixel the preset's 40 frames had no bound:
-    /// a 706x706 GIF peaked at 172 MiB with one thread and 178 with two.
+    /// 234 MiB (175 of them x264's), now at most 144 MiB (huge_1080_transparent_30f.gif: +0.2% bytes). Under half
+    /// a megapixel the preset's 40 frames had no bound: a 706x706 GIF peaked at 172 MiB with one thread and 178
+    /// with two.
     static func memoryBound(width: Int, height: Int, preset: String, threads: Int) -> (
         references: Int, lookahead: Int?, x264Params: String
     ) {
