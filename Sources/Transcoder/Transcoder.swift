@@ -5,7 +5,8 @@ import Foundation
 /// the GIF in a browser.
 ///
 /// Synchronous and CPU-bound: run it on a thread of its own (the server uses a `NIOThreadPool`), never on
-/// an async executor. Memory stays bounded whatever the frame count: a few canvases plus x264's lookahead.
+/// an async executor. Each encode hands its pictures to x264 from one more thread, which it joins before
+/// returning (`PictureHandoff`). Memory stays bounded whatever the frame count: a few canvases plus x264's lookahead.
 public struct Transcoder: Sendable {
     public var options: TranscodeOptions
 
@@ -346,7 +347,7 @@ public struct Transcoder: Sendable {
         }
         var poster: [UInt8] = []
         let pass = try self.composite(
-            bytes, plan: plan,
+            bytes, plan: plan, pipelined: true,
             first: { picture, width, height in
                 poster = try PosterEncoder.encode(
                     picture, width: width, height: height, outputWidth: output.width, outputHeight: output.height)
@@ -383,8 +384,11 @@ public struct Transcoder: Sendable {
     /// One pass over the GIF: composites every frame as a browser does, merges identical consecutive
     /// pictures into one longer one, converts each distinct picture to the output's yuv420p and hands it to
     /// `picture` with its start time (milliseconds). `first` gets the first flattened picture (the poster).
+    /// - Parameter pipelined: call `picture` on a thread of its own (`PictureHandoff`), two pictures
+    ///   alternating, so that the next one is made while `picture` takes the last; it is called in the same
+    ///   order with the same pictures, and has returned for every picture when this returns or throws.
     func composite(
-        _ bytes: UnsafeRawBufferPointer, plan: Plan,
+        _ bytes: UnsafeRawBufferPointer, plan: Plan, pipelined: Bool = false,
         first: (UnsafeBufferPointer<UInt32>, _ width: Int, _ height: Int) throws -> Void,
         picture: (VideoFrame, Int64) throws -> Void
     ) throws -> Pass {
@@ -406,13 +410,22 @@ public struct Transcoder: Sendable {
             sourceWidth: pictureWidth, sourceHeight: pictureHeight,
             destinationWidth: output.width, destinationHeight: output.height,
             destinationFormat: AV_PIX_FMT_YUV420P, matrix: SWS_CS_ITU709, fullRange: false)
-        let frame = try VideoFrame(width: output.width, height: output.height, format: AV_PIX_FMT_YUV420P)
+        let frames = try (0..<(pipelined ? 2 : 1)).map { _ in
+            try VideoFrame(width: output.width, height: output.height, format: AV_PIX_FMT_YUV420P)
+        }
 
         var pass = Pass(truncated: header.truncated)
         var pendingStart: Int64 = 0
+        var handoff: PictureHandoff?
         func emitPending() throws {
-            try pending.withUnsafeBufferPointer { try scaler.convert($0, into: frame) }
-            try picture(frame, pendingStart)
+            if let handoff {
+                let (index, frame) = try handoff.nextFree()
+                try pending.withUnsafeBufferPointer { try scaler.convert($0, into: frame) }
+                handoff.submit(index, start: pendingStart)
+            } else {
+                try pending.withUnsafeBufferPointer { try scaler.convert($0, into: frames[0]) }
+                try picture(frames[0], pendingStart)
+            }
             pass.encodedFrames += 1
         }
         // Flattens the canvas band by band (16 rows), comparing each band with the pending picture: while
@@ -460,34 +473,48 @@ public struct Transcoder: Sendable {
             return true
         }
 
-        for milliseconds in header.frameMilliseconds {
-            do {
-                guard try source.advance() else {
+        func passOver() throws {
+            for milliseconds in header.frameMilliseconds {
+                do {
+                    guard try source.advance() else {
+                        pass.truncated = true
+                        break
+                    }
+                } catch {
+                    // Damaged image data: like a browser, keep the frames that decoded completely.
                     pass.truncated = true
                     break
                 }
+                let duration = Int64(milliseconds)
+                if pass.decodedFrames == 0 {
+                    _ = try absorbCanvas(comparing: false)
+                    try pending.withUnsafeBufferPointer { try first($0, pictureWidth, pictureHeight) }
+                    pendingStart = 0
+                } else if try absorbCanvas(comparing: true) {
+                    pendingStart = pass.time
+                }
+                // Else the same picture again: the pending frame simply shows longer.
+                pass.time += duration
+                pass.decodedFrames += 1
+            }
+            guard pass.decodedFrames > 0 else {
+                throw TranscodeError(
+                    .corrupt, "the \(header.format.rawValue.uppercased()) has no frame that decodes completely")
+            }
+            try emitPending()
+        }
+        try withoutActuallyEscaping(picture) { picture in
+            handoff = pipelined ? PictureHandoff(frames: frames, encode: picture) : nil
+            defer { handoff = nil }
+            do {
+                try passOver()
+                try handoff?.finish()
             } catch {
-                // Damaged image data: like a browser, keep the frames that decoded completely.
-                pass.truncated = true
-                break
+                // Joined before the error leaves: the encoder's side must be done with what it uses.
+                try? handoff?.finish()
+                throw error
             }
-            let duration = Int64(milliseconds)
-            if pass.decodedFrames == 0 {
-                _ = try absorbCanvas(comparing: false)
-                try pending.withUnsafeBufferPointer { try first($0, pictureWidth, pictureHeight) }
-                pendingStart = 0
-            } else if try absorbCanvas(comparing: true) {
-                pendingStart = pass.time
-            }
-            // Else the same picture again: the pending frame simply shows longer.
-            pass.time += duration
-            pass.decodedFrames += 1
         }
-        guard pass.decodedFrames > 0 else {
-            throw TranscodeError(
-                .corrupt, "the \(header.format.rawValue.uppercased()) has no frame that decodes completely")
-        }
-        try emitPending()
         pass.sawTransparency = source.sawTransparency
         return pass
     }
