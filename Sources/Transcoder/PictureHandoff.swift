@@ -23,22 +23,40 @@ final class PictureHandoff: @unchecked Sendable {
     /// Pictures handed over and not yet taken, with their start times.
     private var queued: [(index: Int, start: Int64)] = []
     private var ending = false
-    private var running = true
+    /// The encoding thread, until `finish()` has joined it.
+    private var thread: pthread_t?
     /// What `encode` threw first; pictures handed over after it are dropped.
     private var failure: (any Error)?
 
-    /// Starts the encoding thread.
+    /// Starts the encoding thread; nil when no thread could be started (the caller then encodes on its own
+    /// thread, with the same result).
     /// - Parameters:
     ///   - frames: the pictures to alternate (two: one being filled, one being encoded).
     ///   - encode: called on the encoding thread with each picture handed over, in order.
-    init(frames: [VideoFrame], encode: @escaping (VideoFrame, Int64) throws -> Void) {
+    init?(frames: [VideoFrame], encode: @escaping (VideoFrame, Int64) throws -> Void) {
         self.frames = frames
         self.encode = encode
         self.free = Array(frames.indices)
-        let thread = Thread { [self] in self.run() }
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
         // x264's lookahead runs on the thread that sends it pictures: give it what its own threads get.
-        thread.stackSize = 8 << 20
-        thread.start()
+        pthread_attr_setstacksize(&attributes, 8 << 20)
+        // A pthread, not Foundation's `Thread`, whose `start()` does not say when the thread could not be made
+        // (a full pids cgroup, no memory for the stack): the compositing side would then wait forever.
+        let context = Unmanaged.passRetained(self)
+        var thread = pthread_t()
+        let started = pthread_create(
+            &thread, &attributes,
+            { context in
+                Unmanaged<PictureHandoff>.fromOpaque(context!).takeRetainedValue().run()
+                return nil
+            }, context.toOpaque())
+        guard started == 0 else {
+            context.release()
+            return nil
+        }
+        self.thread = thread
     }
 
     /// A picture the compositing side may fill, waiting while both are with the encoder.
@@ -60,15 +78,19 @@ final class PictureHandoff: @unchecked Sendable {
         self.condition.unlock()
     }
 
-    /// Lets the encoder take what was handed over, then joins its thread. Must be called once, whether the
-    /// pass succeeded or not, before anything `encode` uses is touched or freed.
+    /// Lets the encoder take what was handed over, then joins its thread. Must be called whether the pass
+    /// succeeded or not, before anything `encode` uses is touched or freed.
     /// - Throws: what the encoder threw first.
     func finish() throws {
         self.condition.lock()
         self.ending = true
         self.condition.broadcast()
-        while self.running { self.condition.wait() }
-        // The thread may still hold this object for a moment after leaving `run()`; not the closure.
+        self.condition.unlock()
+        if let thread = self.thread {
+            pthread_join(thread, nil)
+            self.thread = nil
+        }
+        self.condition.lock()
         self.encode = nil
         let failure = self.failure
         self.condition.unlock()
@@ -93,8 +115,6 @@ final class PictureHandoff: @unchecked Sendable {
             self.free.append(item.index)
             self.condition.broadcast()
         }
-        self.running = false
-        self.condition.broadcast()
         self.condition.unlock()
     }
 }

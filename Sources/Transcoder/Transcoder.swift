@@ -508,12 +508,13 @@ public struct Transcoder: Sendable {
             defer { handoff = nil }
             do {
                 try passOver()
-                try handoff?.finish()
             } catch {
-                // Joined before the error leaves: the encoder's side must be done with what it uses.
-                try? handoff?.finish()
+                // Joined before the error leaves, the encoder's side done with what it uses; what the encoder
+                // threw (a stop above the size guard's target) wins, as it would have on one thread.
+                try handoff?.finish()
                 throw error
             }
+            try handoff?.finish()
         }
         pass.sawTransparency = source.sawTransparency
         return pass

@@ -95,7 +95,26 @@ import Testing
         #expect(calls == 3)
     }
 
-    /// An error on the compositing side (here the poster's) joins the encoder's thread before it leaves.
+    /// `finish()` returns only once the picture being encoded is done: what the encoder uses may be freed after
+    /// it (the encoder, the muxer, the SSIM check, the pictures).
+    @Test func finishWaitsForThePictureBeingEncoded() throws {
+        let frames = try (0..<2).map { _ in try VideoFrame(width: 16, height: 16, format: AV_PIX_FMT_YUV420P) }
+        let started = DispatchSemaphore(value: 0)
+        var returned = false
+        let handoff = try #require(
+            PictureHandoff(frames: frames) { _, _ in
+                started.signal()
+                usleep(100_000)
+                returned = true
+            })
+        let (index, _) = try handoff.nextFree()
+        handoff.submit(index, start: 0)
+        started.wait()
+        try handoff.finish()
+        #expect(returned)
+    }
+
+    /// An error on the compositing side (here the poster's, before any picture) ends the pass with that error.
     @Test func aCompositingErrorEndsThePass() throws {
         let bytes = try Self.gif()
         let transcoder = Transcoder()
