@@ -116,7 +116,12 @@ import Transcoder
             let port = Int.random(in: 20_000..<40_000)
             let process = try ChildProcess(
                 binary,
-                ["serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning"])
+                [
+                    "serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning",
+                    // The debug binary beside the whole suite can take longer than the default 30 s on a job these
+                    // tests wait for; they need its 200, not a 202.
+                    "--transcode-sync-wait-seconds", "600",
+                ])
             defer {
                 process.send(SIGKILL)
                 _ = process.waitUntilExit()
