@@ -13,18 +13,22 @@ struct URLSessionlessClient: Sendable {
         try await self.send(HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)"))
     }
 
-    func post(_ path: String, contentType: String, body: [UInt8]) async throws -> (Int, [UInt8]) {
+    /// - Parameter timeout: until the answer's head (a synchronous conversion answers when it is done).
+    func post(
+        _ path: String, contentType: String, body: [UInt8], timeout: TimeAmount = .seconds(120)
+    ) async throws -> (Int, [UInt8]) {
         var request = HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)")
         request.method = .POST
         request.headers.add(name: "Content-Type", value: contentType)
         request.body = .bytes(ByteBuffer(bytes: body))
-        return try await self.send(request)
+        return try await self.send(request, timeout: timeout)
     }
 
-    private func send(_ request: HTTPClientRequest) async throws -> (Int, [UInt8]) {
+    private func send(_ request: HTTPClientRequest, timeout: TimeAmount = .seconds(120)) async throws -> (Int, [UInt8])
+    {
         let client = HTTPClient(eventLoopGroupProvider: .singleton)
         do {
-            let response = try await client.execute(request, timeout: .seconds(120))
+            let response = try await client.execute(request, timeout: timeout)
             let body = try await response.body.collect(upTo: 10 * 1024 * 1024)
             try await client.shutdown()
             return (Int(response.status.code), Array(body.readableBytesView))
