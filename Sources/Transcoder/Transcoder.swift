@@ -418,14 +418,9 @@ public struct Transcoder: Sendable {
         var pendingStart: Int64 = 0
         var handoff: PictureHandoff?
         func emitPending() throws {
-            if let handoff {
-                let (index, frame) = try handoff.nextFree()
-                try pending.withUnsafeBufferPointer { try scaler.convert($0, into: frame) }
-                handoff.submit(index, start: pendingStart)
-            } else {
-                try pending.withUnsafeBufferPointer { try scaler.convert($0, into: frames[0]) }
-                try picture(frames[0], pendingStart)
-            }
+            let (index, frame) = try handoff?.nextFree() ?? (0, frames[0])
+            try pending.withUnsafeBufferPointer { try scaler.convert($0, into: frame) }
+            if let handoff { handoff.submit(index, start: pendingStart) } else { try picture(frame, pendingStart) }
             pass.encodedFrames += 1
         }
         // Flattens the canvas band by band (16 rows), comparing each band with the pending picture: while

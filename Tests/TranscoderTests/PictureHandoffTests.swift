@@ -72,7 +72,6 @@ import Testing
     }
 
     struct EncoderFailed: Error, Equatable {}
-    struct PosterFailed: Error, Equatable {}
 
     /// The error the encoder throws is the pass's: nothing more is encoded after it, and the compositing side
     /// stops.
@@ -114,19 +113,21 @@ import Testing
         #expect(returned)
     }
 
-    /// An error on the compositing side (here the poster's, before any picture) ends the pass with that error.
-    @Test func aCompositingErrorEndsThePass() throws {
+    /// The encoder fails on the last picture, after the compositing side has handed everything over and asks
+    /// for no further picture: the pass still ends with that error, from `finish()`.
+    @Test func anEncoderErrorOnTheLastPictureEndsThePass() throws {
         let bytes = try Self.gif()
         let transcoder = Transcoder()
         var calls = 0
-        #expect(throws: PosterFailed.self) {
+        #expect(throws: EncoderFailed.self) {
             try bytes.withUnsafeBytes { bytes in
                 let plan = try transcoder.plan(bytes)
-                _ = try transcoder.composite(
-                    bytes, plan: plan, pipelined: true, first: { _, _, _ in throw PosterFailed() }
-                ) { _, _ in calls += 1 }
+                _ = try transcoder.composite(bytes, plan: plan, pipelined: true, first: { _, _, _ in }) { _, _ in
+                    calls += 1
+                    if calls == 7 { throw EncoderFailed() }
+                }
             }
         }
-        #expect(calls == 0)
+        #expect(calls == 7)
     }
 }
