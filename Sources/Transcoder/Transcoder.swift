@@ -26,9 +26,9 @@ public struct Transcoder: Sendable {
     @discardableResult
     public func convert(_ gif: [UInt8], directory: String, name: String) throws -> TranscodeMetadata {
         let base = URL(fileURLWithPath: directory).appendingPathComponent(name).path
-        let mp4Path = base + ".mp4"
-        let posterPath = base + ".jpg"
-        let metadataPath = base + ".json"
+        let mp4Path = base + "." + ObjectFiles.video.fileExtension
+        let posterPath = base + "." + ObjectFiles.poster.fileExtension
+        let metadataPath = base + "." + ObjectFiles.manifest.fileExtension
         let mp4Temporary = OutputFile.temporaryPath(for: mp4Path)
         var temporaries = [mp4Temporary]
         defer {

@@ -21,7 +21,7 @@ import Transcoder
             let first = try await harness.transcode(url: url)
             #expect(first.status == 200)
             let json = try first.json()
-            let key = try #require(json["key"] as? String)
+            let key = try #require(ObjectKey(json["key"] as? String ?? ""))
             let mp4Bytes = try #require(json["mp4Bytes"] as? Int)
             let cache = harness.services.cache
             let secret = cache.root + "/../secret-\(UUID().uuidString)"
@@ -48,7 +48,7 @@ import Transcoder
                 #expect(truncate(cache.objectPath(key, "jpg"), 10) == 0)
             case .shardSymlink:
                 // The whole shard directory swapped for a link to a copy elsewhere.
-                let shard = cache.objectsDirectory + "/" + key.prefix(2)
+                let shard = cache.objectsDirectory + "/" + key.shard
                 let moved = cache.root + "/../moved-\(UUID().uuidString)"
                 #expect(rename(shard, moved) == 0)
                 #expect(symlink(moved, shard) == 0)
@@ -71,7 +71,7 @@ import Transcoder
 
             // The next request is a miss that converts again, and the result is served whole.
             if tampering == .shardSymlink {
-                let shard = cache.objectsDirectory + "/" + key.prefix(2)
+                let shard = cache.objectsDirectory + "/" + key.shard
                 unlink(shard)
             }
             let again = try await harness.transcode(url: url)
@@ -93,7 +93,7 @@ import Transcoder
     @Test func startupIndexingSkipsLinks() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
-            let key = String(repeating: "ab", count: 32)
+            let key = ObjectKey(String(repeating: "ab", count: 32))!
             let shard = cache.objectsDirectory + "/ab"
             try FileManager.default.createDirectory(atPath: shard, withIntermediateDirectories: true)
             #expect(symlink("/etc/hostname", shard + "/\(key).json") == 0)
@@ -130,7 +130,7 @@ import Transcoder
             try check.run()  // exit 0: nothing damaged is left
             #expect(!cache.contains(keys[0]) && cache.contains(keys[1]))
             let quarantined = try FileManager.default.contentsOfDirectory(atPath: directory + "/quarantine")
-            #expect(quarantined.filter { $0.hasPrefix(keys[0]) }.count == 3, "\(quarantined)")
+            #expect(quarantined.filter { $0.hasPrefix(keys[0].rawValue) }.count == 3, "\(quarantined)")
         }
     }
 }

@@ -40,7 +40,7 @@ import Transcoder
             let clock = Mutex(start)
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30, now: { clock.withLock { $0 } })
             let gif = try corpusBytes("loop_1.gif")
-            let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+            let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
             _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
             func written() throws -> TimeInterval {
                 let attributes = try FileManager.default.attributesOfItem(atPath: cache.objectPath(key, "json"))
@@ -84,7 +84,9 @@ import Transcoder
     @Test func tombstonesAreSeenAtOnceFromEitherSide() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
-            let (first, second) = (String(repeating: "a", count: 64), String(repeating: "b", count: 64))
+            let (first, second) = (
+                ObjectKey(String(repeating: "a", count: 64))!, ObjectKey(String(repeating: "b", count: 64))!
+            )
             // A directory changed in the last two seconds is not read: its times cannot tell a change yet.
             #expect(!cache.isBuried(.object(first)))
             #expect(cache.tombstoneNames.withLock { $0 == nil })
@@ -96,14 +98,15 @@ import Transcoder
             #expect(cache.isBuried(.object(first)))
             #expect(!cache.isBuried(.object(second)))
             // Another process: a file put there, then removed.
-            let path = cache.tombstonesDirectory + "/" + DiskCache.Tombstone.gif(second).fileName
+            let path =
+                cache.tombstonesDirectory + "/" + DiskCache.Tombstone.gif(ContentDigest(second.rawValue)!).fileName
             #expect(FileManager.default.createFile(atPath: path, contents: Data("{}".utf8)))
-            #expect(cache.isBuried(.object(second), .gif(second)))
+            #expect(cache.isBuried(.object(second), .gif(ContentDigest(second.rawValue)!)))
             try await Task.sleep(for: .milliseconds(2100))
-            #expect(cache.isBuried(.gif(second)))
+            #expect(cache.isBuried(.gif(ContentDigest(second.rawValue)!)))
             #expect(cache.tombstoneNames.withLock { $0?.names.count == 2 })
             try FileManager.default.removeItem(atPath: path)
-            #expect(!cache.isBuried(.gif(second)))
+            #expect(!cache.isBuried(.gif(ContentDigest(second.rawValue)!)))
             #expect(cache.isBuried(.object(first)))
         }
     }
@@ -114,8 +117,8 @@ import Transcoder
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
             let keys = try Self.store(["loop_1.gif", "cartoon_hotdog.gif"], in: cache)
-            let urlKey = DiskCache.urlKey(
-                normalizedURL: DiskCache.normalize(URL(string: "https://example.com/a.gif")!),
+            let urlKey = URLKey(
+                NormalizedURL(URL(string: "https://example.com/a.gif")!),
                 options: TranscodeOptions())
             try cache.link(urlKey: urlKey, to: keys[0])
             #expect(cache.freshLink(urlKey: urlKey)?.key == keys[0])
@@ -131,10 +134,10 @@ import Transcoder
     }
 
     /// Converts these corpus GIFs into `cache` with the default options; their keys.
-    static func store(_ names: [String], in cache: DiskCache) throws -> [String] {
+    static func store(_ names: [String], in cache: DiskCache) throws -> [ObjectKey] {
         try names.map { name in
             let gif = try corpusBytes(name)
-            let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+            let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
             _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
             return key
         }
@@ -144,19 +147,20 @@ import Transcoder
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
             let gif = try corpusBytes("loop_1.gif")
-            let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+            let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
             _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
             let url = URL(string: "https://Example.com:443/a/loop.gif#frag")!
-            let urlKey = DiskCache.urlKey(normalizedURL: DiskCache.normalize(url), options: TranscodeOptions())
+            let urlKey = URLKey(NormalizedURL(url), options: TranscodeOptions())
             try cache.link(urlKey: urlKey, to: key)
             let reopened = try DiskCache(root: directory, maxBytes: 1 << 30)
             #expect(reopened.lookup(urlKey: urlKey) == key)
-            let same = DiskCache.urlKey(
-                normalizedURL: DiskCache.normalize(URL(string: "https://example.com/a/loop.gif")!),
+            let same = URLKey(
+                NormalizedURL(URL(string: "https://example.com/a/loop.gif")!),
                 options: TranscodeOptions())
             #expect(same == urlKey)
-            let target = try FileManager.default.destinationOfSymbolicLink(atPath: directory + "/urls/" + urlKey)
-            #expect(target == "../objects/\(key.prefix(2))/\(key).json")
+            let target = try FileManager.default.destinationOfSymbolicLink(
+                atPath: directory + "/urls/" + urlKey.rawValue)
+            #expect(target == "../objects/\(key.shard)/\(key).json")
         }
     }
 
@@ -166,8 +170,8 @@ import Transcoder
             let cache = directory + "/cache"
             let fileManager = FileManager.default
             let orphan = String(repeating: "ab", count: 32)
-            let dangling = String(repeating: "cd", count: 32)
-            let malformed = String(repeating: "ef", count: 32)
+            let dangling = URLKey(String(repeating: "cd", count: 32))!
+            let malformed = URLKey(String(repeating: "ef", count: 32))!
             try fileManager.createDirectory(atPath: cache + "/objects/ab", withIntermediateDirectories: true)
             try fileManager.createDirectory(atPath: cache + "/urls", withIntermediateDirectories: true)
             try fileManager.createDirectory(atPath: cache + "/tmp", withIntermediateDirectories: true)
@@ -202,9 +206,9 @@ import Transcoder
         try withTemporaryDirectorySync { directory in
             // A cap no object fits under: only the object just stored, and objects being served, stay.
             let cache = try DiskCache(root: directory, maxBytes: 1)
-            func store(_ name: String) throws -> String {
+            func store(_ name: String) throws -> ObjectKey {
                 let gif = try corpusBytes(name)
-                let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
+                let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
                 _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
                 return key
             }
@@ -235,6 +239,6 @@ import Transcoder
         ("../" + String(repeating: "a", count: 61), false), ("", false),
     ])
     func keyShape(text: String, valid: Bool) {
-        #expect(DiskCache.isValidKey(text) == valid)
+        #expect((ObjectKey(text) != nil) == valid)
     }
 }

@@ -194,9 +194,9 @@ import Testing
                 // would have if the port had not changed.
                 let url = harness.originURL("/corpus/loop_1.gif")
                 let options = harness.services.configuration.transcodeOptions
-                let key = DiskCache.contentKey(gif: try corpusBytes("loop_1.gif"), options: options)
+                let key = ObjectKey.derive(source: try corpusBytes("loop_1.gif"), options: options).key
                 #expect(harness.services.cache.contains(key))
-                let urlKey = DiskCache.urlKey(normalizedURL: DiskCache.normalize(URL(string: url)!), options: options)
+                let urlKey = URLKey(NormalizedURL(URL(string: url)!), options: options)
                 try harness.services.cache.link(urlKey: urlKey, to: key)
                 let before = harness.origin.total
 

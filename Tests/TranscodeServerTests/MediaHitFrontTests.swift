@@ -289,7 +289,7 @@ import Testing
             $0.idleTimeoutSeconds = 2
         }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
-            let key = try #require(try reply.json()["key"] as? String)
+            let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             #expect(try await harness.request(.GET, "/media/\(key).json").status == 200)
             let ahead = try await MediaHitHandlerTests.answersAhead(harness)
             let socket = try RawSocket(port: harness.appPort)
@@ -512,7 +512,7 @@ import Testing
     @Test func aWholeLargeFileIsSentFromTheFileAfterItsFirstRead() async throws {
         try await withHarness { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
-            let key = try #require(try reply.json()["key"] as? String)
+            let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             let file = [UInt8](
                 try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
             try #require(file.count > DiskCache.smallFileLimit)

@@ -143,11 +143,11 @@ import Testing
 
     /// Converts the corpus's cartoon_hotdog.gif and reads each of its files once (which keeps them in memory).
     static func withWarmObject(
-        logger: Logger? = nil, _ body: @Sendable (Harness, String) async throws -> Void
+        logger: Logger? = nil, _ body: @Sendable (Harness, ObjectKey) async throws -> Void
     ) async throws {
         try await withHarness(logger: logger, configure: { $0.logLevel = .info }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
-            let key = try #require(try reply.json()["key"] as? String)
+            let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             for ext in ["mp4", "jpg", "json"] {
                 #expect(try await harness.request(.GET, "/media/\(key).\(ext)").status == 200)
             }
@@ -160,11 +160,11 @@ import Testing
     /// MP4's bytes.
     static func withLargeFileKept(
         configure: (inout ServerConfiguration) -> Void = { _ in },
-        _ body: @Sendable (Harness, String, [UInt8]) async throws -> Void
+        _ body: @Sendable (Harness, ObjectKey, [UInt8]) async throws -> Void
     ) async throws {
         try await withHarness(configure: configure) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
-            let key = try #require(try reply.json()["key"] as? String)
+            let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             let file = [UInt8](
                 try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
             try #require(file.count > DiskCache.smallFileLimit)
@@ -411,7 +411,7 @@ import Testing
             let converted = try #require(
                 try JSONSerialization.jsonObject(with: Data(answers[1].body)) as? [String: Any])
             #expect(converted["key"] as? String != nil, "the upload's answer must come second")
-            #expect(converted["key"] as? String != key)
+            #expect(converted["key"] as? String != key.rawValue)
             #expect(answers[2].body == stored)
             #expect(String(decoding: answers[3].body, as: UTF8.self).hasPrefix("ok"))
             #expect(answers[4].body == stored && answers[5].body == stored)

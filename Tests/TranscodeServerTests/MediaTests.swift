@@ -39,10 +39,10 @@ import Testing
 }
 
 @Suite struct MediaTests {
-    private func withObject(_ body: @Sendable (Harness, String, [UInt8]) async throws -> Void) async throws {
+    private func withObject(_ body: @Sendable (Harness, ObjectKey, [UInt8]) async throws -> Void) async throws {
         try await withHarness { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
-            let key = try #require(try reply.json()["key"] as? String)
+            let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             let mp4 = try await harness.request(.GET, "/media/\(key).mp4")
             try await body(harness, key, mp4.body)
         }
@@ -162,7 +162,8 @@ import Testing
     @Test func keysAreValidatedBeforeTheDiskIsTouched() async throws {
         try await self.withObject { harness, key, _ in
             for path in [
-                "/media/\(key.uppercased()).mp4", "/media/\(key.dropLast()).mp4", "/media/\(key)0.mp4",
+                "/media/\(key.rawValue.uppercased()).mp4", "/media/\(key.rawValue.dropLast()).mp4",
+                "/media/\(key)0.mp4",
                 "/media/\(key).gif", "/media/\(key).mp4.json", "/media/..%2F..%2Fetc%2Fpasswd",
                 "/media/%2e%2e/urls", "/media/\(String(repeating: "0", count: 64)).mp4", "/media/\(key)",
             ] {

@@ -367,7 +367,7 @@ final class RawSocket: Sendable {
     @Test func aFullDiskIs507() {
         let error = ServiceError(TranscodeError(.insufficientStorage, "the disk is full"))
         #expect(error.status.code == 507)
-        #expect(error.code == "insufficient-storage")
+        #expect(error.code == .insufficientStorage)
         #expect(error.retryAfterSeconds != nil)
     }
 }

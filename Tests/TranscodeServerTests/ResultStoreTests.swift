@@ -9,10 +9,10 @@ import Transcoder
 /// `S3StoreTests`.
 enum ResultStoreContract {
     /// A real object: `loop_1.gif` converted into `directory`. - Returns: its key and metadata.
-    static func makeObject(in directory: String) throws -> (key: String, metadata: TranscodeMetadata) {
+    static func makeObject(in directory: String) throws -> (key: ObjectKey, metadata: TranscodeMetadata) {
         let gif = try corpusBytes("loop_1.gif")
-        let key = DiskCache.contentKey(gif: gif, options: TranscodeOptions())
-        let metadata = try Transcoder().convert(gif, directory: directory, name: key)
+        let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
+        let metadata = try Transcoder().convert(gif, directory: directory, name: key.rawValue)
         return (key, metadata)
     }
 
@@ -37,8 +37,7 @@ enum ResultStoreContract {
         #expect(FileManager.default.contents(atPath: "\(back)/\(key).mp4") == video)
         #expect(FileManager.default.contents(atPath: "\(back)/\(key).jpg")?.count == metadata.posterBytes)
 
-        let urlKey = DiskCache.urlKey(
-            normalizedURL: "https://example.com/a.gif", options: TranscodeOptions())
+        let urlKey = URLKey(NormalizedURL(normalized: "https://example.com/a.gif"), options: TranscodeOptions())
         #expect(try await store.link(urlKey: urlKey) == nil)
         let source = DiskCache.SourceRecord(
             url: "https://example.com/a.gif", etag: "\"v1\"", lastModified: nil, validatedAt: 1_700_000_000)
@@ -47,7 +46,7 @@ enum ResultStoreContract {
         try await store.deleteLink(urlKey: urlKey)
         #expect(try await store.link(urlKey: urlKey) == nil)
 
-        let tombstone = DiskCache.Tombstone.gif(String(repeating: "7", count: 64))
+        let tombstone = DiskCache.Tombstone.gif(try #require(ContentDigest(String(repeating: "7", count: 64))))
         #expect(try await store.isBuried([tombstone]) == false)
         try await store.bury([tombstone], reason: "test")
         #expect(try await store.isBuried([.object(key), tombstone]))
@@ -69,7 +68,7 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
         self.failures = failures
     }
 
-    func putObject(_ key: String, from directory: String) async throws {
+    func putObject(_ key: ObjectKey, from directory: String) async throws {
         let fail = self.lock.withLock {
             self.failures -= 1
             return self.failures >= 0
@@ -78,14 +77,14 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
         try await self.inner.putObject(key, from: directory)
     }
 
-    func metadata(_ key: String) async throws -> TranscodeMetadata? { try await self.inner.metadata(key) }
-    func getObject(_ key: String, into directory: String) async throws -> TranscodeMetadata? {
+    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { try await self.inner.metadata(key) }
+    func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
         try await self.inner.getObject(key, into: directory)
     }
-    func deleteObject(_ key: String) async throws -> Bool { try await self.inner.deleteObject(key) }
-    func link(urlKey: String) async throws -> ResultLink? { try await self.inner.link(urlKey: urlKey) }
-    func putLink(urlKey: String, _ link: ResultLink) async throws { try await self.inner.putLink(urlKey: urlKey, link) }
-    func deleteLink(urlKey: String) async throws { try await self.inner.deleteLink(urlKey: urlKey) }
+    func deleteObject(_ key: ObjectKey) async throws -> Bool { try await self.inner.deleteObject(key) }
+    func link(urlKey: URLKey) async throws -> ResultLink? { try await self.inner.link(urlKey: urlKey) }
+    func putLink(urlKey: URLKey, _ link: ResultLink) async throws { try await self.inner.putLink(urlKey: urlKey, link) }
+    func deleteLink(urlKey: URLKey) async throws { try await self.inner.deleteLink(urlKey: urlKey) }
     func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
         try await self.inner.isBuried(tombstones)
     }
@@ -104,7 +103,7 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
             final class Copying: ResultStore, @unchecked Sendable {
                 let disk: DiskCache
                 init(_ disk: DiskCache) { self.disk = disk }
-                func putObject(_ key: String, from directory: String) async throws {
+                func putObject(_ key: ObjectKey, from directory: String) async throws {
                     let staging = self.disk.temporaryDirectory + "/put-\(UUID().uuidString)"
                     try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
                     defer { try? FileManager.default.removeItem(atPath: staging) }
@@ -114,16 +113,16 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
                     }
                     try await self.disk.putObject(key, from: staging)
                 }
-                func metadata(_ key: String) async throws -> TranscodeMetadata? { self.disk.metadata(key) }
-                func getObject(_ key: String, into directory: String) async throws -> TranscodeMetadata? {
+                func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { self.disk.metadata(key) }
+                func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
                     try await self.disk.getObject(key, into: directory)
                 }
-                func deleteObject(_ key: String) async throws -> Bool { self.disk.remove(key) }
-                func link(urlKey: String) async throws -> ResultLink? { try await self.disk.link(urlKey: urlKey) }
-                func putLink(urlKey: String, _ link: ResultLink) async throws {
+                func deleteObject(_ key: ObjectKey) async throws -> Bool { self.disk.remove(key) }
+                func link(urlKey: URLKey) async throws -> ResultLink? { try await self.disk.link(urlKey: urlKey) }
+                func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
                     try await self.disk.putLink(urlKey: urlKey, link)
                 }
-                func deleteLink(urlKey: String) async throws { try await self.disk.deleteLink(urlKey: urlKey) }
+                func deleteLink(urlKey: URLKey) async throws { try await self.disk.deleteLink(urlKey: urlKey) }
                 func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
                     try await self.disk.isBuried(tombstones)
                 }
@@ -135,7 +134,7 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
             let store = FailingPuts(Copying(sharedDisk), failures: 1)
             try await withHarness(sharedStore: store) { harness in
                 let gif = try corpusBytes("loop_1.gif")
-                let key = DiskCache.contentKey(gif: gif, options: harness.services.configuration.transcodeOptions)
+                let key = ObjectKey.derive(source: gif, options: harness.services.configuration.transcodeOptions).key
                 let first = try await harness.upload(gif)
                 #expect(first.status == 503)
                 #expect(first.errorCode == "storage-unavailable")

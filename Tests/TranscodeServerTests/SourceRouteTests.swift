@@ -219,7 +219,8 @@ import Transcoder
             // Past the grace (last validated more than TTL + grace ago): the origin's error.
             var record = try #require(cache.sourceRecord(urlKey: urlKey))
             record.validatedAt = Date().timeIntervalSince1970 - 3600 - 7200 - 10
-            let key = String(try #require(first.headers.first(name: "ETag")).dropFirst().prefix(64))
+            let etag = try #require(first.headers.first(name: "ETag"))
+            let key = try #require(ObjectKey(etag.dropFirst().prefix(64)))
             try cache.writeSource(record, urlKey: urlKey, key: key)
             cache.renewLink(urlKey: urlKey, age: 3700)
             let late = try await harness.request(.GET, Self.signed(url))
@@ -246,14 +247,15 @@ import Transcoder
         try await withSigningHarness { harness in
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")
             let first = try await harness.request(.GET, Self.signed(url))
-            let key = String(try #require(first.headers.first(name: "ETag")).dropFirst().prefix(64))
+            let etag = try #require(first.headers.first(name: "ETag"))
+            let key = try #require(ObjectKey(etag.dropFirst().prefix(64)))
             let cache = harness.services.cache
             #expect(FileManager.default.fileExists(atPath: cache.objectPath(key, "mp4")))
 
             #expect(try await harness.request(.DELETE, "/v1/objects/\(key)").status == 401)
             let purged = try await harness.request(.DELETE, "/v1/objects/\(key)", headers: self.auth)
             #expect(purged.status == 200, "\(purged.text)")
-            #expect(try purged.json()["objects"] as? [String] == [key])
+            #expect(try purged.json()["objects"] as? [String] == [key.rawValue])
             for fileExtension in ["mp4", "jpg", "json"] {
                 #expect(!FileManager.default.fileExists(atPath: cache.objectPath(key, fileExtension)))
             }
@@ -265,7 +267,7 @@ import Transcoder
             let takedown = try await harness.request(
                 .DELETE, "/v1/sources?url=\(encoded)&takedown=true&reason=dmca-123", headers: self.auth)
             #expect(takedown.status == 200, "\(takedown.text)")
-            #expect(try takedown.json()["objects"] as? [String] == [key])
+            #expect(try takedown.json()["objects"] as? [String] == [key.rawValue])
             #expect(try takedown.json()["links"] as? Int == 1)
             #expect(!FileManager.default.fileExists(atPath: cache.objectPath(key, "mp4")))
 
@@ -300,7 +302,7 @@ import Transcoder
         try await withSigningHarness { harness in
             let gif = try corpusBytes("cartoon_hotdog.gif")
             let first = try await harness.upload(gif, headers: self.auth)
-            let key = try #require(try first.json()["key"] as? String)
+            let key = try #require(ObjectKey(try first.json()["key"] as? String ?? ""))
             // Rewrite the metadata as an older version wrote it: no source hash under either name.
             let path = harness.services.cache.objectPath(key, "json")
             var metadata = try #require(
@@ -348,7 +350,8 @@ import Transcoder
             let whole = try await harness.request(.GET, Self.signed(url))
             #expect(whole.status == 200)
             #expect(whole.body.count > 2 * MediaController<AppRequestContext>.chunkLength, "too small to stream")
-            let key = String(try #require(whole.headers.first(name: "ETag")).dropFirst().prefix(64))
+            let etag = try #require(whole.headers.first(name: "ETag"))
+            let key = try #require(ObjectKey(etag.dropFirst().prefix(64)))
 
             let media = MediaController<AppRequestContext>(cache: harness.services.cache, bytesServed: { _ in })
             let request = Request(
@@ -373,7 +376,8 @@ import Transcoder
         try await withSigningHarness { harness in
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")
             let first = try await harness.request(.GET, Self.signed(url))
-            let key = String(try #require(first.headers.first(name: "ETag")).dropFirst().prefix(64))
+            let etag = try #require(first.headers.first(name: "ETag"))
+            let key = try #require(ObjectKey(etag.dropFirst().prefix(64)))
             let run = try await runProcess(
                 binary,
                 [
@@ -383,7 +387,7 @@ import Transcoder
             #expect(run.status == 0, "\(run.stderr)")
             let report = try #require(
                 try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any], "\(run.stdout)")
-            #expect(report["objects"] as? [String] == [key])
+            #expect(report["objects"] as? [String] == [key.rawValue])
             #expect((report["tombstones"] as? [String])?.contains("object-\(key)") == true)
             #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objectPath(key, "mp4")))
             #expect(try await harness.request(.GET, Self.signed(url)).status == 451)
@@ -418,7 +422,7 @@ import Transcoder
             #expect(posted.headers.first(name: "Access-Control-Allow-Origin") == "https://cms.example.com")
             // Exposed on the answer itself, where a page reads them (not only on the preflight).
             #expect(posted.headers.first(name: "Access-Control-Expose-Headers")?.contains("X-Cache") == true)
-            let key = try #require(try posted.json()["key"] as? String)
+            let key = try #require(ObjectKey(try posted.json()["key"] as? String ?? ""))
             for path in ["/media/\(key).mp4", Self.signed(url), "/v1/bad/" + SourcePath(sourceURL: url).path] {
                 let reply = try await harness.request(.GET, path, headers: [("Origin", "https://anyone.example")])
                 #expect(reply.headers.first(name: "Access-Control-Allow-Origin") == "*", "\(path)")
@@ -445,7 +449,7 @@ import Transcoder
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")
             let reply = try await harness.transcode(url: url, headers: self.auth)
             let json = try reply.json()
-            let key = try #require(json["key"] as? String)
+            let key = try #require(ObjectKey(json["key"] as? String ?? ""))
             #expect(json["mp4"] as? String == "\(base)/media/\(key).mp4")
             #expect(json["poster"] as? String == "\(base)/media/\(key).jpg")
             #expect(json["metadata"] as? String == "\(base)/media/\(key).json")

@@ -10,7 +10,7 @@ import Testing
             #expect(reply.status == 200, "\(reply.text)")
             let json = try reply.json()
             let key = try #require(json["key"] as? String)
-            #expect(DiskCache.isValidKey(key))
+            #expect(ObjectKey(key) != nil)
             #expect(json["mp4"] as? String == "/media/\(key).mp4")
             #expect(json["poster"] as? String == "/media/\(key).jpg")
             #expect(json["metadata"] as? String == "/media/\(key).json")

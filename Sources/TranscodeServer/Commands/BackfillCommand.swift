@@ -70,7 +70,7 @@ struct BackfillCommand: AsyncParsableCommand {
         guard !urls.isEmpty else { throw ValidationError("\(self.file) has no URLs") }
         let statePath = self.state ?? self.file + ".backfill.json"
         let server = self.server.hasSuffix("/") ? String(self.server.dropLast()) : self.server
-        let fingerprint = DiskCache.hex(
+        let fingerprint = HexDigest.encode(
             SHA256.hash(data: Array((urls + ["chunk \(self.chunk)"]).joined(separator: "\n").utf8)))
         var state = State(server: server, total: urls.count, fingerprint: fingerprint)
         if let data = FileManager.default.contents(atPath: statePath) {

@@ -85,7 +85,7 @@ struct CacheCommand: ParsableCommand {
 
         func validate() throws {
             guard !self.keys.isEmpty || !self.url.isEmpty else { throw ValidationError("give keys or --url") }
-            for key in self.keys where !DiskCache.isValidKey(key) {
+            for key in self.keys where ObjectKey(key) == nil {
                 throw ValidationError("\(key) is not an object key (64 lowercase hex digits)")
             }
             for url in self.url {
@@ -103,10 +103,11 @@ struct CacheCommand: ParsableCommand {
             let cache = try DiskCache(root: self.cacheDirectory, maxBytes: .max, cleanUp: false)
             let reason = self.takedown ? self.reason : nil
             var reports: [DiskCache.PurgeReport] = []
-            for key in self.keys { reports.append(try cache.purge(key: key, takedown: reason)) }
+            for key in self.keys.compactMap(ObjectKey.init(rawValue:)) {
+                reports.append(try cache.purge(key: key, takedown: reason))
+            }
             for url in self.url {
-                let normalized = DiskCache.normalize(try Downloader.validate(url))
-                reports.append(try cache.purge(normalizedURL: normalized, takedown: reason))
+                reports.append(try cache.purge(url: NormalizedURL(try Downloader.validate(url)), takedown: reason))
             }
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys]

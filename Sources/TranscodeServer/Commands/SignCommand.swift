@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Transcoder
 
 /// `transcode-server sign URL [--option bg:000000] [--extension jpg]`: prints the signed `GET /v1/...` path
 /// of a GIF's URL, with the keys of the configuration the server reads.
@@ -20,7 +21,7 @@ struct SignCommand: AsyncParsableCommand {
     var options: [String] = []
 
     @Option(name: .customLong("extension"), help: "mp4 (the video), jpg (the poster) or json (the metadata).")
-    var fileExtension = "mp4"
+    var fileExtension = ObjectFiles.video.fileExtension
 
     @Option(name: .long, help: "JSON configuration file (default: config/transcode-server.json if present).")
     var config: String?

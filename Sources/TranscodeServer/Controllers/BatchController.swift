@@ -28,7 +28,7 @@ struct BatchController<Context: RequestContext>: Sendable {
     @Sendable func create(_ request: Request, context: Context) async throws -> Response {
         guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("application/json") else {
             throw ServiceError(
-                "unsupported-media-type", .unsupportedMediaType,
+                .unsupportedMediaType,
                 #"send JSON (application/json): {"urls": ["https://..."], "callbackURL": "https://..."}"#)
         }
         let buffer = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
@@ -45,8 +45,8 @@ struct BatchController<Context: RequestContext>: Sendable {
         guard !body.urls.isEmpty else { throw ServiceError.badRequest("urls is empty") }
         guard body.urls.count <= self.maxURLs else {
             throw ServiceError(
-                "too-many-urls", .contentTooLarge,
-                "\(body.urls.count) URLs; a batch takes at most \(self.maxURLs) (batch.maxURLs): split the list")
+                .tooManyURLs,
+                "\(body.urls.count) URLs; a batch takes at most \(self.maxURLs) (batch.maxUrls): split the list")
         }
         _ = try TranscodeController<Context>.background(body.background)
         if let callback = body.callbackURL { _ = try await self.webhooks.validate(callback) }

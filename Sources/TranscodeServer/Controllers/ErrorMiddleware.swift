@@ -15,7 +15,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch {
             let failure = Self.serviceError(error)
-            self.metrics.error(code: failure.code)
+            self.metrics.error(code: failure.code.rawValue)
             if failure.status == .internalServerError {
                 context.logger.error(
                     "request failed", metadata: ["error.code": "\(failure.code)", "error": "\(error)"])
@@ -29,11 +29,9 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             switch error.status {
             case .notFound: return .notFound(error.body ?? "no such resource")
             case .contentTooLarge: return .tooLarge(error.body ?? "the request body is too large")
-            case .methodNotAllowed: return ServiceError("method-not-allowed", .methodNotAllowed, "method not allowed")
+            case .methodNotAllowed: return ServiceError(.methodNotAllowed, "method not allowed")
             default:
-                return ServiceError(
-                    error.status.code < 500 ? "bad-request" : "internal", error.status,
-                    error.body ?? error.status.reasonPhrase)
+                return .framework(error.status, error.body ?? error.status.reasonPhrase)
             }
         }
         return ServiceError.from(error)
@@ -56,14 +54,15 @@ extension ServiceError {
     func response() -> Response {
         // Never cached: a 504 or a 429 cached for a year by a CDN is an outage (imgproxy #1677).
         var headers: HTTPFields = [
-            .contentType: "application/json; charset=utf-8", Self.errorCodeField: self.code, .cacheControl: "no-store",
+            .contentType: "application/json; charset=utf-8", Self.errorCodeField: self.code.rawValue,
+            .cacheControl: "no-store",
         ]
         if let retryAfter = self.retryAfterSeconds {
             headers[.retryAfter] = String(retryAfter)
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        let data = (try? encoder.encode(Body(error: .init(code: self.code, message: self.message)))) ?? Data()
+        let data = (try? encoder.encode(Body(error: .init(code: self.code.rawValue, message: self.message)))) ?? Data()
         return Response(status: self.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 }

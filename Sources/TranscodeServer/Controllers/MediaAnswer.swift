@@ -1,4 +1,5 @@
 import HTTPTypes
+import Transcoder
 
 /// What is answered for one stored file of `size` bytes, before any byte is read: status, headers (ETag,
 /// `304`, byte ranges, `If-Range`) and which bytes to send. Shared by the `/media` route, `GET /v1/...` and
@@ -17,23 +18,20 @@ struct MediaAnswer {
 
     private static let contentTypeOptions = HTTPField.Name("X-Content-Type-Options")!
 
-    /// The content type of each file of an object, by extension.
-    static let contentTypes = ["mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json; charset=utf-8"]
-
     /// A stored file's name, `<64 hex>.<mp4|jpg|json>`: its key is checked before anything touches the disk.
     struct File {
-        let key: String
+        let key: ObjectKey
         let fileExtension: String
         let contentType: String
 
         init?(name: Substring) {
             // By UTF-8 code units: a cache hit reads this, and Character indexing was a visible part of its cost.
-            guard let dot = name.utf8.firstIndex(of: UInt8(ascii: ".")), DiskCache.isValidKey(name[..<dot]) else {
+            guard let dot = name.utf8.firstIndex(of: UInt8(ascii: ".")), let key = ObjectKey(name[..<dot]) else {
                 return nil
             }
             let fileExtension = String(name[name.utf8.index(after: dot)...])
-            guard let contentType = MediaAnswer.contentTypes[fileExtension] else { return nil }
-            self.key = String(name[..<dot])
+            guard let contentType = OutputFormat.withExtension(fileExtension)?.mediaType else { return nil }
+            self.key = key
             self.fileExtension = fileExtension
             self.contentType = contentType
         }
@@ -44,7 +42,7 @@ struct MediaAnswer {
 
     /// The answer to a request with these fields (`request`, as the router has them).
     init(
-        key: String, fileExtension: String, contentType: String, size: Int, request: HTTPFields, cacheControl: String
+        key: ObjectKey, fileExtension: String, contentType: String, size: Int, request: HTTPFields, cacheControl: String
     ) {
         self.init(
             key: key, fileExtension: fileExtension, contentType: contentType, size: size,
@@ -54,7 +52,7 @@ struct MediaAnswer {
 
     /// The answer to a request whose `Range`, `If-Range` and `If-None-Match` are these.
     init(
-        key: String, fileExtension: String, contentType: String, size: Int, range: String?, ifRange: String?,
+        key: ObjectKey, fileExtension: String, contentType: String, size: Int, range: String?, ifRange: String?,
         ifNoneMatch: String?, cacheControl: String
     ) {
         let etag = "\"\(key).\(fileExtension)\""

@@ -52,7 +52,7 @@ struct MediaController<Context: RequestContext>: Sendable {
     /// - Parameter checked: the object, when the caller has just checked its files
     ///   (`DiskCache.verifiedObject`) and its tombstones (`DiskCache.checkNotTakenDown`): not checked again.
     func respond(
-        key: String, fileExtension: String, contentType: String, request: Request, includeBody: Bool,
+        key: ObjectKey, fileExtension: String, contentType: String, request: Request, includeBody: Bool,
         cacheControl: String, checked: DiskCache.CheckedObject? = nil
     ) async throws -> Response {
         guard self.cache.beginServing(key) else {
@@ -128,7 +128,8 @@ struct MediaController<Context: RequestContext>: Sendable {
 
     /// The bytes of `file` kept in memory (`DiskCache.keptLength`: all of a small file, the head of a larger
     /// one), read on the I/O pool and kept the first time.
-    private func keptBytes(_ file: DiskCache.OpenFile, key: String, fileExtension: String) async throws -> ByteBuffer {
+    private func keptBytes(_ file: DiskCache.OpenFile, key: ObjectKey, fileExtension: String) async throws -> ByteBuffer
+    {
         if let kept = self.cache.cachedBytes(file, key: key, fileExtension: fileExtension) { return kept }
         let keptLength = DiskCache.keptLength(ofFileOfSize: file.size)
         let kept = try await NIOThreadPool.singleton.runIfActive {
@@ -161,7 +162,7 @@ extension MediaController {
     /// An object the local disk lacks, in a fleet: a 302 to a presigned URL of the shared store
     /// (`storage.s3.serve: redirect`), or the object pulled onto the local disk and served from there.
     fileprivate func respondFromShared(
-        _ shared: SharedResults, key: String, fileExtension: String, contentType: String, request: Request,
+        _ shared: SharedResults, key: ObjectKey, fileExtension: String, contentType: String, request: Request,
         includeBody: Bool, cacheControl: String
     ) async throws -> Response {
         if let redirect = shared.redirect {

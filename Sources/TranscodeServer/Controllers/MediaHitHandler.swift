@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import NIOHTTPTypes
 import Synchronization
+import Transcoder
 
 #if canImport(Glibc)
     import Glibc
@@ -272,7 +273,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     {
         let started = ContinuousClock.now
         let cache = self.source.cache
-        let key: String
+        let key: ObjectKey
         let fileExtension: String
         let cacheControl: String
         let route: String
@@ -290,7 +291,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 (found, target.source.fileExtension, signed.cacheControl, "/v1/**")
             tombstones = [.source(target.keys.sourceHash)]
         }
-        guard let contentType = MediaAnswer.contentTypes[fileExtension],
+        guard let contentType = OutputFormat.withExtension(fileExtension)?.mediaType,
             let (metadata, identity, kept) = cache.memoryHit(key, fileExtension: fileExtension),
             (try? cache.checkNotTakenDown(key: key, metadata: metadata, also: tombstones)) != nil,
             self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true

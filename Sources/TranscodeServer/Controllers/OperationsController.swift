@@ -11,14 +11,13 @@ struct OperationsController<Context: RequestContext>: Sendable {
         router.get("readyz") { _, _ in
             guard self.services.pool.isAccepting else { throw ServiceError.shuttingDown }
             guard self.services.cache.isWritable else {
-                throw ServiceError("cache-not-writable", .serviceUnavailable, "the cache directory is not writable")
+                throw ServiceError.notReady(.cacheNotWritable, "the cache directory is not writable")
             }
             // Checked on every probe, so readiness comes back by itself once space is freed.
             let floor = self.services.configuration.cacheMinFreeBytes
             if let free = self.services.cache.freeBytes, free < floor {
-                throw ServiceError(
-                    "insufficient-storage", .serviceUnavailable,
-                    "\(free) bytes free on the cache's file system; the floor is \(floor)", retryAfterSeconds: 60)
+                throw ServiceError.notReady(
+                    .insufficientStorage, "\(free) bytes free on the cache's file system; the floor is \(floor)")
             }
             return Self.text("ready\n")
         }

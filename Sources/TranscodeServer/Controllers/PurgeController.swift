@@ -19,8 +19,7 @@ struct PurgeController<Context: RequestContext>: Sendable {
     }
 
     @Sendable func purgeObject(_ request: Request, context: Context) async throws -> Response {
-        let key = try context.parameters.require("key")
-        guard DiskCache.isValidKey(key) else {
+        guard let key = ObjectKey(try context.parameters.require("key")) else {
             throw ServiceError.badRequest("an object key is 64 lowercase hex digits")
         }
         let reason = try Self.takedownReason(request, allowed: [])
@@ -36,14 +35,15 @@ struct PurgeController<Context: RequestContext>: Sendable {
         guard let text = request.uri.queryParameters.get("url") else {
             throw ServiceError.badRequest("give the source URL: DELETE /v1/sources?url=...")
         }
-        let normalized = DiskCache.normalize(try Downloader.validate(text))
-        var report = try self.cache.purge(normalizedURL: normalized, takedown: reason)
+        let normalized = NormalizedURL(try Downloader.validate(text))
+        var report = try self.cache.purge(url: normalized, takedown: reason)
         if let shared = self.service.shared {
             // The links this node knew of, and the default options' link, which any node may have made.
-            let defaultLink = DiskCache.urlKey(normalizedURL: normalized, options: self.service.defaultOptions)
+            let defaultLink = URLKey(normalized, options: self.service.defaultOptions)
             try await shared.purge(
-                objects: report.objects, links: Array(Set(report.linkKeys + [defaultLink])).sorted(),
-                source: DiskCache.sourceHash(normalizedURL: normalized), takedown: reason, into: &report)
+                objects: report.objects,
+                links: Array(Set(report.linkKeys + [defaultLink])).sorted(),
+                source: SourceHash(normalized), takedown: reason, into: &report)
         }
         return try TranscodeController<Context>.json(report)
     }

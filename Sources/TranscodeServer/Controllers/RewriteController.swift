@@ -32,7 +32,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
         let contentType = request.headers[.contentType] ?? ""
         guard contentType.lowercased().hasPrefix("text/html") else {
             throw ServiceError(
-                "unsupported-media-type", .unsupportedMediaType, "send the document as text/html, got \(contentType)")
+                .unsupportedMediaType, "send the document as text/html, got \(contentType)")
         }
         for (name, _) in request.uri.queryParameters where !["mode", "base", "background"].contains(String(name)) {
             throw ServiceError.badRequest(
@@ -52,8 +52,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
         let background = try TranscodeController<Context>.background(request.uri.queryParameters.get("background"))
         guard self.links.signer.canSign else {
             throw ServiceError(
-                "signing-not-configured", .notImplemented,
-                "rewriting needs signed URLs: configure signing.keys and signing.salts")
+                .signingNotConfigured, "rewriting needs signed URLs: configure signing.keys and signing.salts")
         }
         let body = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
         let html = Array(body.readableBytesView)
@@ -62,14 +61,14 @@ struct RewriteController<Context: RequestContext>: Sendable {
         let scan = try await NIOThreadPool.singleton.runIfActive {
             if HTMLGIFScanner.nestsDeeper(html, than: HTMLGIFScanner.maxDepth) {
                 throw ServiceError(
-                    "too-deep", .unprocessableContent,
+                    .tooDeep,
                     "the document nests elements more than \(HTMLGIFScanner.maxDepth) deep (browsers stop at 512)")
             }
             return HTMLGIFScanner.scan(html)
         }
         guard scan.elements.count <= self.maxGIFs else {
             throw ServiceError(
-                "too-many-gifs", .unprocessableContent,
+                .tooManyGIFs,
                 "the document has \(scan.elements.count) GIFs; at most \(self.maxGIFs) are rewritten in one request")
         }
         if let href = scan.baseHref, let resolved = URL(string: href, relativeTo: base)?.absoluteURL,
@@ -96,7 +95,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
             let known = metadata[url]
             if mode == .eager, known?.recommendation != .video { continue }
             guard let signed = links.signed(sourceURL: url.absoluteString, background: background),
-                let mp4 = signed["mp4"], let poster = signed["poster"]
+                let mp4 = signed[ObjectFiles.video.name], let poster = signed["poster"]
             else { continue }
             let target = RewriteTarget(mp4URL: mp4, posterURL: poster, metadata: known)
             replacements.append(

@@ -72,7 +72,7 @@ struct SourceController<Context: RequestContext>: Sendable {
         case .bytes:
             return try await self.media.respond(
                 key: outcome.key, fileExtension: source.fileExtension,
-                contentType: MediaAnswer.contentTypes[source.fileExtension] ?? "application/octet-stream",
+                contentType: OutputFormat.withExtension(source.fileExtension)?.mediaType ?? "application/octet-stream",
                 request: request, includeBody: includeBody, cacheControl: cacheControl, checked: outcome.object)
         }
     }
@@ -149,9 +149,9 @@ struct PublicLinks: Sendable {
     func signed(sourceURL: String, background: RGBColor?) -> [String: String]? {
         guard self.signer.canSign else { return nil }
         var urls: [String: String] = [:]
-        for (name, fileExtension) in [("mp4", "mp4"), ("poster", "jpg"), ("metadata", "json")] {
-            let path = SourcePath(sourceURL: sourceURL, background: background, fileExtension: fileExtension).path
-            urls[name] = self.absolute(self.signer.signedPath(path))
+        for (role, format) in ObjectFiles.roles {
+            let path = SourcePath(sourceURL: sourceURL, background: background, format: format).path
+            urls[role] = self.absolute(self.signer.signedPath(path))
         }
         return urls
     }

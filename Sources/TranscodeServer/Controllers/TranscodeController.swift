@@ -73,7 +73,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             // The webhook is queued first: it reports a failure of the request too.
             if let callback {
                 let service = self.service
-                let id = DiskCache.contentKey(gif: gif, options: options)
+                let id = ObjectKey.derive(source: gif, options: options).key.rawValue
                 self.notify(callback, id: id, url: nil) {
                     try await service.transcode(upload: gif, options: options, untilDone: true)
                 }
@@ -98,7 +98,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             let callback = try await body.callbackURL.asyncMap { try await self.webhooks.validate($0) }
             if let callback {
                 let service = self.service
-                self.notify(callback, id: SourceKeys(url: url, options: options).urlKey, url: body.url) {
+                self.notify(callback, id: SourceKeys(url: url, options: options).urlKey.rawValue, url: body.url) {
                     try await service.transcode(url: url, options: options, untilDone: true)
                 }
             }
@@ -112,7 +112,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             }
         } else {
             throw ServiceError(
-                "unsupported-media-type", .unsupportedMediaType,
+                .unsupportedMediaType,
                 "send JSON (application/json) with a url, or the animation itself (image/gif, image/png, "
                     + "image/apng, image/webp)")
         }
@@ -145,7 +145,9 @@ struct TranscodeController<Context: RequestContext>: Sendable {
                     status: "done", id: id, result: TranscodeResult(outcome, baseURL: self.links.baseURL), error: nil))
         case .failed(let error):
             return try Self.json(
-                JobStatus(status: "failed", id: id, result: nil, error: .init(code: error.code, message: error.message))
+                JobStatus(
+                    status: "failed", id: id, result: nil,
+                    error: .init(code: error.code.rawValue, message: error.message))
             )
         }
     }
@@ -178,7 +180,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
                     let failure = ServiceError.from(error)
                     event = JobEvent(
                         id: id, url: url, status: "failed", result: nil,
-                        error: .init(code: failure.code, message: failure.message))
+                        error: .init(code: failure.code.rawValue, message: failure.message))
                 }
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys]
@@ -301,7 +303,7 @@ final class EncodedResults: Sendable {
 /// The JSON answer of a finished transcode: the metadata's fields plus where to fetch the files and a
 /// ready `<video>` snippet.
 struct TranscodeResult: Encodable, Hashable, Sendable {
-    let key: String
+    let key: ObjectKey
     let metadata: TranscodeMetadata
     /// Prefixed to every URL (`http.publicBaseURL`); empty for relative URLs.
     let baseURL: String
@@ -322,15 +324,15 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
     /// does not (a fragment), which would otherwise all collide.
     func hash(into hasher: inout Hasher) {
         hasher.combine(self.key)
-        hasher.combine(self.signed?["mp4"])
+        hasher.combine(self.signed?[ObjectFiles.video.name])
     }
 
     private enum Keys: String, CodingKey {
         case key, mp4, poster, metadata, html, signed
     }
 
-    var mp4Path: String { "\(self.baseURL)/media/\(self.key).mp4" }
-    var posterPath: String { "\(self.baseURL)/media/\(self.key).jpg" }
+    var mp4Path: String { self.baseURL + self.key.mediaPath(ObjectFiles.video) }
+    var posterPath: String { self.baseURL + self.key.mediaPath(ObjectFiles.poster) }
 
     /// Autoplaying, muted and inline (what iOS Safari requires to autoplay), sized like the GIF so the page
     /// layout does not move, and played as many times as the GIF: `loop` when it loops forever, nothing
@@ -355,7 +357,7 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
         try container.encode(self.key, forKey: .key)
         try container.encode(self.mp4Path, forKey: .mp4)
         try container.encode(self.posterPath, forKey: .poster)
-        try container.encode("\(self.baseURL)/media/\(self.key).json", forKey: .metadata)
+        try container.encode(self.baseURL + self.key.mediaPath(ObjectFiles.manifest), forKey: .metadata)
         try container.encode(self.html, forKey: .html)
         try container.encodeIfPresent(self.signed, forKey: .signed)
     }

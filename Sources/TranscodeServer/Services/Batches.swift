@@ -19,7 +19,7 @@ struct BatchResult: Codable, Sendable {
     var url: String
     /// `done`, `kept-gif` (converted, but the GIF is the better file) or `failed`.
     var status: String
-    var key: String?
+    var key: ObjectKey?
     var mp4: String?
     var poster: String?
     var recommendation: String?
@@ -125,7 +125,7 @@ final class BatchRunner: Service, Sendable {
 
     /// Records a new batch and queues its URLs. - Returns: its id.
     func submit(_ request: BatchRequest) throws -> String {
-        let id = DiskCache.hex((0..<16).map { _ in UInt8.random(in: 0...255) })
+        let id = HexDigest.encode((0..<16).map { _ in UInt8.random(in: 0...255) })
         let folder = "\(self.directory)/\(id)"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let data = try JSONEncoder().encode(request)
@@ -225,20 +225,21 @@ final class BatchRunner: Service, Sendable {
             else { throw ServiceError.internal("the job did not finish") }
             let signed = self.links.signed(sourceURL: text, background: background)
             result.key = outcome.key
-            result.mp4 = signed?["mp4"] ?? self.links.absolute("/media/\(outcome.key).mp4")
-            result.poster = signed?["poster"] ?? self.links.absolute("/media/\(outcome.key).jpg")
+            result.mp4 =
+                signed?[ObjectFiles.video.name] ?? self.links.absolute(outcome.key.mediaPath(ObjectFiles.video))
+            result.poster = signed?["poster"] ?? self.links.absolute(outcome.key.mediaPath(ObjectFiles.poster))
             result.recommendation = outcome.metadata.recommendation.rawValue
             result.status = outcome.metadata.recommendation == .keepGIF ? "kept-gif" : "done"
         } catch {
             let failure = ServiceError.from(error)
             // Not the URL's failure: shutting down (it runs again after the restart), the shared store down, the
             // queue full. The item goes back, and no item starts for a while.
-            if ["shutting-down", "storage-unavailable", "queue-full"].contains(failure.code) || Task.isCancelled {
+            if [.shuttingDown, .storageUnavailable, .queueFull].contains(failure.code) || Task.isCancelled {
                 self.release(id: id, index: index)
                 self.state.withLock { $0.pausedUntil = ContinuousClock.now + .seconds(2) }
                 return
             }
-            result.error = .init(code: failure.code, message: failure.message)
+            result.error = .init(code: failure.code.rawValue, message: failure.message)
         }
         self.record(result, batch: id)
     }

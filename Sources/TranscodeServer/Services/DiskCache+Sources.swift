@@ -7,7 +7,7 @@ import Transcoder
 extension DiskCache {
     /// A URL as it was last fetched: written beside its link (`urls/<url-key>.source`).
     struct SourceRecord: Codable, Equatable, Sendable {
-        /// The normalized URL.
+        /// The normalized URL (`NormalizedURL.text`).
         var url: String
         var etag: String?
         var lastModified: String?
@@ -17,15 +17,10 @@ extension DiskCache {
 
     var sourcesDirectory: String { self.root + "/sources" }
 
-    /// The hash that names a URL whatever the options (the purge index and URL tombstones).
-    static func sourceHash(normalizedURL: String) -> String {
-        Self.hex(SHA256.hash(data: Array("source\u{0}\(normalizedURL)".utf8)))
-    }
+    private func sourceRecordPath(_ urlKey: URLKey) -> String { self.urlLinkPath(urlKey) + ".source" }
 
-    private func sourceRecordPath(_ urlKey: String) -> String { self.urlLinkPath(urlKey) + ".source" }
-
-    private func sourceIndexDirectory(_ sourceHash: String) -> String {
-        "\(self.sourcesDirectory)/\(sourceHash.prefix(2))/\(sourceHash)"
+    private func sourceIndexDirectory(_ sourceHash: SourceHash) -> String {
+        "\(self.sourcesDirectory)/\(sourceHash.shard)/\(sourceHash.rawValue)"
     }
 
     // MARK: Freshness
@@ -34,7 +29,7 @@ extension DiskCache {
     /// the object `key` it is about to point to: every object a URL ever led to is found by a purge of the
     /// URL, also after a revalidation moved the link on. - Throws: when the index cannot be written (a link
     /// a purge could not find must not exist).
-    func writeSource(_ source: SourceRecord, urlKey: String, key: String) throws {
+    func writeSource(_ source: SourceRecord, urlKey: URLKey, key: ObjectKey) throws {
         let data = try JSONEncoder().encode(source)
         let path = self.sourceRecordPath(urlKey)
         let temporary = "\(self.urlsDirectory)/.\(urlKey).source.tmp-\(UInt64.random(in: 0...UInt64.max))"
@@ -42,9 +37,9 @@ extension DiskCache {
             unlink(temporary)
             throw TranscodeError(.io, "cannot write \(path)")
         }
-        let index = self.sourceIndexDirectory(Self.sourceHash(normalizedURL: source.url))
+        let index = self.sourceIndexDirectory(SourceHash(NormalizedURL(normalized: source.url)))
         try? FileManager.default.createDirectory(atPath: index, withIntermediateDirectories: true)
-        for name in [urlKey, "object-\(key)"] {
+        for name in [urlKey.rawValue, "object-\(key)"] {
             let descriptor = open("\(index)/\(name)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             guard descriptor >= 0 else {
                 throw TranscodeError(.io, "cannot index \(index)/\(name): \(String(cString: strerror(errno)))")
@@ -54,16 +49,16 @@ extension DiskCache {
     }
 
     /// The record of `urlKey`, if one was written.
-    func sourceRecord(urlKey: String) -> SourceRecord? {
-        guard Self.isValidKey(urlKey), let data = FileManager.default.contents(atPath: self.sourceRecordPath(urlKey))
+    func sourceRecord(urlKey: URLKey) -> SourceRecord? {
+        guard let data = FileManager.default.contents(atPath: self.sourceRecordPath(urlKey))
         else { return nil }
         return try? JSONDecoder().decode(SourceRecord.self, from: data)
     }
 
     /// Seconds since the URL was last fetched or revalidated (the link's own modification time).
-    func linkAge(urlKey: String) -> TimeInterval? {
+    func linkAge(urlKey: URLKey) -> TimeInterval? {
         var info = stat()
-        guard Self.isValidKey(urlKey), lstat(self.urlLinkPath(urlKey), &info) == 0 else { return nil }
+        guard lstat(self.urlLinkPath(urlKey), &info) == 0 else { return nil }
         return Self.age(info)
     }
 
@@ -75,8 +70,7 @@ extension DiskCache {
     /// Marks `urlKey` as just revalidated: the link's modification time becomes now.
     /// - Parameter age: make the link this many seconds old instead (a backoff after a failed revalidation:
     ///   fresh again for a short while, then stale).
-    func renewLink(urlKey: String, age: TimeInterval = 0) {
-        guard Self.isValidKey(urlKey) else { return }
+    func renewLink(urlKey: URLKey, age: TimeInterval = 0) {
         // Times of the link itself, not of the object it points to.
         let when = Date().timeIntervalSince1970 - age
         let seconds = Int(when.rounded(.down))
@@ -86,8 +80,7 @@ extension DiskCache {
     }
 
     /// Removes the link of `urlKey` and its record.
-    func removeLink(urlKey: String) {
-        guard Self.isValidKey(urlKey) else { return }
+    func removeLink(urlKey: URLKey) {
         unlink(self.urlLinkPath(urlKey))
         unlink(self.sourceRecordPath(urlKey))
     }
@@ -98,24 +91,24 @@ extension DiskCache {
     /// `cache purge`.
     struct PurgeReport: Encodable, Sendable {
         /// Object keys whose files were deleted.
-        var objects: [String] = []
+        var objects: [ObjectKey] = []
         /// URL links removed.
         var links = 0
         /// Tombstones written (`object-<key>`, `gif-<sha256>`, `source-<hash>`).
         var tombstones: [String] = []
         /// SHA-256 of the GIFs the deleted objects were made from.
-        var gifHashes: [String] = []
+        var gifHashes: [ContentDigest] = []
         /// The URL keys whose links were removed.
-        var linkKeys: [String] = []
+        var linkKeys: [URLKey] = []
 
         private enum CodingKeys: String, CodingKey { case objects, links, tombstones }
     }
 
     /// Deletes the object `key`. With a takedown `reason` (may be empty), also buries the key and the
     /// GIF's SHA-256, so neither is served or converted again.
-    func purge(key: String, takedown reason: String? = nil) throws -> PurgeReport {
+    func purge(key: ObjectKey, takedown reason: String? = nil) throws -> PurgeReport {
         var report = PurgeReport()
-        let gifHash = self.storedMetadata(key)?.sourceSha256
+        let gifHash = self.storedMetadata(key)?.sourceSha256.flatMap(ContentDigest.init(rawValue:))
         if self.remove(key) {
             report.objects.append(key)
             if let gifHash { report.gifHashes.append(gifHash) }
@@ -129,25 +122,27 @@ extension DiskCache {
     /// Deletes every link of the URL (whatever the options) and the objects they point to; other URLs
     /// that led to the same objects find them gone and convert again. With a takedown `reason`, also buries
     /// the URL, the objects and their GIFs' SHA-256.
-    func purge(normalizedURL: String, takedown reason: String? = nil) throws -> PurgeReport {
+    func purge(url: NormalizedURL, takedown reason: String? = nil) throws -> PurgeReport {
         var report = PurgeReport()
-        let index = self.sourceIndexDirectory(Self.sourceHash(normalizedURL: normalizedURL))
-        var objectKeys: Set<String> = []
+        let index = self.sourceIndexDirectory(SourceHash(url))
+        var objectKeys: Set<ObjectKey> = []
         for name in (try? FileManager.default.contentsOfDirectory(atPath: index)) ?? [] {
-            if name.hasPrefix("object-"), Self.isValidKey(name.dropFirst(7)) {
-                objectKeys.insert(String(name.dropFirst(7)))
-            } else if Self.isValidKey(name) {
+            if name.hasPrefix("object-"), let key = ObjectKey(name.dropFirst(7)) {
+                objectKeys.insert(key)
+            } else if let urlKey = URLKey(name) {
                 // A link's current object (links indexed before objects were).
-                if let target = Self.readLink(self.urlLinkPath(name)) {
-                    let key = String((target.split(separator: "/").last ?? "").prefix { $0 != "." })
-                    if Self.isValidKey(key) { objectKeys.insert(key) }
+                if let target = Self.readLink(self.urlLinkPath(urlKey)),
+                    let key = ObjectKey((target.split(separator: "/").last ?? "").prefix { $0 != "." })
+                {
+                    objectKeys.insert(key)
                 }
-                self.removeLink(urlKey: name)
+                self.removeLink(urlKey: urlKey)
                 report.links += 1
-                report.linkKeys.append(name)
+                report.linkKeys.append(urlKey)
             }
         }
-        for key in objectKeys.sorted() {
+        let sortedKeys = objectKeys.sorted()
+        for key in sortedKeys {
             let removed = try self.purge(key: key)
             report.objects += removed.objects
             report.gifHashes += removed.gifHashes
@@ -156,8 +151,7 @@ extension DiskCache {
         if let reason {
             // Every object the URL led to, stored now or not (an evicted one could be converted again).
             let tombstones: [Tombstone] =
-                [.source(Self.sourceHash(normalizedURL: normalizedURL))]
-                + objectKeys.sorted().map { .object($0) } + report.gifHashes.map { .gif($0) }
+                [.source(SourceHash(url))] + sortedKeys.map { .object($0) } + report.gifHashes.map { .gif($0) }
             try self.bury(tombstones, reason: reason, into: &report)
         }
         return report
@@ -169,8 +163,8 @@ extension DiskCache {
     }
 
     /// The metadata as stored, without the serving checks (a purge must find what it deletes).
-    private func storedMetadata(_ key: String) -> TranscodeMetadata? {
-        guard Self.isValidKey(key), let data = FileManager.default.contents(atPath: self.objectPath(key, "json")) else {
+    private func storedMetadata(_ key: ObjectKey) -> TranscodeMetadata? {
+        guard let data = FileManager.default.contents(atPath: self.objectPath(key, ObjectFiles.manifest)) else {
             return nil
         }
         return try? JSONDecoder().decode(TranscodeMetadata.self, from: data)
@@ -181,17 +175,23 @@ extension DiskCache {
     /// What a tombstone names.
     enum Tombstone: Hashable, Sendable {
         /// A result object, by key (`/media/<key>.*`).
-        case object(String)
+        case object(ObjectKey)
         /// A GIF's bytes, by SHA-256, whatever URL or upload brings them.
-        case gif(String)
+        case gif(ContentDigest)
         /// A URL, by source hash, whatever the options.
-        case source(String)
+        case source(SourceHash)
+
+        /// What a stored object is buried under: its key, and the bytes it was made from (when its metadata
+        /// records them). Every check of an object asks these, here and in a fleet's shared store.
+        static func of(_ key: ObjectKey, metadata: TranscodeMetadata) -> [Tombstone] {
+            [.object(key)] + (metadata.sourceSha256.flatMap(ContentDigest.init(rawValue:)).map { [.gif($0)] } ?? [])
+        }
 
         var fileName: String {
             switch self {
-            case .object(let key): "object-\(key)"
-            case .gif(let hash): "gif-\(hash)"
-            case .source(let hash): "source-\(hash)"
+            case .object(let key): "object-\(key.rawValue)"
+            case .gif(let hash): "gif-\(hash.rawValue)"
+            case .source(let hash): "source-\(hash.rawValue)"
             }
         }
     }
@@ -215,10 +215,8 @@ extension DiskCache {
     /// that serves a stored object asks this, not only when the files are gone (the same bytes converted
     /// again after a takedown that predates `sourceSha256` (then `gifSha256`) must not be served either).
     /// - Parameter also: more tombstones to ask in the same look (a URL's).
-    func checkNotTakenDown(key: String, metadata: TranscodeMetadata, also: [Tombstone] = []) throws {
-        let buried = self.isBuried {
-            [.object(key)] + (metadata.sourceSha256.map { [.gif($0)] } ?? []) + also
-        }
+    func checkNotTakenDown(key: ObjectKey, metadata: TranscodeMetadata, also: [Tombstone] = []) throws {
+        let buried = self.isBuried { Tombstone.of(key, metadata: metadata) + also }
         if buried { throw ServiceError.takenDown("this was taken down") }
     }
 

@@ -30,21 +30,21 @@ final class DiskCache: Sendable {
     let root: String
     let maxBytes: Int64
     private let state: Mutex<State>
-    private let decoded = Mutex<[String: (identity: FileIdentity, metadata: TranscodeMetadata)]>([:])
+    private let decoded = Mutex<[ObjectKey: (identity: FileIdentity, metadata: TranscodeMetadata)]>([:])
     private let smallFiles = Mutex(SmallFiles())
     /// The object each URL link was last read to point to, by the link's identity (`freshLink`).
-    private let linkTargets = Mutex<[String: (identity: FileIdentity, key: String)]>([:])
+    private let linkTargets = Mutex<[URLKey: (identity: FileIdentity, key: ObjectKey)]>([:])
     /// The names in `tombstones/` as last read, and the directory's stamp then (`settledTombstones`).
     let tombstoneNames = Mutex<(stamp: DirectoryStamp, names: Set<String>)?>(nil)
     private let onEviction: @Sendable (Int) -> Void
-    private let onQuarantine: @Sendable (String) -> Void
+    private let onQuarantine: @Sendable (ObjectKey) -> Void
     /// The time uses are recorded at (a test's own clock).
     private let now: @Sendable () -> Date
 
     private struct State {
-        var objects: [String: Object] = [:]
+        var objects: [ObjectKey: Object] = [:]
         var totalBytes: Int64 = 0
-        var serving: [String: Int] = [:]
+        var serving: [ObjectKey: Int] = [:]
         var evictions = 0
     }
 
@@ -68,7 +68,8 @@ final class DiskCache: Sendable {
     ///   false to only index it (a command run beside a live server must not touch its temporary files).
     init(
         root: String, maxBytes: Int64, cleanUp: Bool = true, onEviction: @escaping @Sendable (Int) -> Void = { _ in },
-        onQuarantine: @escaping @Sendable (String) -> Void = { _ in }, now: @escaping @Sendable () -> Date = { Date() }
+        onQuarantine: @escaping @Sendable (ObjectKey) -> Void = { _ in },
+        now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
         (self.objectsDirectory, self.urlsDirectory, self.tombstonesDirectory) =
@@ -90,85 +91,29 @@ final class DiskCache: Sendable {
         self.sweepAndIndex(cleanUp: cleanUp)
     }
 
-    // MARK: Keys
-
-    /// Whether `text` has the shape of a key: 64 lowercase hex digits. Checked before any path is built.
-    static func isValidKey(_ text: some StringProtocol) -> Bool {
-        func isLowercaseHex(_ byte: UInt8) -> Bool { (0x30...0x39).contains(byte) || (0x61...0x66).contains(byte) }
-        guard text.utf8.count == 64 else { return false }
-        // Over the bytes in place when they are (a hit checks two or three keys; the view's iterator was slower).
-        return text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(isLowercaseHex) }
-            ?? text.utf8.allSatisfy(isLowercaseHex)
-    }
-
-    /// The content key of a GIF converted with `options`.
-    static func contentKey(gif: [UInt8], options: TranscodeOptions) -> String {
-        self.contentKeys(gif: gif, options: options).key
-    }
-
-    /// The content key and the SHA-256 of the GIF alone (what takedowns are recorded under), in one pass.
-    static func contentKeys(gif: [UInt8], options: TranscodeOptions) -> (key: String, gifSha256: String) {
-        var hash = SHA256()
-        hash.update(data: gif)
-        let gifOnly = hash  // a copy: the state after the GIF's bytes
-        hash.update(data: Array(("\u{0}" + options.outputFingerprint).utf8))
-        return (Self.hex(hash.finalize()), Self.hex(gifOnly.finalize()))
-    }
-
-    /// The key of a URL converted with `options`.
-    static func urlKey(normalizedURL: String, options: TranscodeOptions) -> String {
-        let digest = SHA256.hash(data: Array(("url\u{0}\(normalizedURL)\u{0}\(options.outputFingerprint)").utf8))
-        return Self.hex(digest)
-    }
-
-    /// Lower-case hex of `bytes`. (Every cache hit hashes a URL twice: `String(format:)` per byte cost more
-    /// than the rest of the lookup.)
-    static func hex(_ bytes: some Sequence<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(64)
-        for byte in bytes {
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: text, as: UTF8.self)
-    }
-
-    /// Lower-cased scheme and host, no default port, no fragment: two spellings of one resource share a key.
-    static func normalize(_ url: URL) -> String {
-        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else {
-            return url.absoluteString
-        }
-        components.scheme = components.scheme?.lowercased()
-        components.host = components.host?.lowercased()
-        if (components.scheme == "http" && components.port == 80)
-            || (components.scheme == "https" && components.port == 443)
-        {
-            components.port = nil
-        }
-        components.fragment = nil
-        if components.path.isEmpty { components.path = "/" }
-        return components.string ?? url.absoluteString
-    }
-
     // MARK: Paths
 
-    func objectPath(_ key: String, _ fileExtension: String) -> String {
-        "\(self.objectsDirectory)/\(key.prefix(2))/\(key).\(fileExtension)"
+    func objectPath(_ key: ObjectKey, _ fileExtension: String) -> String {
+        "\(self.objectsDirectory)/\(key.shard)/\(key.rawValue).\(fileExtension)"
     }
 
-    func urlLinkPath(_ urlKey: String) -> String { "\(self.urlsDirectory)/\(urlKey)" }
+    func objectPath(_ key: ObjectKey, _ format: OutputFormat) -> String {
+        self.objectPath(key, format.fileExtension)
+    }
+
+    func urlLinkPath(_ urlKey: URLKey) -> String { "\(self.urlsDirectory)/\(urlKey.rawValue)" }
 
     // MARK: Lookups
 
     /// The object a URL key links to, if the link exists and its object is complete.
     /// - Parameter checkingObject: false for a caller that checks the object's files itself.
-    func lookup(urlKey: String, checkingObject: Bool = true) -> String? {
-        guard Self.isValidKey(urlKey), let target = Self.readLink(self.urlLinkPath(urlKey)) else { return nil }
-        let name = target.split(separator: "/").last.map(String.init) ?? ""
-        guard name.hasSuffix(".json") else { return nil }
-        let key = String(name.dropLast(5))
-        guard Self.isValidKey(key), !checkingObject || self.contains(key) else { return nil }
+    func lookup(urlKey: URLKey, checkingObject: Bool = true) -> ObjectKey? {
+        guard let target = Self.readLink(self.urlLinkPath(urlKey)) else { return nil }
+        let name = target.split(separator: "/").last ?? ""
+        let suffix = "." + ObjectFiles.manifest.fileExtension
+        guard name.hasSuffix(suffix), let key = ObjectKey(name.dropLast(suffix.count)),
+            !checkingObject || self.contains(key)
+        else { return nil }
         return key
     }
 
@@ -176,10 +121,10 @@ final class DiskCache: Sendable {
     /// before (the same `FileIdentity`: a link's target never changes in place, relinking makes a new one, and
     /// renewing it changes its times), else `lstat` and `readlink`. For a hit answered from
     /// memory, which checks the object's files itself.
-    func freshLink(urlKey: String) -> (key: String, age: TimeInterval)? {
+    func freshLink(urlKey: URLKey) -> (key: ObjectKey, age: TimeInterval)? {
         var info = stat()
         let path = self.urlLinkPath(urlKey)
-        guard Self.isValidKey(urlKey), lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK else { return nil }
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK else { return nil }
         let age = Self.age(info)
         let identity = FileIdentity(info)
         if let known = self.linkTargets.withLock({ $0[urlKey] }), known.identity == identity {
@@ -206,13 +151,13 @@ final class DiskCache: Sendable {
     }
 
     /// Whether the object `key` is complete on disk.
-    func contains(_ key: String) -> Bool {
-        Self.isValidKey(key) && access(self.objectPath(key, "json"), F_OK) == 0
+    func contains(_ key: ObjectKey) -> Bool {
+        access(self.objectPath(key, ObjectFiles.manifest), F_OK) == 0
     }
 
     /// The stored metadata of `key`, marking it used; `nil` when the object is missing or fails the checks
     /// (then it is quarantined).
-    func metadata(_ key: String) -> TranscodeMetadata? {
+    func metadata(_ key: ObjectKey) -> TranscodeMetadata? {
         self.verifiedObject(key)?.metadata
     }
 
@@ -245,15 +190,15 @@ final class DiskCache: Sendable {
 
     /// Opens `objects/ab/<key>.json`, `.mp4` and `.jpg`, following no symbolic link at the files or their
     /// two parent directories (opened once for the three), and checks each is a regular file with one link.
-    private func openObjectFiles(_ key: String) -> [String: Opened] {
-        let extensions = ["json", "mp4", "jpg"]
+    private func openObjectFiles(_ key: ObjectKey) -> [String: Opened] {
+        let extensions = ObjectFiles.deleteOrder.map(\.fileExtension)
         func all(_ opened: Opened) -> [String: Opened] {
             Dictionary(uniqueKeysWithValues: extensions.map { ($0, opened) })
         }
         let objects = open(self.objectsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard objects >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
         defer { close(objects) }
-        let shard = openat(objects, String(key.prefix(2)), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        let shard = openat(objects, String(key.shard), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard shard >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
         defer { close(shard) }
         var files: [String: Opened] = [:]
@@ -308,10 +253,10 @@ final class DiskCache: Sendable {
 
         /// The open file for `.json`, `.mp4` or `.jpg`.
         func file(_ fileExtension: String) -> OpenFile? {
-            switch fileExtension {
-            case "json": self.json
-            case "mp4": self.video
-            case "jpg": self.poster
+            switch OutputFormat.withExtension(fileExtension) {
+            case ObjectFiles.manifest?: self.json
+            case ObjectFiles.video?: self.video
+            case ObjectFiles.poster?: self.poster
             default: nil
             }
         }
@@ -325,18 +270,18 @@ final class DiskCache: Sendable {
 
     /// Checks the object `key` without changing anything: its JSON, video and poster are files the cache
     /// wrote and the sizes agree with the metadata.
-    private func inspect(_ key: String) -> Inspection {
-        guard Self.isValidKey(key) else { return .missing }
+    private func inspect(_ key: ObjectKey) -> Inspection {
         let files = self.openObjectFiles(key)
         let json: OpenFile
-        switch files["json"] {
+        switch files[ObjectFiles.manifest.fileExtension] {
         case .missing, nil: return .missing
         case .foreign: return .damaged("the metadata is a link, not a regular file, or has other names")
         case .file(let file): json = file
         }
         guard let metadata = self.decodedMetadata(key, json) else { return .damaged("the metadata does not read") }
         var checked: [OpenFile] = []
-        for (fileExtension, size) in [("mp4", metadata.mp4Bytes), ("jpg", metadata.posterBytes)] {
+        for format in ObjectFiles.media {
+            let (fileExtension, size) = (format.fileExtension, ObjectFiles.recordedSize(of: format, in: metadata) ?? 0)
             switch files[fileExtension] {
             case .missing, nil: return .damaged("the .\(fileExtension) is missing")
             case .foreign: return .damaged("the .\(fileExtension) is a link, not a regular file, or has other names")
@@ -352,7 +297,7 @@ final class DiskCache: Sendable {
 
     /// The object `key`, checked (`inspect`), its files held open. A damaged object is quarantined and
     /// reported missing.
-    func verifiedObject(_ key: String) -> CheckedObject? {
+    func verifiedObject(_ key: ObjectKey) -> CheckedObject? {
         switch self.inspect(key) {
         case .missing:
             return nil
@@ -375,7 +320,7 @@ final class DiskCache: Sendable {
 
     /// Checks the object `key` byte for byte: everything `inspect` checks, then the SHA-256 of the video and
     /// the poster against the metadata. Reads both files whole: for `cache verify`, not for serving.
-    func verify(_ key: String) -> Verdict {
+    func verify(_ key: ObjectKey) -> Verdict {
         switch self.inspect(key) {
         case .missing:
             return .damaged("the object is gone")
@@ -385,7 +330,10 @@ final class DiskCache: Sendable {
             guard let mp4 = object.metadata.mp4Sha256, let poster = object.metadata.posterSha256 else {
                 return .unhashed
             }
-            for (fileExtension, file, expected) in [("mp4", object.video, mp4), ("jpg", object.poster, poster)] {
+            for (format, file, expected) in [
+                (ObjectFiles.video, object.video, mp4), (ObjectFiles.poster, object.poster, poster),
+            ] {
+                let fileExtension = format.fileExtension
                 guard let digest = Self.sha256(file) else { return .damaged("the .\(fileExtension) does not read") }
                 guard digest == expected else { return .damaged("the .\(fileExtension)'s SHA-256 differs") }
             }
@@ -394,7 +342,7 @@ final class DiskCache: Sendable {
     }
 
     /// The keys of the objects indexed.
-    var indexedKeys: [String] { self.state.withLock { Array($0.objects.keys) }.sorted() }
+    var indexedKeys: [ObjectKey] { self.state.withLock { Array($0.objects.keys) }.sorted() }
 
     private static func sha256(_ file: OpenFile) -> String? {
         var hash = SHA256()
@@ -408,12 +356,12 @@ final class DiskCache: Sendable {
             hash.update(data: block[0..<count])
             offset += count
         }
-        return Self.hex(hash.finalize())
+        return HexDigest.encode(hash.finalize())
     }
 
     /// The metadata in `json`, decoded once per file identity: decoding was the largest cost of a cache hit
     /// after the network (objects are immutable; a file replaced or rewritten has a new identity).
-    private func decodedMetadata(_ key: String, _ json: OpenFile) -> TranscodeMetadata? {
+    private func decodedMetadata(_ key: ObjectKey, _ json: OpenFile) -> TranscodeMetadata? {
         if let cached = self.decoded.withLock({ $0[key] }), cached.identity == json.identity {
             return cached.metadata
         }
@@ -456,13 +404,13 @@ final class DiskCache: Sendable {
 
     /// The bytes of `file` (object `key`'s `.fileExtension`) kept in memory (`keptLength`: the whole file or
     /// its head), if they are.
-    func cachedBytes(_ file: OpenFile, key: String, fileExtension: String) -> ByteBuffer? {
+    func cachedBytes(_ file: OpenFile, key: ObjectKey, fileExtension: String) -> ByteBuffer? {
         self.keptBytes(FileName(key: key, fileExtension: fileExtension), identity: file.identity)
     }
 
     /// An object file's name in `SmallFiles`: hashed as it is, where joining the two was an allocation per hit.
     private struct FileName: Hashable {
-        let key: String
+        let key: ObjectKey
         let fileExtension: String
     }
 
@@ -483,7 +431,7 @@ final class DiskCache: Sendable {
     /// checked descriptor, so a link or another file put at the path is not followed but misses. `nil` sends the
     /// request the long way (`verifiedObject`), which reads and keeps what is missing, and also when the use
     /// is due to be written to disk: that write blocks, and this runs on an event loop.
-    func memoryHit(_ key: String, fileExtension: String) -> (
+    func memoryHit(_ key: ObjectKey, fileExtension: String) -> (
         metadata: TranscodeMetadata, file: FileIdentity, bytes: ByteBuffer
     )? {
         guard let metadata = self.memoryMetadata(key),
@@ -499,7 +447,7 @@ final class DiskCache: Sendable {
     /// file opened is still the very file `identity` names (`fstat` of the descriptor: the path may have
     /// changed since the `lstat`). The caller closes the descriptor. Once open, the bytes stay readable
     /// whatever happens at the path (an eviction or a purge unlinks, it does not change the file).
-    func openUnchanged(_ key: String, fileExtension: String, identity: FileIdentity) -> CInt? {
+    func openUnchanged(_ key: ObjectKey, fileExtension: String, identity: FileIdentity) -> CInt? {
         // O_NONBLOCK: a FIFO put at the path must not block the event loop (its identity would not match).
         let descriptor = open(self.objectPath(key, fileExtension), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else { return nil }
@@ -515,18 +463,18 @@ final class DiskCache: Sendable {
     /// answered from memory): its JSON still the file decoded before, its video and poster regular files of the
     /// sizes the metadata says (what `verifiedObject` checks of them), its use not due to be written. Three
     /// `lstat`s; `nil` sends the request the long way.
-    func memoryObject(_ key: String) -> TranscodeMetadata? {
+    func memoryObject(_ key: ObjectKey) -> TranscodeMetadata? {
         guard let metadata = self.memoryMetadata(key),
-            Self.currentIdentity(self.objectPath(key, "mp4"))?.size == metadata.mp4Bytes,
-            Self.currentIdentity(self.objectPath(key, "jpg"))?.size == metadata.posterBytes,
+            Self.currentIdentity(self.objectPath(key, ObjectFiles.video))?.size == metadata.mp4Bytes,
+            Self.currentIdentity(self.objectPath(key, ObjectFiles.poster))?.size == metadata.posterBytes,
             !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
         else { return nil }
         return metadata
     }
 
     /// The metadata decoded from `key`'s JSON while that file is still the one decoded (`lstat`).
-    private func memoryMetadata(_ key: String) -> TranscodeMetadata? {
-        guard Self.isValidKey(key), let json = Self.currentIdentity(self.objectPath(key, "json")) else { return nil }
+    private func memoryMetadata(_ key: ObjectKey) -> TranscodeMetadata? {
+        guard let json = Self.currentIdentity(self.objectPath(key, ObjectFiles.manifest)) else { return nil }
         return self.decoded.withLock({ $0[key] }).flatMap({ $0.identity == json ? $0.metadata : nil })
     }
 
@@ -538,7 +486,7 @@ final class DiskCache: Sendable {
     }
 
     /// Keeps the bytes just read of a file: all of it when small, else its head (`keptLength`).
-    func keepBytes(_ bytes: ByteBuffer, of file: OpenFile, key: String, fileExtension: String) {
+    func keepBytes(_ bytes: ByteBuffer, of file: OpenFile, key: ObjectKey, fileExtension: String) {
         guard bytes.readableBytes == Self.keptLength(ofFileOfSize: file.size) else { return }
         let name = FileName(key: key, fileExtension: fileExtension)
         self.smallFiles.withLock { cache in
@@ -565,9 +513,9 @@ final class DiskCache: Sendable {
 
     /// Moves the object's files aside (the JSON first, so the object is a miss from then on) and forgets
     /// it; the next request for it converts it again.
-    func quarantine(_ key: String) {
+    func quarantine(_ key: ObjectKey) {
         let stamp = Int(Date().timeIntervalSince1970)
-        for fileExtension in ["json", "mp4", "jpg"] {
+        for fileExtension in ObjectFiles.deleteOrder.map(\.fileExtension) {
             rename(self.objectPath(key, fileExtension), "\(self.quarantineDirectory)/\(key).\(fileExtension).\(stamp)")
         }
         self.state.withLock { state in
@@ -581,10 +529,10 @@ final class DiskCache: Sendable {
     /// already streaming one of them finishes: it reads from a descriptor opened before.
     /// - Returns: whether there was anything to delete.
     @discardableResult
-    func remove(_ key: String) -> Bool {
-        guard Self.isValidKey(key) else { return false }
+    func remove(_ key: ObjectKey) -> Bool {
         var removed = false
-        for fileExtension in ["json", "mp4", "jpg"] where unlink(self.objectPath(key, fileExtension)) == 0 {
+        for fileExtension in ObjectFiles.deleteOrder.map(\.fileExtension)
+        where unlink(self.objectPath(key, fileExtension)) == 0 {
             removed = true
         }
         self.state.withLock { state in
@@ -598,15 +546,15 @@ final class DiskCache: Sendable {
 
     /// Converts `gif` into the object `key` unless it is already there. Blocking: call it on the
     /// transcode pool. - Throws: `TranscodeError`.
-    func store(gif: [UInt8], key: String, transcoder: Transcoder) throws -> TranscodeMetadata {
+    func store(gif: [UInt8], key: ObjectKey, transcoder: Transcoder) throws -> TranscodeMetadata {
         if let existing = self.metadata(key) { return existing }
-        let directory = "\(self.objectsDirectory)/\(key.prefix(2))"
+        let directory = "\(self.objectsDirectory)/\(key.shard)"
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
             throw TranscodeError(.io, "cannot create \(directory)", underlying: error)
         }
-        let metadata = try transcoder.convert(gif, directory: directory, name: key)
+        let metadata = try transcoder.convert(gif, directory: directory, name: key.rawValue)
         self.indexStored(key, metadata: metadata)
         return metadata
     }
@@ -614,24 +562,24 @@ final class DiskCache: Sendable {
     /// Moves object `key`'s files from `directory` (on the cache's file system, e.g. under `tmp/`) into
     /// `objects/ab/`, the JSON last, after checking the files are what their metadata says. What a shared store
     /// hands over to the local cache goes through here. - Throws: `TranscodeError` `.io`.
-    func adopt(_ key: String, from directory: String) throws {
-        guard Self.isValidKey(key) else { throw TranscodeError(.io, "not an object key: \(key)") }
+    func adopt(_ key: ObjectKey, from directory: String) throws {
         let source = { (fileExtension: String) in "\(directory)/\(key).\(fileExtension)" }
-        guard let data = FileManager.default.contents(atPath: source("json")),
+        guard let data = FileManager.default.contents(atPath: source(ObjectFiles.manifest.fileExtension)),
             let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: data)
         else { throw TranscodeError(.io, "object \(key) has no readable metadata") }
-        for (fileExtension, size) in [("mp4", metadata.mp4Bytes), ("jpg", metadata.posterBytes)] {
+        for format in ObjectFiles.media {
+            let (fileExtension, size) = (format.fileExtension, ObjectFiles.recordedSize(of: format, in: metadata) ?? 0)
             guard self.fileSize(source(fileExtension)) == Int64(size) else {
                 throw TranscodeError(.io, "object \(key): the .\(fileExtension) is not the size its metadata says")
             }
         }
-        let shard = "\(self.objectsDirectory)/\(key.prefix(2))"
+        let shard = "\(self.objectsDirectory)/\(key.shard)"
         do {
             try FileManager.default.createDirectory(atPath: shard, withIntermediateDirectories: true)
         } catch {
             throw TranscodeError(.io, "cannot create \(shard)", underlying: error)
         }
-        for fileExtension in ["mp4", "jpg", "json"] {
+        for fileExtension in ObjectFiles.commitOrder.map(\.fileExtension) {
             guard rename(source(fileExtension), self.objectPath(key, fileExtension)) == 0 else {
                 throw TranscodeError(
                     .io, "cannot move \(key).\(fileExtension) into the cache: \(String(cString: strerror(errno)))")
@@ -641,8 +589,9 @@ final class DiskCache: Sendable {
     }
 
     /// Indexes a complete object just written and evicts others if the cache is over its size.
-    private func indexStored(_ key: String, metadata: TranscodeMetadata) {
-        let bytes = Int64(metadata.mp4Bytes + metadata.posterBytes) + self.fileSize(self.objectPath(key, "json"))
+    private func indexStored(_ key: ObjectKey, metadata: TranscodeMetadata) {
+        let bytes =
+            Int64(metadata.mp4Bytes + metadata.posterBytes) + self.fileSize(self.objectPath(key, ObjectFiles.manifest))
         self.state.withLock { state in
             if let old = state.objects[key] { state.totalBytes -= old.bytes }
             let now = self.now()
@@ -674,10 +623,9 @@ final class DiskCache: Sendable {
     /// link's own modification time is when the URL was last fetched or revalidated (`linkAge`).
     /// - Parameter source: the URL and its validators, written beside the link first, and indexed under
     ///   the URL's source hash for a purge by URL; nil for tests that only need the link.
-    func link(urlKey: String, to key: String, source: SourceRecord? = nil) throws {
-        guard Self.isValidKey(urlKey), Self.isValidKey(key) else { return }
+    func link(urlKey: URLKey, to key: ObjectKey, source: SourceRecord? = nil) throws {
         if let source { try self.writeSource(source, urlKey: urlKey, key: key) }
-        let target = "../objects/\(key.prefix(2))/\(key).json"
+        let target = "../objects/\(key.shard)/" + key.fileName(ObjectFiles.manifest)
         let temporary = "\(self.urlsDirectory)/.\(urlKey).tmp-\(UInt64.random(in: 0...UInt64.max))"
         guard symlink(target, temporary) == 0 else {
             throw TranscodeError(
@@ -692,14 +640,14 @@ final class DiskCache: Sendable {
     // MARK: Serving and eviction
 
     /// Marks `key` as being served (not evictable) until `endServing`. Returns false when it is not stored.
-    func beginServing(_ key: String) -> Bool {
+    func beginServing(_ key: ObjectKey) -> Bool {
         guard self.contains(key) else { return false }
         self.state.withLock { $0.serving[key, default: 0] += 1 }
         self.touch(key)
         return true
     }
 
-    func endServing(_ key: String) {
+    func endServing(_ key: ObjectKey) {
         self.state.withLock { state in
             if let count = state.serving[key], count > 1 {
                 state.serving[key] = count - 1
@@ -731,10 +679,11 @@ final class DiskCache: Sendable {
         self.state.withLock { ($0.totalBytes, $0.objects.count, $0.evictions) }
     }
 
-    private func touch(_ key: String) {
+    private func touch(_ key: ObjectKey) {
         let now = self.now()
         if self.recordUse(key, at: now, onlyIfNotDue: false) {
-            try? FileManager.default.setAttributes([.modificationDate: now], ofItemAtPath: self.objectPath(key, "json"))
+            try? FileManager.default.setAttributes(
+                [.modificationDate: now], ofItemAtPath: self.objectPath(key, ObjectFiles.manifest))
         }
     }
 
@@ -742,7 +691,7 @@ final class DiskCache: Sendable {
     /// eviction order starts from after a restart), written at most once a minute, however often the object
     /// is used. - Returns: whether it is due now (the caller writes it); with `onlyIfNotDue`, a use that
     /// would make it due is not recorded (the caller leaves the request to a path that may block).
-    private func recordUse(_ key: String, at now: Date, onlyIfNotDue: Bool) -> Bool {
+    private func recordUse(_ key: ObjectKey, at now: Date, onlyIfNotDue: Bool) -> Bool {
         self.state.withLock { state in
             guard var object = state.objects[key] else { return false }
             let due = now.timeIntervalSince(object.persistedUse) > 60
@@ -754,10 +703,10 @@ final class DiskCache: Sendable {
         }
     }
 
-    private func evictIfNeeded(keeping kept: String) {
-        let victims: [String] = self.state.withLock { state in
+    private func evictIfNeeded(keeping kept: ObjectKey) {
+        let victims: [ObjectKey] = self.state.withLock { state in
             guard state.totalBytes > self.maxBytes else { return [] }
-            var victims: [String] = []
+            var victims: [ObjectKey] = []
             var total = state.totalBytes
             for (key, object) in state.objects.sorted(by: { $0.value.lastUse < $1.value.lastUse }) {
                 guard total > self.maxBytes else { break }
@@ -773,7 +722,7 @@ final class DiskCache: Sendable {
         if !victims.isEmpty { self.onEviction(victims.count) }
         for key in victims {
             // The JSON first: from then on the object is a miss, whatever happens to the rest.
-            for fileExtension in ["json", "mp4", "jpg"] { unlink(self.objectPath(key, fileExtension)) }
+            for format in ObjectFiles.deleteOrder { unlink(self.objectPath(key, format)) }
         }
     }
 
@@ -785,7 +734,7 @@ final class DiskCache: Sendable {
     /// Removes temporary leftovers and incomplete objects of a killed process, then indexes the rest.
     private func sweepAndIndex(cleanUp: Bool) {
         let fileManager = FileManager.default
-        var objects: [String: Object] = [:]
+        var objects: [ObjectKey: Object] = [:]
         for shard in (try? fileManager.contentsOfDirectory(atPath: self.objectsDirectory)) ?? [] {
             let directory = "\(self.objectsDirectory)/\(shard)"
             let names = (try? fileManager.contentsOfDirectory(atPath: directory)) ?? []
@@ -800,18 +749,18 @@ final class DiskCache: Sendable {
                 guard lstat("\(directory)/\(name)", &info) == 0, info.st_mode & S_IFMT == S_IFREG,
                     info.st_nlink == 1
                 else { continue }
-                let key = String(name.prefix { $0 != "." })
-                groups[key, default: []].append(name)
+                groups[String(name.prefix { $0 != "." }), default: []].append(name)
             }
-            for (key, files) in groups {
-                guard Self.isValidKey(key), files.contains("\(key).json") else {
+            for (name, files) in groups {
+                guard let key = ObjectKey(name), files.contains(key.fileName(ObjectFiles.manifest)) else {
                     // No JSON: a crash between renames. Nothing refers to it; remove what is there.
                     if cleanUp { for name in files { unlink("\(directory)/\(name)") } }
                     continue
                 }
                 let bytes = files.reduce(Int64(0)) { $0 + self.fileSize("\(directory)/\($1)") }
                 let modified =
-                    (try? fileManager.attributesOfItem(atPath: "\(directory)/\(key).json")[.modificationDate] as? Date)
+                    (try? fileManager.attributesOfItem(atPath: "\(directory)/" + key.fileName(ObjectFiles.manifest))[
+                        .modificationDate] as? Date)
                     ?? Date(timeIntervalSince1970: 0)
                 objects[key] = Object(bytes: bytes, lastUse: modified, persistedUse: modified)
             }

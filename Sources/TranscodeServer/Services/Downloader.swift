@@ -144,7 +144,7 @@ struct Downloader: Sendable {
         do {
             try await self.checkDestination(url)
             self.decisions.record(host, nil)
-        } catch let error as ServiceError where error.code == "destination-not-allowed" {
+        } catch let error as ServiceError where error.code == .destinationNotAllowed {
             self.decisions.record(host, error)
             throw error
         }

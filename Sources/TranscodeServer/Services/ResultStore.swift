@@ -10,28 +10,28 @@ import Transcoder
 /// cut short leaves no object, only files nothing refers to.
 protocol ResultStore: Sendable {
     /// The metadata of object `key`, nil when it is not stored.
-    func metadata(_ key: String) async throws -> TranscodeMetadata?
+    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata?
 
     /// Stores object `key` from `directory/<key>.mp4`, `.jpg` and `.json` (as the transcoder writes them),
     /// the JSON last. The files in `directory` may be moved away.
-    func putObject(_ key: String, from directory: String) async throws
+    func putObject(_ key: ObjectKey, from directory: String) async throws
 
     /// Writes object `key` into `directory` as `<key>.mp4`, `.jpg` and `.json`.
     /// - Returns: its metadata, nil when it is not stored (then nothing is written).
-    func getObject(_ key: String, into directory: String) async throws -> TranscodeMetadata?
+    func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata?
 
     /// Deletes object `key`, the JSON first. - Returns: whether there was anything to delete.
     @discardableResult
-    func deleteObject(_ key: String) async throws -> Bool
+    func deleteObject(_ key: ObjectKey) async throws -> Bool
 
     /// The object `urlKey` links to, with the URL's source record; nil when there is no link.
-    func link(urlKey: String) async throws -> ResultLink?
+    func link(urlKey: URLKey) async throws -> ResultLink?
 
     /// Points `urlKey` at an object (replacing the link it had).
-    func putLink(urlKey: String, _ link: ResultLink) async throws
+    func putLink(urlKey: URLKey, _ link: ResultLink) async throws
 
     /// Removes the link of `urlKey` and its record.
-    func deleteLink(urlKey: String) async throws
+    func deleteLink(urlKey: URLKey) async throws
 
     /// Whether any of `tombstones` was recorded.
     func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool
@@ -42,7 +42,7 @@ protocol ResultStore: Sendable {
 
 /// A URL key's link: the object it leads to and how the URL was last fetched.
 struct ResultLink: Codable, Equatable, Sendable {
-    var key: String
+    var key: ObjectKey
     var source: DiskCache.SourceRecord?
 }
 
@@ -51,33 +51,33 @@ struct ResultLink: Codable, Equatable, Sendable {
 extension DiskCache: ResultStore {
     /// Moves the files into `objects/ab/` (the JSON last), after checking they agree with their metadata.
     /// - Throws: `TranscodeError` `.io` when the files are missing, disagree or cannot be moved.
-    func putObject(_ key: String, from directory: String) async throws {
+    func putObject(_ key: ObjectKey, from directory: String) async throws {
         try self.adopt(key, from: directory)
     }
 
-    func getObject(_ key: String, into directory: String) async throws -> TranscodeMetadata? {
+    func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
         guard let object = self.verifiedObject(key) else { return nil }
-        for fileExtension in ["mp4", "jpg", "json"] {
+        for fileExtension in ObjectFiles.commitOrder.map(\.fileExtension) {
             guard let file = object.file(fileExtension) else { continue }
             try Self.copy(file, to: "\(directory)/\(key).\(fileExtension)")
         }
         return object.metadata
     }
 
-    func deleteObject(_ key: String) async throws -> Bool {
+    func deleteObject(_ key: ObjectKey) async throws -> Bool {
         self.remove(key)
     }
 
-    func link(urlKey: String) async throws -> ResultLink? {
+    func link(urlKey: URLKey) async throws -> ResultLink? {
         guard let key = self.lookup(urlKey: urlKey) else { return nil }
         return ResultLink(key: key, source: self.sourceRecord(urlKey: urlKey))
     }
 
-    func putLink(urlKey: String, _ link: ResultLink) async throws {
+    func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
         try self.link(urlKey: urlKey, to: link.key, source: link.source)
     }
 
-    func deleteLink(urlKey: String) async throws {
+    func deleteLink(urlKey: URLKey) async throws {
         self.removeLink(urlKey: urlKey)
     }
 

@@ -20,7 +20,7 @@ final class SharedResults: Sendable {
     private let checked = Mutex<[String: ContinuousClock.Instant]>([:])
     private let downUntil = Mutex<ContinuousClock.Instant?>(nil)
     /// Objects converted here whose publish failed: published again when next asked for.
-    private let unpublished = Mutex<Set<String>>([])
+    private let unpublished = Mutex<Set<ObjectKey>>([])
     private let metrics: ServiceMetrics
 
     /// How clients are sent to the shared store.
@@ -45,7 +45,7 @@ final class SharedResults: Sendable {
     /// Copies object `key` from the shared store into the local cache.
     /// - Returns: its metadata; nil when the shared store does not have it.
     /// - Throws: `storage-unavailable` when the store fails.
-    func pull(_ key: String) async throws -> TranscodeMetadata? {
+    func pull(_ key: ObjectKey) async throws -> TranscodeMetadata? {
         let directory = "\(self.cache.temporaryDirectory)/pull-\(UInt64.random(in: 0...UInt64.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -58,8 +58,8 @@ final class SharedResults: Sendable {
     }
 
     /// Writes object `key` (already in the local cache) to the shared store, the JSON last.
-    func publish(_ key: String) async throws {
-        let directory = (self.cache.objectPath(key, "json") as NSString).deletingLastPathComponent
+    func publish(_ key: ObjectKey) async throws {
+        let directory = (self.cache.objectPath(key, ObjectFiles.manifest) as NSString).deletingLastPathComponent
         do {
             try await self.guarded { try await self.store.putObject(key, from: directory) }
         } catch {
@@ -73,29 +73,29 @@ final class SharedResults: Sendable {
     }
 
     /// Publishes `key` if an earlier publish of it failed. - Throws: `storage-unavailable` when it fails again.
-    func publishIfPending(_ key: String) async throws {
+    func publishIfPending(_ key: ObjectKey) async throws {
         guard self.isUnpublished(key) else { return }
         try await self.publish(key)
     }
 
     /// The shared link of `urlKey`.
-    func link(urlKey: String) async throws -> ResultLink? {
+    func link(urlKey: URLKey) async throws -> ResultLink? {
         try await self.guarded { try await self.store.link(urlKey: urlKey) }
     }
 
-    func putLink(urlKey: String, _ link: ResultLink) async throws {
+    func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
         try await self.guarded { try await self.store.putLink(urlKey: urlKey, link) }
     }
 
-    func deleteLink(urlKey: String) async throws {
+    func deleteLink(urlKey: URLKey) async throws {
         try await self.guarded { try await self.store.deleteLink(urlKey: urlKey) }
     }
 
-    func deleteObject(_ key: String) async throws {
+    func deleteObject(_ key: ObjectKey) async throws {
         try await self.guarded { _ = try await self.store.deleteObject(key) }
     }
 
-    func metadata(_ key: String) async throws -> TranscodeMetadata? {
+    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? {
         try await self.guarded { try await self.store.metadata(key) }
     }
 
@@ -105,16 +105,16 @@ final class SharedResults: Sendable {
 
     /// Throws `taken-down` when object `key`, or the GIF it was made from, is buried in the shared store.
     /// - Parameter recently: a cache hit (see `isBuried`).
-    func checkNotTakenDown(key: String, metadata: TranscodeMetadata, recently: Bool = false) async throws {
-        if try await self.isBuried(Self.tombstones(key: key, metadata: metadata), recently: recently) {
+    func checkNotTakenDown(key: ObjectKey, metadata: TranscodeMetadata, recently: Bool = false) async throws {
+        if try await self.isBuried(DiskCache.Tombstone.of(key, metadata: metadata), recently: recently) {
             throw ServiceError.takenDown("this was taken down")
         }
     }
 
     /// Whether the store said, less than `tombstoneCheckSeconds` ago, that neither object `key` nor its GIF is
     /// buried: a hit can then be answered without an `await` (`MediaHitHandler`).
-    func notBuriedRecently(key: String, metadata: TranscodeMetadata) -> Bool {
-        self.notBuriedRecently(Self.tombstones(key: key, metadata: metadata))
+    func notBuriedRecently(key: ObjectKey, metadata: TranscodeMetadata) -> Bool {
+        self.notBuriedRecently(DiskCache.Tombstone.of(key, metadata: metadata))
     }
 
     /// Whether the store said, less than `tombstoneCheckSeconds` ago, that none of `tombstones` is buried.
@@ -123,14 +123,8 @@ final class SharedResults: Sendable {
     }
 
     /// Whether object `key` was converted here and waits to be published (a hit then publishes it first).
-    func isUnpublished(_ key: String) -> Bool {
+    func isUnpublished(_ key: ObjectKey) -> Bool {
         self.unpublished.withLock { $0.contains(key) }
-    }
-
-    private static func tombstones(key: String, metadata: TranscodeMetadata) -> [DiskCache.Tombstone] {
-        var tombstones: [DiskCache.Tombstone] = [.object(key)]
-        if let hash = metadata.sourceSha256 { tombstones.append(.gif(hash)) }
-        return tombstones
     }
 
     /// Those of `tombstones` not found absent in the last `tombstoneCheckSeconds`.
@@ -175,7 +169,7 @@ final class SharedResults: Sendable {
     /// Deletes from the shared store the objects `objects` and those `links` lead to, and the links; with a
     /// takedown `reason`, buries there what the local purge buried, so every node refuses it.
     func purge(
-        objects: [String], links: [String], source: String?, takedown reason: String?,
+        objects: [ObjectKey], links: [URLKey], source: SourceHash?, takedown reason: String?,
         into report: inout DiskCache.PurgeReport
     ) async throws {
         var keys = Set(objects)
@@ -194,11 +188,13 @@ final class SharedResults: Sendable {
             guard let metadata = try await self.metadata(key) else { continue }
             try await self.deleteObject(key)
             if !report.objects.contains(key) { report.objects.append(key) }
-            if let hash = metadata.sourceSha256 { gifHashes.insert(hash) }
+            if let hash = metadata.sourceSha256.flatMap(ContentDigest.init(rawValue:)) { gifHashes.insert(hash) }
         }
         guard let reason else { return }
         var tombstones: [DiskCache.Tombstone] = source.map { [.source($0)] } ?? []
-        tombstones += keys.sorted().map { .object($0) } + gifHashes.sorted().map { .gif($0) }
+        tombstones +=
+            keys.sorted().map { .object($0) }
+            + gifHashes.sorted().map { .gif($0) }
         try await self.bury(tombstones, reason: reason)
         try self.cache.bury(tombstones, reason: reason)
         for tombstone in tombstones where !report.tombstones.contains(tombstone.fileName) {

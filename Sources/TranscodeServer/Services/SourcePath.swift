@@ -16,12 +16,26 @@ struct SourcePath: Sendable, Equatable {
 
     /// The options this route takes, by every name it accepts.
     static var optionNames: [String: String] { ["bg": "bg", "background": "bg"] }
-    static var fileExtensions: [String] { ["mp4", "jpg", "json"] }
+    /// The files the route serves: an object's (`ObjectFiles`).
+    static var formats: [OutputFormat] { ObjectFiles.commitOrder }
 
-    init(sourceURL: String, background: RGBColor? = nil, fileExtension: String = "mp4") {
+    init(sourceURL: String, background: RGBColor? = nil, format: OutputFormat = ObjectFiles.video) {
+        self.sourceURL = sourceURL
+        self.background = background
+        self.fileExtension = format.fileExtension
+    }
+
+    /// A path to the file `.fileExtension` (one of `formats`, as `parse` checks).
+    init(sourceURL: String, background: RGBColor? = nil, fileExtension: String) {
         self.sourceURL = sourceURL
         self.background = background
         self.fileExtension = fileExtension
+    }
+
+    /// The extensions the route takes, for messages: `.mp4, .jpg or .json`.
+    private static var extensionList: String {
+        let names = Self.formats.map { "." + $0.fileExtension }
+        return names.dropLast().joined(separator: ", ") + " or " + (names.last ?? "")
     }
 
     /// The canonical path: options, then the source URL in one chunk. What gets signed.
@@ -38,11 +52,11 @@ struct SourcePath: Sendable, Equatable {
         guard path.hasPrefix("/") else { throw ServiceError.badRequest("the path must start with /") }
         let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
         guard let last = segments.last, let dot = last.lastIndex(of: ".") else {
-            throw ServiceError.badRequest("the path must end with .mp4, .jpg or .json")
+            throw ServiceError.badRequest("the path must end with \(Self.extensionList)")
         }
         let fileExtension = String(last[last.index(after: dot)...])
-        guard Self.fileExtensions.contains(fileExtension) else {
-            throw ServiceError.badRequest("unknown file .\(fileExtension); use .mp4, .jpg or .json")
+        guard Self.formats.contains(where: { $0.fileExtension == fileExtension }) else {
+            throw ServiceError.badRequest("unknown file .\(fileExtension); use \(Self.extensionList)")
         }
         var background: RGBColor?
         var seen: Set<String> = []

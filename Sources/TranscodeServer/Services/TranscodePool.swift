@@ -41,7 +41,7 @@ final class TranscodePool: Service, Sendable {
         try self.state.withLock { state in
             guard state.accepting else { throw ServiceError.shuttingDown }
             guard state.admitted < self.capacity else {
-                throw ServiceError.queueFull(retryAfter: 2)
+                throw ServiceError.queueFull()
             }
             state.admitted += 1
         }
@@ -53,7 +53,7 @@ final class TranscodePool: Service, Sendable {
     func checkRoom() throws {
         try self.state.withLock { state in
             guard state.accepting else { throw ServiceError.shuttingDown }
-            guard state.admitted < self.capacity else { throw ServiceError.queueFull(retryAfter: 2) }
+            guard state.admitted < self.capacity else { throw ServiceError.queueFull() }
         }
     }
 

@@ -6,7 +6,7 @@ import Transcoder
 
 /// A finished transcode: the object's key and its metadata.
 struct TranscodeOutcome: Sendable {
-    let key: String
+    let key: ObjectKey
     let metadata: TranscodeMetadata
     /// On a cache hit, the object's files as checked and held open: served without checking them again.
     var object: DiskCache.CheckedObject? = nil
@@ -15,18 +15,18 @@ struct TranscodeOutcome: Sendable {
 /// The cache's names for a URL converted with some options: its normalized form, the link's key and the
 /// hash every option variant shares (purge index, tombstones).
 struct SourceKeys: Sendable {
-    let normalized: String
-    let urlKey: String
-    let sourceHash: String
+    let normalized: NormalizedURL
+    let urlKey: URLKey
+    let sourceHash: SourceHash
     /// The URL's host as the downloader remembers its decisions (`Downloader.bareHost`): read once, not by
     /// every cache hit answered from memory (parsing the URL again was a visible part of one).
     let host: String
 
     init(url: URL, options: TranscodeOptions) {
         self.host = Downloader.bareHost(url)
-        self.normalized = DiskCache.normalize(url)
-        self.urlKey = DiskCache.urlKey(normalizedURL: self.normalized, options: options)
-        self.sourceHash = DiskCache.sourceHash(normalizedURL: self.normalized)
+        self.normalized = NormalizedURL(url)
+        self.urlKey = URLKey(self.normalized, options: options)
+        self.sourceHash = SourceHash(self.normalized)
     }
 }
 
@@ -141,7 +141,7 @@ final class TranscodeService: Sendable {
             found = TranscodeOutcome(key: key, metadata: object.metadata)
         }
         let storedResult = found
-        return try await self.run(requestKey: urlKey, untilDone: untilDone) {
+        return try await self.run(requestKey: urlKey.rawValue, untilDone: untilDone) {
             var stale = storedResult
             if stale == nil, let shared = self.shared, let link = try await shared.link(urlKey: urlKey) {
                 // Another node fetched it under its policy; this node's decides here too.
@@ -187,12 +187,12 @@ final class TranscodeService: Sendable {
                     throw ServiceError.internal("the downloaded file vanished")
                 }
                 let gif = [UInt8](data)
-                return (gif, DiskCache.contentKeys(gif: gif, options: options))
+                return (gif, ObjectKey.derive(source: gif, options: options))
             }
-            if try await self.isBuried([.gif(content.gifSha256), .object(content.key)]) {
+            if try await self.isBuried([.gif(content.source), .object(content.key)]) {
                 throw ServiceError.takenDown("this GIF was taken down")
             }
-            let outcome = try await self.store(gif, key: content.key, options: options, requestKey: urlKey)
+            let outcome = try await self.store(gif, key: content.key, options: options, requestKey: urlKey.rawValue)
             if stale != nil { self.metrics.revalidated(outcome.key == stale?.key ? .sameBytes : .changed) }
             // A takedown of the URL that arrived while this flight downloaded and converted: what it made goes
             // too, and is refused from now on.
@@ -206,7 +206,7 @@ final class TranscodeService: Sendable {
                 throw ServiceError.takenDown("this URL was taken down")
             }
             let source = DiskCache.SourceRecord(
-                url: normalized, etag: file.etag, lastModified: file.lastModified,
+                url: normalized.text, etag: file.etag, lastModified: file.lastModified,
                 validatedAt: Date().timeIntervalSince1970)
             try self.cache.link(urlKey: urlKey, to: outcome.key, source: source)
             try await self.shared?.putLink(urlKey: urlKey, ResultLink(key: outcome.key, source: source))
@@ -217,10 +217,10 @@ final class TranscodeService: Sendable {
     /// A revalidation the origin did not answer: the stored result stays in service (stale-if-error) when
     /// the origin is down or slow; a URL the origin no longer has, or may no longer be fetched, fails.
     private func revalidationFailed(
-        _ error: ServiceError, stale: TranscodeOutcome, urlKey: String, record: DiskCache.SourceRecord?
+        _ error: ServiceError, stale: TranscodeOutcome, urlKey: URLKey, record: DiskCache.SourceRecord?
     ) async throws -> TranscodeOutcome {
         switch error.code {
-        case "origin-error", "origin-timeout":
+        case .originError, .originTimeout:
             self.metrics.revalidated(.failed)
             // Stale for too long: the origin has been failing past the grace; answer its error.
             let now = Date().timeIntervalSince1970
@@ -228,13 +228,13 @@ final class TranscodeService: Sendable {
             guard now - validated < self.urlTTLSeconds + self.staleIfErrorSeconds else { throw error }
             self.logger.warning(
                 "revalidation failed; serving the stored result",
-                metadata: ["request.key": "\(urlKey.prefix(16))", "error.code": "\(error.code)"])
+                metadata: ["request.key": "\(urlKey.rawValue.prefix(16))", "error.code": "\(error.code)"])
             // Back off: the next minute's requests are answered from the cache at once instead of each waiting
             // for the failing origin. The grace counts from the last validation, which this does not move.
             let backoff = min(Self.revalidationBackoffSeconds, self.urlTTLSeconds)
             self.cache.renewLink(urlKey: urlKey, age: self.urlTTLSeconds - backoff)
             return stale
-        case "origin-not-found", "origin-refused":
+        case .originNotFound, .originRefused:
             self.cache.removeLink(urlKey: urlKey)
             try? await self.shared?.deleteLink(urlKey: urlKey)
             throw error
@@ -248,8 +248,8 @@ final class TranscodeService: Sendable {
     func transcode(upload gif: [UInt8], options: TranscodeOptions, untilDone: Bool = false) async throws
         -> TranscodeAnswer
     {
-        let keys = try await NIOThreadPool.singleton.runIfActive { DiskCache.contentKeys(gif: gif, options: options) }
-        if try await self.isBuried([.gif(keys.gifSha256), .object(keys.key)], recently: true) {
+        let keys = try await NIOThreadPool.singleton.runIfActive { ObjectKey.derive(source: gif, options: options) }
+        if try await self.isBuried([.gif(keys.source), .object(keys.key)], recently: true) {
             throw ServiceError.takenDown("this GIF was taken down")
         }
         let key = keys.key
@@ -258,16 +258,17 @@ final class TranscodeService: Sendable {
             self.metrics.cacheHit()
             return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
         }
-        return try await self.run(requestKey: key, untilDone: untilDone) {
-            try await self.store(gif, key: key, options: options, requestKey: key)
+        return try await self.run(requestKey: key.rawValue, untilDone: untilDone) {
+            try await self.store(gif, key: key, options: options, requestKey: key.rawValue)
         }
     }
 
     /// Where job `id` stands.
     func job(_ id: String) async -> JobState? {
-        guard DiskCache.isValidKey(id) else { return nil }
+        // A job's id is its request key: a URL key or, for an upload, an object key (both a SHA-256).
+        guard let urlKey = URLKey(id), let objectKey = ObjectKey(id) else { return nil }
         if await self.requests.isRunning(id) { return .pending }
-        if let key = self.cache.lookup(urlKey: id) ?? (self.cache.contains(id) ? id : nil),
+        if let key = self.cache.lookup(urlKey: urlKey) ?? (self.cache.contains(objectKey) ? objectKey : nil),
             let metadata = self.cache.metadata(key)
         {
             return .done(TranscodeOutcome(key: key, metadata: metadata))
@@ -275,12 +276,14 @@ final class TranscodeService: Sendable {
         if let failure = self.failures.withLock({ $0[id] }) { return .failed(failure.error) }
         // A job another node ran: its URL link or its object in the shared store.
         if let shared = self.shared {
-            if let link = try? await shared.link(urlKey: id),
-                let outcome = try? await self.adopt(link, urlKey: id)
+            if let link = try? await shared.link(urlKey: urlKey),
+                let outcome = try? await self.adopt(link, urlKey: urlKey)
             {
                 return .done(outcome)
             }
-            if let metadata = try? await shared.pull(id) { return .done(TranscodeOutcome(key: id, metadata: metadata)) }
+            if let metadata = try? await shared.pull(objectKey) {
+                return .done(TranscodeOutcome(key: objectKey, metadata: metadata))
+            }
         }
         return nil
     }
@@ -298,7 +301,7 @@ final class TranscodeService: Sendable {
     /// remembered as allowed, the object not waiting to be published. `nil` leaves the request to
     /// `transcode(url:...)`, which decides everything afresh. The object's own checks, and the URL's local
     /// tombstone (`DiskCache.Tombstone.source`, asked with the object's in one look), are the caller's.
-    func freshHitKey(keys: SourceKeys) -> String? {
+    func freshHitKey(keys: SourceKeys) -> ObjectKey? {
         guard self.shared?.notBuriedRecently([.source(keys.sourceHash)]) ?? true,
             let (key, age) = self.cache.freshLink(urlKey: keys.urlKey), age < self.urlTTLSeconds,
             self.downloader.isRememberedAllowed(host: keys.host), self.shared?.isUnpublished(key) != true
@@ -314,14 +317,14 @@ final class TranscodeService: Sendable {
     }
 
     /// `DiskCache.checkNotTakenDown`, and the same tombstones in the shared store.
-    func checkNotTakenDown(key: String, metadata: TranscodeMetadata, recently: Bool = false) async throws {
+    func checkNotTakenDown(key: ObjectKey, metadata: TranscodeMetadata, recently: Bool = false) async throws {
         try self.cache.checkNotTakenDown(key: key, metadata: metadata)
         try await self.shared?.checkNotTakenDown(key: key, metadata: metadata, recently: recently)
     }
 
     /// Follows a link of the shared store: the object onto the local disk, the link beside it.
     /// - Returns: nil when the object is gone from the store.
-    private func adopt(_ link: ResultLink, urlKey: String) async throws -> TranscodeOutcome? {
+    private func adopt(_ link: ResultLink, urlKey: URLKey) async throws -> TranscodeOutcome? {
         guard let shared = self.shared else { return nil }
         if try await self.isBuried([.object(link.key)]) { throw ServiceError.takenDown("this was taken down") }
         var metadata = self.cache.metadata(link.key)
@@ -394,13 +397,13 @@ final class TranscodeService: Sendable {
     /// Converts `gif` into its content-addressed object, once per content key however many requests
     /// (or URLs) bring the same bytes.
     private func store(
-        _ gif: [UInt8], key: String, options: TranscodeOptions, requestKey: String
+        _ gif: [UInt8], key: ObjectKey, options: TranscodeOptions, requestKey: String
     ) async throws -> TranscodeOutcome {
         if let metadata = self.cache.metadata(key) {
             try await self.shared?.publishIfPending(key)
             return TranscodeOutcome(key: key, metadata: metadata)
         }
-        let (task, _) = try await self.contents.task(for: key, admit: {}) { _ in
+        let (task, _) = try await self.contents.task(for: key.rawValue, admit: {}) { _ in
             // In a fleet, the same bytes may have come to another node (an upload, another URL).
             if let metadata = try await self.shared?.pull(key) { return metadata }
             let started = ContinuousClock.now
@@ -414,7 +417,7 @@ final class TranscodeService: Sendable {
             self.logger.info(
                 "transcoded",
                 metadata: [
-                    "request.key": "\(requestKey.prefix(16))", "object.key": "\(key.prefix(16))",
+                    "request.key": "\(requestKey.prefix(16))", "object.key": "\(key.rawValue.prefix(16))",
                     "source.format": "\(metadata.sourceFormat.rawValue)",
                     "source.frames": "\(metadata.sourceFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
                     "source.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",

@@ -99,8 +99,7 @@ final class WebhookDispatcher: Service, Sendable {
     func validate(_ text: String) async throws -> URL {
         guard self.signer.canSign else {
             throw ServiceError(
-                "webhooks-not-configured", .notImplemented,
-                "callbackURL needs webhooks.secrets (Standard Webhooks signing secrets)")
+                .webhooksNotConfigured, "callbackURL needs webhooks.secrets (Standard Webhooks signing secrets)")
         }
         let url = try Downloader.validate(text)
         try await self.downloader.checkDestination(url)
@@ -176,7 +175,7 @@ final class WebhookDispatcher: Service, Sendable {
         let address: IPAddress
         do {
             address = try await self.downloader.checkDestination(url)
-        } catch let error as ServiceError where error.code == "destination-not-allowed" {
+        } catch let error as ServiceError where error.code == .destinationNotAllowed {
             return .refused(error.message)
         } catch {
             return .failed("\(error)")

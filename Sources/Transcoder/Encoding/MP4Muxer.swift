@@ -27,7 +27,8 @@ final class MP4Muxer {
     init(path: String, encoder: H264Encoder) throws {
         var context: UnsafeMutablePointer<AVFormatContext>?
         try FFmpegError.check(
-            avformat_alloc_output_context2(&context, nil, "mp4", path), "avformat_alloc_output_context2")
+            avformat_alloc_output_context2(&context, nil, OutputFormat.mp4.muxerName, path),
+            "avformat_alloc_output_context2")
         guard let context else {
             throw FFmpegError(code: CFFmpeg_AVERROR(ENOMEM), function: "avformat_alloc_output_context2")
         }

@@ -198,7 +198,7 @@ struct S3Client: Sendable {
         expecting: Set<UInt>
     ) async throws -> (HTTPClientResponse, [UInt8])? {
         let (host, path) = self.address(name)
-        let payloadHash = body.map { DiskCache.hex(SHA256.hash(data: $0)) } ?? SigV4Signer.emptyPayloadHash
+        let payloadHash = body.map { HexDigest.encode(SHA256.hash(data: $0)) } ?? SigV4Signer.emptyPayloadHash
         let signed = self.signer.authorizationHeaders(
             method: method, path: path, headers: [("Host", host)] + headers, payloadHash: payloadHash, date: Date())
         var request = HTTPClientRequest(

@@ -14,45 +14,40 @@ import Transcoder
 struct S3ResultStore: ResultStore {
     let client: S3Client
 
-    static func objectName(_ key: String, _ fileExtension: String) -> String {
-        "objects/\(key.prefix(2))/\(key).\(fileExtension)"
+    static func objectName(_ key: ObjectKey, _ fileExtension: String) -> String {
+        "objects/\(key.shard)/\(key.rawValue).\(fileExtension)"
     }
 
-    static let contentTypes = ["mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json"]
-
-    func metadata(_ key: String) async throws -> TranscodeMetadata? {
-        guard DiskCache.isValidKey(key), let json = try await self.client.get(Self.objectName(key, "json")) else {
+    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? {
+        guard let json = try await self.client.get(Self.objectName(key, ObjectFiles.manifest.fileExtension)) else {
             return nil
         }
         return try Self.decodeMetadata(key, json.bytes)
     }
 
-    func putObject(_ key: String, from directory: String) async throws {
-        guard DiskCache.isValidKey(key) else { throw TranscodeError(.io, "not an object key: \(key)") }
-        for fileExtension in ["mp4", "jpg", "json"] {
+    func putObject(_ key: ObjectKey, from directory: String) async throws {
+        for format in ObjectFiles.commitOrder {
+            let fileExtension = format.fileExtension
             guard let data = FileManager.default.contents(atPath: "\(directory)/\(key).\(fileExtension)") else {
                 throw TranscodeError(.io, "object \(key) has no .\(fileExtension) to upload")
             }
-            try await self.client.put(
-                Self.objectName(key, fileExtension), [UInt8](data),
-                contentType: Self.contentTypes[fileExtension] ?? "application/octet-stream")
+            try await self.client.put(Self.objectName(key, fileExtension), [UInt8](data), contentType: format.mediaType)
         }
     }
 
     /// Reads the JSON first, then the video and the poster, each checked against it (size and SHA-256): a
     /// store that lost or mangled a file yields a miss, never a broken video.
-    func getObject(_ key: String, into directory: String) async throws -> TranscodeMetadata? {
-        guard DiskCache.isValidKey(key), let json = try await self.client.get(Self.objectName(key, "json")) else {
+    func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
+        guard let json = try await self.client.get(Self.objectName(key, ObjectFiles.manifest.fileExtension)) else {
             return nil
         }
         let metadata = try Self.decodeMetadata(key, json.bytes)
-        var files = [("json", json.bytes)]
-        for (fileExtension, size, digest) in [
-            ("mp4", metadata.mp4Bytes, metadata.mp4Sha256), ("jpg", metadata.posterBytes, metadata.posterSha256),
-        ] {
+        var files = [(ObjectFiles.manifest.fileExtension, json.bytes)]
+        for format in ObjectFiles.media {
+            let (fileExtension, digest) = (format.fileExtension, ObjectFiles.recordedSha256(of: format, in: metadata))
             guard let object = try await self.client.get(Self.objectName(key, fileExtension)),
-                object.bytes.count == size,
-                digest == nil || DiskCache.hex(SHA256.hash(data: object.bytes)) == digest
+                object.bytes.count == ObjectFiles.recordedSize(of: format, in: metadata),
+                digest == nil || HexDigest.encode(SHA256.hash(data: object.bytes)) == digest
             else { return nil }
             files.append((fileExtension, object.bytes))
         }
@@ -65,34 +60,29 @@ struct S3ResultStore: ResultStore {
         return metadata
     }
 
-    func deleteObject(_ key: String) async throws -> Bool {
-        guard DiskCache.isValidKey(key) else { return false }
-        let existed = try await self.client.head(Self.objectName(key, "json")) != nil
-        for fileExtension in ["json", "mp4", "jpg"] {
+    func deleteObject(_ key: ObjectKey) async throws -> Bool {
+        let existed = try await self.client.head(Self.objectName(key, ObjectFiles.manifest.fileExtension)) != nil
+        for fileExtension in ObjectFiles.deleteOrder.map(\.fileExtension) {
             try await self.client.delete(Self.objectName(key, fileExtension))
         }
         return existed
     }
 
-    func link(urlKey: String) async throws -> ResultLink? {
-        guard DiskCache.isValidKey(urlKey), let object = try await self.client.get("urls/\(urlKey)") else {
+    func link(urlKey: URLKey) async throws -> ResultLink? {
+        guard let object = try await self.client.get("urls/\(urlKey.rawValue)") else {
             return nil
         }
-        guard let link = try? JSONDecoder().decode(ResultLink.self, from: Data(object.bytes)),
-            DiskCache.isValidKey(link.key)
-        else { return nil }
-        return link
+        // A link whose key is not one does not decode.
+        return try? JSONDecoder().decode(ResultLink.self, from: Data(object.bytes))
     }
 
-    func putLink(urlKey: String, _ link: ResultLink) async throws {
-        guard DiskCache.isValidKey(urlKey), DiskCache.isValidKey(link.key) else { return }
+    func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
         try await self.client.put(
-            "urls/\(urlKey)", [UInt8](try JSONEncoder().encode(link)), contentType: "application/json")
+            "urls/\(urlKey.rawValue)", [UInt8](try JSONEncoder().encode(link)), contentType: "application/json")
     }
 
-    func deleteLink(urlKey: String) async throws {
-        guard DiskCache.isValidKey(urlKey) else { return }
-        try await self.client.delete("urls/\(urlKey)")
+    func deleteLink(urlKey: URLKey) async throws {
+        try await self.client.delete("urls/\(urlKey.rawValue)")
     }
 
     func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
@@ -112,7 +102,7 @@ struct S3ResultStore: ResultStore {
         }
     }
 
-    private static func decodeMetadata(_ key: String, _ bytes: [UInt8]) throws -> TranscodeMetadata {
+    private static func decodeMetadata(_ key: ObjectKey, _ bytes: [UInt8]) throws -> TranscodeMetadata {
         do {
             return try JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))
         } catch {

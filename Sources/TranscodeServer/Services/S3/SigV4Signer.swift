@@ -68,13 +68,13 @@ struct SigV4Signer: Sendable {
     private func signature(canonicalRequest: String, stamp: String) -> String {
         let stringToSign = [
             "AWS4-HMAC-SHA256", stamp, self.scope(stamp),
-            DiskCache.hex(SHA256.hash(data: Array(canonicalRequest.utf8))),
+            HexDigest.encode(SHA256.hash(data: Array(canonicalRequest.utf8))),
         ].joined(separator: "\n")
         var key = SymmetricKey(data: Array("AWS4\(self.secretKey)".utf8))
         for part in [String(stamp.prefix(8)), self.region, self.service, "aws4_request"] {
             key = SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Array(part.utf8), using: key)))
         }
-        return DiskCache.hex(HMAC<SHA256>.authenticationCode(for: Array(stringToSign.utf8), using: key))
+        return HexDigest.encode(HMAC<SHA256>.authenticationCode(for: Array(stringToSign.utf8), using: key))
     }
 
     /// `20130524T000000Z`.

@@ -1,0 +1,84 @@
+/// One kind of file the service writes for a source: its name in URLs and APIs, its file extension and media
+/// type, whether it can carry transparency and animation. The registry (`OutputFormat.all`) is the only place
+/// that spells them: stores, routes and links ask it. (After imgproxy's `imagetype` registry.)
+///
+/// A new output format is one more entry here, plus its encoder; a store keeps whatever files an object's
+/// `ObjectFiles` lists.
+public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
+    /// The name clients use (`/v1/.../source.<name>`, the signed-URL map's keys are the roles below).
+    public let name: String
+    /// The extension of its file in a store (`<key>.<fileExtension>`).
+    public let fileExtension: String
+    /// Its `Content-Type`.
+    public let mediaType: String
+    /// Whether it keeps an alpha channel (today's video and poster are flattened over the background).
+    public let supportsAlpha: Bool
+    /// Whether it carries more than one picture.
+    public let isAnimated: Bool
+    /// libavformat's muxer for it, when libavformat writes it.
+    public let muxerName: String?
+
+    public var description: String { self.name }
+
+    /// H.264 in MP4 (yuv420p, faststart): what every browser and AVPlayer play.
+    public static let mp4 = OutputFormat(
+        name: "mp4", fileExtension: "mp4", mediaType: "video/mp4", supportsAlpha: false, isAnimated: true,
+        muxerName: "mp4")
+    /// The JPEG poster: the first frame as shown.
+    public static let jpeg = OutputFormat(
+        name: "jpg", fileExtension: "jpg", mediaType: "image/jpeg", supportsAlpha: false, isAnimated: false,
+        muxerName: nil)
+    /// The object's manifest: `TranscodeMetadata` as JSON.
+    public static let manifest = OutputFormat(
+        name: "json", fileExtension: "json", mediaType: "application/json; charset=utf-8", supportsAlpha: false,
+        isAnimated: false, muxerName: nil)
+
+    /// Every format in the registry.
+    public static let all: [OutputFormat] = [.mp4, .jpeg, .manifest]
+
+    /// The format whose files end in `.fileExtension`, nil for any other (a request's extension is checked here
+    /// before anything touches a store).
+    public static func withExtension(_ fileExtension: some StringProtocol) -> OutputFormat? {
+        self.all.first { $0.fileExtension == fileExtension }
+    }
+}
+
+/// The files of one stored object, each with its role: what a store writes, checks, copies and deletes.
+public enum ObjectFiles {
+    /// The video (the `mp4` role of the answers and signed links).
+    public static let video = OutputFormat.mp4
+    /// The still shown before playback (the `poster` role).
+    public static let poster = OutputFormat.jpeg
+    /// The manifest: an object exists exactly when its manifest does.
+    public static let manifest = OutputFormat.manifest
+
+    /// The role of each file in answers (the signed-URL map of `POST /transcode`, rewrites, batch results).
+    public static let roles: [(role: String, format: OutputFormat)] = [
+        (video.name, video), ("poster", poster), ("metadata", manifest),
+    ]
+
+    /// The files the manifest describes, whose sizes it records.
+    public static let media: [OutputFormat] = [video, poster]
+    /// The order to write or move an object's files in: the manifest last, so an object never exists half.
+    public static let commitOrder: [OutputFormat] = media + [manifest]
+    /// The order to delete them in: the manifest first, so the object is a miss from then on.
+    public static let deleteOrder: [OutputFormat] = [manifest] + media
+
+    /// The size of the `format` file that `metadata` records (nil for the manifest itself).
+    public static func recordedSize(of format: OutputFormat, in metadata: TranscodeMetadata) -> Int? {
+        switch format {
+        case self.video: metadata.mp4Bytes
+        case self.poster: metadata.posterBytes
+        default: nil
+        }
+    }
+
+    /// The SHA-256 of the `format` file that `metadata` records (nil when it records none).
+    public static func recordedSha256(of format: OutputFormat, in metadata: TranscodeMetadata) -> String? {
+        switch format {
+        case self.video: metadata.mp4Sha256
+        case self.poster: metadata.posterSha256
+        default: nil
+        }
+    }
+}
