@@ -22,9 +22,16 @@ run: build
 lint:
 	swift format lint --strict -r Sources Tests Package.swift
 
+# The system tier: suites tagged `.system` (headless Chromium, SeaweedFS, the built binary as a child process).
+# They run after the unit and integration tiers, in a `swift test` of their own, so that browsers timing a
+# video do not share the two cores with every other test (TierTests keeps this list equal to the tags). A test's
+# id is `Target.Suite/test()/File.swift:line`: the pattern names suites, not the files they are in.
+SYSTEM_SUITES = AnimatedFormatsTests|BrowserTimingTests|ChildProcessTests|ConvertCommandTests|CorpusTests|DemoPageTests|OperationsTests|PlayerScriptTests|S3StoreTests|ThreadedEncodeTests
+
 test: test-deps lint
 	swift build --build-tests
-	swift test
+	swift test --skip-build --skip '\.($(SYSTEM_SUITES))/'
+	swift test --skip-build --filter '\.($(SYSTEM_SUITES))/'
 	# Fuzz smoke: each libFuzzer target under AddressSanitizer; a crash on the seeds fails the run.
 	scripts/fuzz-coverage gif-prescan 60
 	scripts/fuzz-coverage gif-path 60

@@ -1,13 +1,14 @@
 import Foundation
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import TranscodeServer
 
 /// Every request leaves one `info` line with its route template, status and request id, failures too, and
 /// the request id goes back to the client.
-@Suite struct AccessLogTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct AccessLogTests {
     /// Keeps every entry logged through it.
     final class Recorder: Sendable {
         struct Entry: Sendable {
@@ -99,7 +100,7 @@ import Testing
 }
 
 /// `log.format: json` writes one parseable object per line, metadata included.
-@Suite struct JSONLogTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct JSONLogTests {
     @Test func linesAreJSONObjectsWithTheMetadata() throws {
         let lines = Mutex<[String]>([])
         var logger = Logger(label: "transcode-server") { label in

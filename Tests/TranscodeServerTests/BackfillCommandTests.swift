@@ -4,7 +4,7 @@ import Testing
 
 @testable import TranscodeServer
 
-@Suite struct BackfillCommandTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct BackfillCommandTests {
     /// A file of URLs through a running service: a CSV in the file's order; run again, it resumes from its
     /// state file instead of submitting again.
     @Test func backfillsAndResumes() async throws {
@@ -28,7 +28,7 @@ import Testing
                 let csv = try String(contentsOfFile: file + ".csv", encoding: .utf8)
                 let rows = csv.split(separator: "\n").map(String.init)
                 #expect(rows.first == "url,status,mp4,poster,recommendation,error")
-                #expect(rows.count == 1 + 9)
+                try #require(rows.count == 1 + 9, "\(rows)")
                 for (row, name) in zip(rows.dropFirst(), names) {
                     #expect(row.hasPrefix(harness.originURL("/corpus/\(name)") + ","))
                     #expect(row.contains(",done,") || row.contains(",kept-gif,"), "\(row)")

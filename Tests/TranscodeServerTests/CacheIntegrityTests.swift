@@ -8,7 +8,7 @@ import Transcoder
 
 /// Only what the cache wrote is served: an object file replaced by a symbolic link or a hard link, or cut
 /// short, is never sent; the object is moved to `quarantine/` and the next request converts it again.
-@Suite struct CacheIntegrityTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct CacheIntegrityTests {
     enum Tampering: String, CaseIterable, CustomTestStringConvertible {
         case videoSymlink, metadataSymlink, videoHardLink, videoTruncated, posterTruncated, shardSymlink
         var testDescription: String { self.rawValue }
@@ -106,7 +106,7 @@ import Transcoder
 }
 
 /// `cache verify` finds what serving cannot see cheaply: a file changed without changing its size.
-@Suite struct CacheVerifyTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct CacheVerifyTests {
     @Test func verifyFindsSameSizeDamageAndRepairMovesItAside() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)

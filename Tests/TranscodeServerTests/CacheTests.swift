@@ -7,7 +7,7 @@ import Transcoder
 
 @testable import TranscodeServer
 
-@Suite struct CacheTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct CacheTests {
     @Test func aRestartFindsTheCacheWarm() async throws {
         try await withTemporaryDirectory { directory in
             let cache = directory + "/cache"

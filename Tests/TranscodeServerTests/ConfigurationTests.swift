@@ -6,7 +6,7 @@ import Transcoder
 
 @testable import TranscodeServer
 
-@Suite struct ConfigurationTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct ConfigurationTests {
     static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 

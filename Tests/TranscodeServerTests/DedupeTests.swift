@@ -1,11 +1,12 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import TestSupport
 import Testing
 
 @testable import TranscodeServer
 
-@Suite struct DedupeTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct DedupeTests {
     /// 50 concurrent POSTs for one URL: one origin request, one transcode, 50 identical answers.
     @Test func fiftyConcurrentRequestsOneDownloadOneTranscode() async throws {
         try await withHarness { harness in

@@ -7,7 +7,7 @@ import Testing
 
 @testable import TranscodeServer
 
-@Suite struct DestinationPolicyTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct DestinationPolicyTests {
     static let policy = DestinationPolicy(allowLoopback: false, allowedHosts: [])
 
     static func address(_ text: String) -> IPAddress {
@@ -68,7 +68,7 @@ import Testing
     }
 }
 
-@Suite struct DownloadSafetyTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct DownloadSafetyTests {
     /// With loopback not allowed, every spelling of a loopback or internal destination is refused before
     /// a connection is made: the origin sees nothing.
     @Test func internalDestinationsAreRefused() async throws {
@@ -177,7 +177,7 @@ import Testing
 }
 
 /// A cache hit for a URL is answered only if the URL may be fetched today.
-@Suite struct CachedURLPolicyTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct CachedURLPolicyTests {
     @Test func aHitIsRefusedOnceTheDestinationIsNoLongerAllowed() async throws {
         try await withTemporaryDirectory { directory in
             let cache = directory + "/cache"
@@ -210,7 +210,7 @@ import Testing
 }
 
 /// A connection that cannot be made is the origin's answer: no retries until the connect timeout.
-@Suite struct ConnectionFailureTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct ConnectionFailureTests {
     /// Accepts TCP connections, counts them and closes each at once: a TLS handshake against it fails.
     final class ClosingListener: ChannelInboundHandler, Sendable {
         typealias InboundIn = ByteBuffer

@@ -6,7 +6,7 @@ import Transcoder
 @testable import TranscodeServer
 
 /// The error registry is the one place codes and statuses are decided; the documents say what it says.
-@Suite(.tags(.unit)) struct ErrorCodeTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct ErrorCodeTests {
     /// Every code of the transcoder is a code of the API (else it would answer `internal`).
     @Test func everyTranscoderCodeIsRegistered() {
         for code in TranscodeError.Code.allCases {

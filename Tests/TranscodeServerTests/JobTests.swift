@@ -1,9 +1,10 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import TranscodeServer
 
-@Suite struct JobTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct JobTests {
     /// Past the wait budget: 202 with a Location to poll, which reports pending, then the result.
     @Test func slowJobsAnswer202AndCanBePolled() async throws {
         try await withHarness(configure: { $0.syncWaitSeconds = 0.1 }) { harness in

@@ -13,7 +13,7 @@ import Testing
 
 /// `MediaHitFront` reads request heads from bytes and frames the stream for the decoder behind it: what it
 /// reads, what it leaves alone, and that a request hidden in a body is never taken for one.
-@Suite struct MediaHitFrontTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct MediaHitFrontTests {
     static func head(_ text: String) -> RawRequestHead? {
         Array(text.utf8).withUnsafeBytes { RawRequestHead($0) }
     }
@@ -532,7 +532,7 @@ import Testing
 
 /// The sending deadline's parts: a large body written through `ConnectionTimeoutHandler` goes out as parts of
 /// at most `MediaHitFront.filePartBytes`, in order, the same bytes, the caller's promise on the last.
-@Suite struct SendingPartsTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct SendingPartsTests {
     @Test func aLargeBodyGoesInParts() throws {
         let channel = EmbeddedChannel()
         try channel.pipeline.syncOperations.addHandler(
@@ -560,7 +560,7 @@ import Testing
 /// random reads, decode to the same request parts (and the same error, at the same place) with the front
 /// before the decoder as without it. No object is in the cache, so the front answers nothing and passes
 /// every request on: what is compared is its framing.
-@Suite struct MediaHitFrontFramingTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct MediaHitFrontFramingTests {
     /// What comes out of the decoder, as text.
     final class Collector: ChannelInboundHandler, @unchecked Sendable {
         typealias InboundIn = HTTPRequestPart

@@ -1,12 +1,13 @@
 import Foundation
 import Logging
+import TestSupport
 import Testing
 
 @testable import TranscodeServer
 
 /// `/media` hits answered from memory on the event loop (`MediaHitHandler`) are the router's answers, in
 /// request order, and see takedowns and files changed on disk at once.
-@Suite struct MediaHitHandlerTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct MediaHitHandlerTests {
     /// One answer read off a raw connection.
     struct RawResponse {
         var status: Int

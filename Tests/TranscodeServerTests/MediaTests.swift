@@ -1,9 +1,10 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import TranscodeServer
 
-@Suite struct ByteRangeTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct ByteRangeTests {
     @Test(arguments: [
         ("bytes=0-9", ByteRange.partial(0...9)),
         ("bytes=10-", .partial(10...99)),
@@ -38,7 +39,7 @@ import Testing
     }
 }
 
-@Suite struct MediaTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct MediaTests {
     private func withObject(_ body: @Sendable (Harness, ObjectKey, [UInt8]) async throws -> Void) async throws {
         try await withHarness { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))

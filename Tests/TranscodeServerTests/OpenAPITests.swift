@@ -6,7 +6,7 @@ import Testing
 @testable import TranscodeServer
 
 /// `openapi.yaml` and the router describe the same API.
-@Suite struct OpenAPITests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct OpenAPITests {
     static let specPath = ConfigurationTests.repositoryRoot
         .appendingPathComponent("Sources/TranscodeServer/Resources/openapi.yaml").path
 

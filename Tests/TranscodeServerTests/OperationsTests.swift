@@ -5,7 +5,7 @@ import Transcoder
 
 @testable import TranscodeServer
 
-@Suite struct OperationsTests {
+@Suite(.tags(.system), .timeLimit(.minutes(10))) struct OperationsTests {
     @Test func healthAndReadiness() async throws {
         try await withHarness { harness in
             let health = try await harness.request(.GET, "/healthz")
@@ -228,7 +228,7 @@ import Transcoder
     }
 }
 
-@Suite struct ConnectionLimitTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct ConnectionLimitTests {
     /// The head deadline waits for heads not yet read: a request pipelined behind another, read already and
     /// answered after longer than the deadline, is not cut off when the first answer ends.
     @Test func aPipelinedSlowRequestIsNotCutOff() async throws {
@@ -351,7 +351,7 @@ final class RawSocket: Sendable {
 }
 
 /// A full disk is its own answer: 507 on writes, 503 from /readyz under the free-space floor.
-@Suite struct StorageTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct StorageTests {
     @Test func readinessFailsBelowTheFreeSpaceFloor() async throws {
         try await withHarness(configure: { $0.cacheMinFreeBytes = Int64.max / 2 }) { harness in
             let reply = try await harness.request(.GET, "/readyz")
@@ -374,7 +374,7 @@ final class RawSocket: Sendable {
 
 /// Uploads cost no memory while they arrive: admitted before their body is read, received into a file,
 /// cut off when they drip past the body deadline.
-@Suite struct UploadTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct UploadTests {
     /// The head of an upload of `length` bytes of GIF.
     static func uploadHead(length: Int) -> String {
         "POST /transcode HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/gif\r\nContent-Length: \(length)\r\n\r\n"

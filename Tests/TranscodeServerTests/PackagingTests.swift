@@ -1,9 +1,10 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The Dockerfile cannot be built here (no container engine), so what can drift is checked as text:
 /// its package lists against the ones CI and the quick start install, and its runtime settings.
-@Suite struct PackagingTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct PackagingTests {
     static func read(_ path: String) throws -> String {
         try String(contentsOf: ConfigurationTests.repositoryRoot.appendingPathComponent(path), encoding: .utf8)
     }
@@ -69,11 +70,68 @@ import Testing
         #expect(ciTest == scriptTest)
     }
 
+    /// The corpus the suite converts is beside the repository; without it every test that converts fails, so
+    /// say so once, plainly.
+    @Test func theCorpusIsThere() throws {
+        try requireCorpus()
+    }
+
     /// CI runs the README's test command.
     @Test func ciRunsTheReadmeTestCommand() throws {
         let readme = try Self.read("README.md")
         let ci = try Self.read(".ci/run")
         #expect(readme.contains("make test"))
         #expect(ci.split(separator: "\n").contains("make test"))
+    }
+}
+
+/// The suite's tiers: what the Makefile runs as the system tier is what the tests say they are.
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct TierTests {
+    /// `(tier, suite)` for every `@Suite(... .tags(.tier) ...) struct Name` of both test targets.
+    static func taggedSuites() throws -> [(tier: String, suite: String)] {
+        let root = ConfigurationTests.repositoryRoot
+        var found: [(String, String)] = []
+        for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests"] {
+            let directory = root.appendingPathComponent(target).path
+            for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".swift") {
+                let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
+                for line in text.split(separator: "\n") where line.hasPrefix("@Suite(") {
+                    guard let tags = line.range(of: ".tags(."), let structWord = line.range(of: ") struct ") else {
+                        continue
+                    }
+                    let tier = line[tags.upperBound...].prefix { $0.isLetter }
+                    let suite = line[structWord.upperBound...].prefix { $0.isLetter || $0.isNumber }
+                    found.append((String(tier), String(suite)))
+                }
+            }
+        }
+        return found
+    }
+
+    /// Every suite has a tier and a time limit.
+    @Test func everySuiteIsTieredAndLimited() throws {
+        let root = ConfigurationTests.repositoryRoot
+        for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests"] {
+            let directory = root.appendingPathComponent(target).path
+            for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".swift") {
+                let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
+                for line in text.split(separator: "\n") where line.hasPrefix("@Suite") {
+                    #expect(line.contains(".tags(."), "\(name): \(line)")
+                    #expect(line.contains(".timeLimit("), "\(name): \(line)")
+                }
+            }
+        }
+    }
+
+    /// The Makefile's `SYSTEM_SUITES` are exactly the suites tagged `.system`.
+    @Test func theMakefileRunsTheSystemTierApart() throws {
+        let makefile = try PackagingTests.read("Makefile")
+        let line = try #require(makefile.split(separator: "\n").first { $0.hasPrefix("SYSTEM_SUITES = ") })
+        let listed = Set(line.dropFirst("SYSTEM_SUITES = ".count).split(separator: "|").map(String.init))
+        let tagged = Set(try Self.taggedSuites().filter { $0.tier == "system" }.map(\.suite))
+        #expect(!tagged.isEmpty)
+        #expect(listed == tagged)
+        #expect(makefile.contains(#"swift test --skip-build --skip '\.($(SYSTEM_SUITES))/'"#))
+        #expect(makefile.contains(#"swift test --skip-build --filter '\.($(SYSTEM_SUITES))/'"#))
     }
 }

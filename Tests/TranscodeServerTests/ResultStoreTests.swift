@@ -93,7 +93,7 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
     }
 }
 
-@Suite struct ResultStoreTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct ResultStoreTests {
     /// A conversion whose publish fails answers 503 and keeps the object on this disk; the next request for it
     /// publishes it, so the fleet is not left without it. (The shared store here is a second disk cache:
     /// SharedResults works with any ResultStore.)

@@ -1,11 +1,12 @@
 import Foundation
+import TestSupport
 import Testing
 import Transcoder
 
 @testable import TranscodeServer
 
 /// `POST /v1/rewrite`: documents with GIFs in tricky places, and every byte outside the rewritten tags kept.
-@Suite struct RewriteTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct RewriteTests {
     /// The GIF tags of `document`, as written (each appears once), in document order.
     static let gifTags = [
         #"<IMG SRC=/corpus/cartoon_hotdog.gif ALT="An &quot;upper&quot; cat" WIDTH=320 HEIGHT=240 class=hero>"#,

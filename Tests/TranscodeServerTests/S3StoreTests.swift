@@ -8,7 +8,7 @@ import Transcoder
 @testable import TranscodeServer
 
 /// The S3 result store against a real SeaweedFS started by each test on free loopback ports.
-@Suite(.serialized) struct S3StoreTests {
+@Suite(.serialized, .tags(.system), .timeLimit(.minutes(10))) struct S3StoreTests {
     /// - Parameter tombstoneCheckSeconds: 0 to ask the store on every hit (a takedown elsewhere is seen at once).
     static func configure(
         _ store: SeaweedFS, serve: StorageConfiguration.Serve = .local, tombstoneCheckSeconds: Double = 10

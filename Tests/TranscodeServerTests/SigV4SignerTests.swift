@@ -1,11 +1,12 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import TranscodeServer
 
 /// The examples of AWS's "Authenticating Requests: Using the Authorization Header (AWS Signature Version 4)"
 /// and "Authenticating Requests: Using Query Parameters" pages (S3 API reference), byte for byte.
-@Suite struct SigV4SignerTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct SigV4SignerTests {
     static let signer = SigV4Signer(
         accessKey: "AKIAIOSFODNN7EXAMPLE", secretKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", region: "us-east-1")
     /// 20130524T000000Z.
@@ -90,7 +91,7 @@ import Testing
 }
 
 /// S3's XML error bodies.
-@Suite struct S3ErrorBodyTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct S3ErrorBodyTests {
     /// The example of the S3 API reference's "Error responses" page.
     @Test func theDocumentedExample() throws {
         let body = try #require(

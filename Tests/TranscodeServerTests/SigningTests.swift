@@ -5,7 +5,7 @@ import Transcoder
 
 @testable import TranscodeServer
 
-@Suite struct SigningTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct SigningTests {
     /// imgproxy's published example (docs "Signing a URL"): the scheme is the one people already know.
     @Test func imgproxyPublishedVector() throws {
         let signer = try #require(URLSigner(hexKeys: ["736563726574"], hexSalts: ["68656C6C6F"]))

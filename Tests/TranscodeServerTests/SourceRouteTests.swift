@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import NIOCore
 import Synchronization
+import TestSupport
 import Testing
 import Transcoder
 
@@ -11,7 +12,7 @@ import Transcoder
 
 /// `GET /v1/{signature}/{options}/{source}.{ext}`: signed URLs, freshness, purge and takedown, CORS and
 /// absolute URLs, against the real application and a local origin.
-@Suite struct SourceRouteTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct SourceRouteTests {
     static let key = String(repeating: "a1", count: 32)
     static let salt = "5a5b5c"
     static let token = "purge-token-0123456789"

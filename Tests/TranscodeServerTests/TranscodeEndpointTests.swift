@@ -1,9 +1,10 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import TranscodeServer
 
-@Suite struct TranscodeEndpointTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct TranscodeEndpointTests {
     @Test func convertsAURLAndAnswersWithURLsMetadataAndHTML() async throws {
         try await withHarness { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_dancing_banana.gif"))

@@ -46,7 +46,7 @@ final class WebhookReceiver: Sendable {
     }
 }
 
-@Suite struct WebhookTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct WebhookTests {
     /// 32 bytes, Standard Webhooks form.
     static let secret = "whsec_" + Data((0..<32).map { UInt8($0 * 7 % 256) }).base64EncodedString()
     static let retired = "whsec_" + Data((0..<24).map { UInt8(200 - $0) }).base64EncodedString()

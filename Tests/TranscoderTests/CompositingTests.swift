@@ -1,3 +1,4 @@
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -6,7 +7,7 @@ import Testing
 /// 8 pixels and even-aligned. The encoder's bicubic 4:2:0 chroma filter bleeds about two pixels across a
 /// saturated edge (31-35 dB on these pictures), while a single 8x8 region of the wrong colour in a 32x32
 /// picture costs more than 14 dB: above 28 dB, every region has the right colour.
-@Suite struct CompositingTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct CompositingTests {
     // Palette indices of GIFBuilder's default palette.
     static let black: UInt8 = 0, white: UInt8 = 1, red: UInt8 = 2, green: UInt8 = 3, blue: UInt8 = 4
 

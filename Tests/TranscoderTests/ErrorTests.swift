@@ -1,11 +1,12 @@
 import CFFmpeg
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Transcoder
 
 /// Bad input gets a specific code, nothing is left behind, and limits hold before pixels are decoded.
-@Suite struct ErrorTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct ErrorTests {
     private func animation(width: Int = 32, height: Int = 32, frames: Int = 3) -> GIFBuilder {
         var gif = GIFBuilder(width: width, height: height)
         gif.frames = (0..<frames).map { .filled(UInt8(2 + $0 % 5), width: width, height: height) }

@@ -6,7 +6,7 @@ import Testing
 @testable import Transcoder
 
 /// What a browser or AVPlayer receives: a web-ready container, a matching poster, stable bytes.
-@Suite struct OutputTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct OutputTests {
     private func sample() throws -> [UInt8] {
         var gif = GIFBuilder(width: 48, height: 32)
         gif.frames = (0..<6).map { .filled(UInt8(2 + $0 % 4), left: $0 * 4, top: 0, width: 16, height: 32, delay: 4) }

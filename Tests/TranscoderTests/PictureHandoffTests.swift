@@ -1,5 +1,6 @@
 import CFFmpeg
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -7,7 +8,7 @@ import Testing
 /// The encoder's side of a pass runs on a thread of its own (`PictureHandoff`): it must get the pictures one
 /// thread would have given it, in the same order, and a failure on either side must end the pass with that
 /// failure, the encoder's thread joined.
-@Suite struct PictureHandoffTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct PictureHandoffTests {
     /// 64x48, 9 frames: moving stripes, two repeats (merged into a longer picture) and mixed delays.
     static func gif() throws -> [UInt8] {
         let (width, height) = (64, 48)

@@ -6,7 +6,7 @@ import Testing
 
 /// The size guard: a video not smaller than the GIF is encoded again at a higher CRF, within a quality floor
 /// measured as SSIM against the pictures encoded.
-@Suite struct SizeGuardTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct SizeGuardTests {
     /// Our SSIM against FFmpeg's `ssim` filter (an implementation of its own) on the same two luma planes.
     @Test(arguments: [(64, 48, 3), (37, 29, 40), (200, 120, 12)])
     func lumaSSIMAgreesWithFFmpeg(width: Int, height: Int, noise: Int) throws {

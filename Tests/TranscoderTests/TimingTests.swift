@@ -1,9 +1,10 @@
+import TestSupport
 import Testing
 
 @testable import Transcoder
 
 /// The browser delay rule, frame merging and loop semantics, checked on the reopened MP4.
-@Suite struct TimingTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct TimingTests {
     /// Two frames of different colours, both with `delay` centiseconds.
     private func twoFrames(delay: Int) -> GIFBuilder {
         var gif = GIFBuilder(width: 16, height: 16)

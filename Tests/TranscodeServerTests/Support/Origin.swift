@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import NIOCore
 import Synchronization
+import Testing
 
 /// The corpus, next to the repository: `../shared/corpus`.
 let corpusDirectory: String = {
@@ -9,6 +10,15 @@ let corpusDirectory: String = {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("shared/corpus").path
 }()
+
+/// Fails the calling test with a message that says what is missing when the corpus is not there (a clone
+/// without `../shared/corpus`).
+func requireCorpus(sourceLocation: SourceLocation = #_sourceLocation) throws {
+    try #require(
+        FileManager.default.fileExists(atPath: corpusDirectory + "/MANIFEST.tsv"),
+        "the test corpus is missing: \(corpusDirectory)/MANIFEST.tsv (the suite needs ../shared/corpus beside the repository)",
+        sourceLocation: sourceLocation)
+}
 
 func corpusBytes(_ name: String) throws -> [UInt8] {
     [UInt8](try Data(contentsOf: URL(fileURLWithPath: corpusDirectory + "/" + name)))
