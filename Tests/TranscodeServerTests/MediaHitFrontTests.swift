@@ -480,7 +480,7 @@ import Testing
     /// and the file's bytes. A lone file answer with `Connection: close` ends the connection once sent.
     @Test func oneFileAnswerAtATime() async throws {
         try await MediaHitHandlerTests.withLargeFileKept { harness, key, file in
-            let head = DiskCache.headLength
+            let head = HitMemory.headLength
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
             let ranges = (0..<20).map { (head + $0 * 1000)...(head + $0 * 1000 + 99) }
             let requests = ranges.map {
@@ -515,7 +515,7 @@ import Testing
             let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             let file = [UInt8](
                 try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
-            try #require(file.count > DiskCache.smallFileLimit)
+            try #require(file.count > HitMemory.smallFileLimit)
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
             for expected in [fromFile, fromFile + 1] {
                 let (answers, _) = try await MediaHitHandlerTests.exchange(

@@ -168,7 +168,7 @@ import Testing
             let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             let file = [UInt8](
                 try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
-            try #require(file.count > DiskCache.smallFileLimit)
+            try #require(file.count > HitMemory.smallFileLimit)
             let probe = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")])
             try #require(probe.status == 206 && probe.body == Array(file[0...1]))
             try await body(harness, key, file)
@@ -313,7 +313,7 @@ import Testing
     @Test func aLargeFilesHeadIsAnsweredFromMemory() async throws {
         // The route reads the head once (Safari's probe) and keeps it.
         try await Self.withLargeFileKept { harness, key, file in
-            let head = DiskCache.headLength
+            let head = HitMemory.headLength
 
             let inside: [Probe] = [
                 ("GET", "/media/\(key).mp4", ["Range: bytes=0-1"]),

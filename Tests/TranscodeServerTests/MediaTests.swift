@@ -72,7 +72,7 @@ import Testing
     /// file rewritten in place (same size, new bytes) is read again, never answered from a stale copy.
     @Test func smallFilesInMemoryFollowTheFile() async throws {
         try await self.withObject { harness, key, mp4 in
-            #expect(mp4.count <= DiskCache.smallFileLimit)
+            #expect(mp4.count <= HitMemory.smallFileLimit)
             let first = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=4-11")])
             #expect(first.body == Array(mp4[4...11]))
             let again = try await harness.request(.GET, "/media/\(key).mp4")

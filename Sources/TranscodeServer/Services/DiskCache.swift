@@ -30,16 +30,14 @@ final class DiskCache: Sendable {
     let root: String
     let maxBytes: Int64
     private let state: Mutex<State>
-    private let decoded = Mutex<[ObjectKey: (identity: FileIdentity, metadata: TranscodeMetadata)]>([:])
-    private let smallFiles = Mutex(SmallFiles())
-    /// The object each URL link was last read to point to, by the link's identity (`freshLink`).
-    private let linkTargets = Mutex<[URLKey: (identity: FileIdentity, key: ObjectKey)]>([:])
+    /// What hits are answered from without reading the disk: decoded metadata, kept bytes, link targets.
+    let memory = HitMemory()
     /// The names in `tombstones/` as last read, and the directory's stamp then (`settledTombstones`).
     let tombstoneNames = Mutex<(stamp: DirectoryStamp, names: Set<String>)?>(nil)
     private let onEviction: @Sendable (Int) -> Void
     private let onQuarantine: @Sendable (ObjectKey) -> Void
     /// The time uses are recorded at (a test's own clock).
-    private let now: @Sendable () -> Date
+    let now: @Sendable () -> Date
 
     private struct State {
         var objects: [ObjectKey: Object] = [:]
@@ -127,16 +125,11 @@ final class DiskCache: Sendable {
         guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK else { return nil }
         let age = Self.age(info)
         let identity = FileIdentity(info)
-        if let known = self.linkTargets.withLock({ $0[urlKey] }), known.identity == identity {
-            return (known.key, age)
-        }
+        if let known = self.memory.linkTarget(urlKey, identity: identity) { return (known, age) }
         guard let key = self.lookup(urlKey: urlKey, checkingObject: false) else { return nil }
         // Read after the lstat: a link replaced in between is stored under the old identity, which no later
         // lstat matches.
-        self.linkTargets.withLock { targets in
-            if targets.count >= Self.decodedCapacity { targets.removeAll(keepingCapacity: true) }
-            targets[urlKey] = (identity, key)
-        }
+        self.memory.rememberLink(urlKey, identity: identity, target: key)
         return (key, age)
     }
 
@@ -161,355 +154,8 @@ final class DiskCache: Sendable {
         self.verifiedObject(key)?.metadata
     }
 
-    // MARK: Reading only what the cache wrote
-
-    /// An object file opened for reading; the descriptor is closed when the last reference goes.
-    final class OpenFile: Sendable {
-        let descriptor: CInt
-        let size: Int
-        /// A file rewritten in place or replaced has another identity.
-        let identity: FileIdentity
-
-        fileprivate init(descriptor: CInt, size: Int, identity: FileIdentity) {
-            self.descriptor = descriptor
-            self.size = size
-            self.identity = identity
-        }
-
-        deinit {
-            close(self.descriptor)
-        }
-    }
-
-    private enum Opened {
-        case file(OpenFile)
-        case missing
-        /// A link, a directory, a device, a file with other names (a hard link): not written by the cache.
-        case foreign
-    }
-
-    /// Opens `objects/ab/<key>.json`, `.mp4` and `.jpg`, following no symbolic link at the files or their
-    /// two parent directories (opened once for the three), and checks each is a regular file with one link.
-    private func openObjectFiles(_ key: ObjectKey) -> [String: Opened] {
-        let extensions = ObjectFiles.deleteOrder.map(\.fileExtension)
-        func all(_ opened: Opened) -> [String: Opened] {
-            Dictionary(uniqueKeysWithValues: extensions.map { ($0, opened) })
-        }
-        let objects = open(self.objectsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard objects >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
-        defer { close(objects) }
-        let shard = openat(objects, String(key.shard), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard shard >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
-        defer { close(shard) }
-        var files: [String: Opened] = [:]
-        for fileExtension in extensions {
-            // O_NONBLOCK: a FIFO planted in place of a file must not block the open.
-            let descriptor = openat(
-                shard, "\(key).\(fileExtension)", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-            guard descriptor >= 0 else {
-                files[fileExtension] = errno == ENOENT ? .missing : .foreign
-                continue
-            }
-            var info = stat()
-            guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
-                close(descriptor)
-                files[fileExtension] = .foreign
-                continue
-            }
-            files[fileExtension] = .file(
-                OpenFile(descriptor: descriptor, size: Int(info.st_size), identity: FileIdentity(info)))
-        }
-        return files
-    }
-
-    /// Device, inode, size, modification and change times: the same identity means the very file that was
-    /// checked, unchanged (a rename, a new link or a write changes the change time). A value, not an array: a
-    /// cache hit takes two or three of them.
-    struct FileIdentity: Equatable, Sendable {
-        let device: UInt64
-        let inode: UInt64
-        let size: Int
-        let modified: timespec
-        let changed: timespec
-
-        init(_ info: stat) {
-            (self.device, self.inode, self.size) = (UInt64(info.st_dev), UInt64(info.st_ino), Int(info.st_size))
-            (self.modified, self.changed) = (info.st_mtim, info.st_ctim)
-        }
-
-        static func == (a: Self, b: Self) -> Bool {
-            a.device == b.device && a.inode == b.inode && a.size == b.size
-                && a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
-                && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
-        }
-    }
-
-    /// An object whose files passed the checks, held open: what is served or hashed is what was checked.
-    struct CheckedObject: Sendable {
-        let metadata: TranscodeMetadata
-        let json: OpenFile
-        let video: OpenFile
-        let poster: OpenFile
-
-        /// The open file for `.json`, `.mp4` or `.jpg`.
-        func file(_ fileExtension: String) -> OpenFile? {
-            switch OutputFormat.withExtension(fileExtension) {
-            case ObjectFiles.manifest?: self.json
-            case ObjectFiles.video?: self.video
-            case ObjectFiles.poster?: self.poster
-            default: nil
-            }
-        }
-    }
-
-    private enum Inspection {
-        case missing
-        case damaged(String)
-        case sound(CheckedObject)
-    }
-
-    /// Checks the object `key` without changing anything: its JSON, video and poster are files the cache
-    /// wrote and the sizes agree with the metadata.
-    private func inspect(_ key: ObjectKey) -> Inspection {
-        let files = self.openObjectFiles(key)
-        let json: OpenFile
-        switch files[ObjectFiles.manifest.fileExtension] {
-        case .missing, nil: return .missing
-        case .foreign: return .damaged("the metadata is a link, not a regular file, or has other names")
-        case .file(let file): json = file
-        }
-        guard let metadata = self.decodedMetadata(key, json) else { return .damaged("the metadata does not read") }
-        var checked: [OpenFile] = []
-        for format in ObjectFiles.media {
-            let (fileExtension, size) = (format.fileExtension, ObjectFiles.recordedSize(of: format, in: metadata) ?? 0)
-            switch files[fileExtension] {
-            case .missing, nil: return .damaged("the .\(fileExtension) is missing")
-            case .foreign: return .damaged("the .\(fileExtension) is a link, not a regular file, or has other names")
-            case .file(let file):
-                guard file.size == size else {
-                    return .damaged("the .\(fileExtension) is \(file.size) bytes; the metadata says \(size)")
-                }
-                checked.append(file)
-            }
-        }
-        return .sound(CheckedObject(metadata: metadata, json: json, video: checked[0], poster: checked[1]))
-    }
-
-    /// The object `key`, checked (`inspect`), its files held open. A damaged object is quarantined and
-    /// reported missing.
-    func verifiedObject(_ key: ObjectKey) -> CheckedObject? {
-        switch self.inspect(key) {
-        case .missing:
-            return nil
-        case .damaged:
-            self.quarantine(key)
-            return nil
-        case .sound(let object):
-            self.touch(key)
-            return object
-        }
-    }
-
-    /// What `cache verify` found for one object.
-    enum Verdict: Equatable {
-        case sound
-        /// Sound as far as can be told: written before content hashes were recorded.
-        case unhashed
-        case damaged(String)
-    }
-
-    /// Checks the object `key` byte for byte: everything `inspect` checks, then the SHA-256 of the video and
-    /// the poster against the metadata. Reads both files whole: for `cache verify`, not for serving.
-    func verify(_ key: ObjectKey) -> Verdict {
-        switch self.inspect(key) {
-        case .missing:
-            return .damaged("the object is gone")
-        case .damaged(let reason):
-            return .damaged(reason)
-        case .sound(let object):
-            guard let mp4 = object.metadata.mp4Sha256, let poster = object.metadata.posterSha256 else {
-                return .unhashed
-            }
-            for (format, file, expected) in [
-                (ObjectFiles.video, object.video, mp4), (ObjectFiles.poster, object.poster, poster),
-            ] {
-                let fileExtension = format.fileExtension
-                guard let digest = Self.sha256(file) else { return .damaged("the .\(fileExtension) does not read") }
-                guard digest == expected else { return .damaged("the .\(fileExtension)'s SHA-256 differs") }
-            }
-            return .sound
-        }
-    }
-
     /// The keys of the objects indexed.
     var indexedKeys: [ObjectKey] { self.state.withLock { Array($0.objects.keys) }.sorted() }
-
-    private static func sha256(_ file: OpenFile) -> String? {
-        var hash = SHA256()
-        var block = [UInt8](repeating: 0, count: 1 << 20)
-        var offset = 0
-        while offset < file.size {
-            let count = block.withUnsafeMutableBytes {
-                pread(file.descriptor, $0.baseAddress, min($0.count, file.size - offset), off_t(offset))
-            }
-            guard count > 0 else { return nil }
-            hash.update(data: block[0..<count])
-            offset += count
-        }
-        return HexDigest.encode(hash.finalize())
-    }
-
-    /// The metadata in `json`, decoded once per file identity: decoding was the largest cost of a cache hit
-    /// after the network (objects are immutable; a file replaced or rewritten has a new identity).
-    private func decodedMetadata(_ key: ObjectKey, _ json: OpenFile) -> TranscodeMetadata? {
-        if let cached = self.decoded.withLock({ $0[key] }), cached.identity == json.identity {
-            return cached.metadata
-        }
-        guard let bytes = Self.readAll(json),
-            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))
-        else { return nil }
-        self.decoded.withLock { decoded in
-            if decoded.count >= Self.decodedCapacity { decoded.removeAll(keepingCapacity: true) }
-            decoded[key] = (json.identity, metadata)
-        }
-        return metadata
-    }
-
-    /// Decoded metadata kept in memory: a few hundred bytes each.
-    static var decodedCapacity: Int { 16_384 }
-
-    // MARK: Small files in memory
-
-    /// The bytes of object files kept in memory (`keptLength`: all of a file of at most `smallFileLimit` bytes,
-    /// the head of a larger one), by file identity (objects are immutable; a
-    /// file replaced or rewritten has another identity, so what is kept is what was checked), up to
-    /// `smallFilesCapacity` bytes in all, the least recently used dropped first. A hit on a small file then
-    /// costs no read at all: every read is a hop to the I/O thread pool, which cost most of a hit's time.
-    private struct SmallFiles {
-        var entries: [FileName: (identity: FileIdentity, bytes: ByteBuffer, lastUse: UInt64)] = [:]
-        var total = 0
-        var clock: UInt64 = 0
-    }
-
-    static var smallFileLimit: Int { 256 * 1024 }
-    static var smallFilesCapacity: Int { 64 * 1024 * 1024 }
-    /// Of a larger file, its first bytes are kept: players' first probes (`bytes=0-1`) and the `moov` box
-    /// (written first, `faststart`) are read from there.
-    static var headLength: Int { 64 * 1024 }
-
-    /// How many bytes of a file of `size` bytes are kept in memory: all of a small file, the head of another.
-    static func keptLength(ofFileOfSize size: Int) -> Int {
-        size <= Self.smallFileLimit ? size : min(size, Self.headLength)
-    }
-
-    /// The bytes of `file` (object `key`'s `.fileExtension`) kept in memory (`keptLength`: the whole file or
-    /// its head), if they are.
-    func cachedBytes(_ file: OpenFile, key: ObjectKey, fileExtension: String) -> ByteBuffer? {
-        self.keptBytes(FileName(key: key, fileExtension: fileExtension), identity: file.identity)
-    }
-
-    /// An object file's name in `SmallFiles`: hashed as it is, where joining the two was an allocation per hit.
-    private struct FileName: Hashable {
-        let key: ObjectKey
-        let fileExtension: String
-    }
-
-    private func keptBytes(_ name: FileName, identity: FileIdentity) -> ByteBuffer? {
-        self.smallFiles.withLock { cache in
-            guard let index = cache.entries.index(forKey: name), cache.entries.values[index].identity == identity
-            else { return nil }
-            cache.clock += 1
-            cache.entries.values[index].lastUse = cache.clock
-            return cache.entries.values[index].bytes
-        }
-    }
-
-    /// A hit answered from memory alone: the metadata of `key`, the identity (and size) of its `.fileExtension`
-    /// and the bytes of it kept in memory (all of a small file, the head of another), when both were checked
-    /// and read before and the files at their paths are still those very files (`lstat`, the same identity).
-    /// Two `lstat`s instead of opening and checking the three files: what is served are bytes read from a
-    /// checked descriptor, so a link or another file put at the path is not followed but misses. `nil` sends the
-    /// request the long way (`verifiedObject`), which reads and keeps what is missing, and also when the use
-    /// is due to be written to disk: that write blocks, and this runs on an event loop.
-    func memoryHit(_ key: ObjectKey, fileExtension: String) -> (
-        metadata: TranscodeMetadata, file: FileIdentity, bytes: ByteBuffer
-    )? {
-        guard let metadata = self.memoryMetadata(key),
-            let file = Self.currentIdentity(self.objectPath(key, fileExtension))
-        else { return nil }
-        guard let bytes = self.keptBytes(FileName(key: key, fileExtension: fileExtension), identity: file),
-            !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
-        else { return nil }
-        return (metadata, file, bytes)
-    }
-
-    /// Opens object `key`'s `.fileExtension` for the bytes of a `memoryHit` past those kept in memory, when the
-    /// file opened is still the very file `identity` names (`fstat` of the descriptor: the path may have
-    /// changed since the `lstat`). The caller closes the descriptor. Once open, the bytes stay readable
-    /// whatever happens at the path (an eviction or a purge unlinks, it does not change the file).
-    func openUnchanged(_ key: ObjectKey, fileExtension: String, identity: FileIdentity) -> CInt? {
-        // O_NONBLOCK: a FIFO put at the path must not block the event loop (its identity would not match).
-        let descriptor = open(self.objectPath(key, fileExtension), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard descriptor >= 0 else { return nil }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, FileIdentity(info) == identity else {
-            close(descriptor)
-            return nil
-        }
-        return descriptor
-    }
-
-    /// The metadata of `key` for a hit that serves none of the object's bytes (a cache-hit `POST /transcode`
-    /// answered from memory): its JSON still the file decoded before, its video and poster regular files of the
-    /// sizes the metadata says (what `verifiedObject` checks of them), its use not due to be written. Three
-    /// `lstat`s; `nil` sends the request the long way.
-    func memoryObject(_ key: ObjectKey) -> TranscodeMetadata? {
-        guard let metadata = self.memoryMetadata(key),
-            Self.currentIdentity(self.objectPath(key, ObjectFiles.video))?.size == metadata.mp4Bytes,
-            Self.currentIdentity(self.objectPath(key, ObjectFiles.poster))?.size == metadata.posterBytes,
-            !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
-        else { return nil }
-        return metadata
-    }
-
-    /// The metadata decoded from `key`'s JSON while that file is still the one decoded (`lstat`).
-    private func memoryMetadata(_ key: ObjectKey) -> TranscodeMetadata? {
-        guard let json = Self.currentIdentity(self.objectPath(key, ObjectFiles.manifest)) else { return nil }
-        return self.decoded.withLock({ $0[key] }).flatMap({ $0.identity == json ? $0.metadata : nil })
-    }
-
-    /// The identity of the regular file with one link at `path` (`lstat`, no link followed).
-    private static func currentIdentity(_ path: String) -> FileIdentity? {
-        var info = stat()
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else { return nil }
-        return FileIdentity(info)
-    }
-
-    /// Keeps the bytes just read of a file: all of it when small, else its head (`keptLength`).
-    func keepBytes(_ bytes: ByteBuffer, of file: OpenFile, key: ObjectKey, fileExtension: String) {
-        guard bytes.readableBytes == Self.keptLength(ofFileOfSize: file.size) else { return }
-        let name = FileName(key: key, fileExtension: fileExtension)
-        self.smallFiles.withLock { cache in
-            if let old = cache.entries.removeValue(forKey: name) { cache.total -= old.bytes.readableBytes }
-            while cache.total + bytes.readableBytes > Self.smallFilesCapacity,
-                let oldest = cache.entries.min(by: { $0.value.lastUse < $1.value.lastUse })
-            {
-                cache.total -= oldest.value.bytes.readableBytes
-                cache.entries[oldest.key] = nil
-            }
-            cache.clock += 1
-            cache.entries[name] = (file.identity, bytes, cache.clock)
-            cache.total += bytes.readableBytes
-        }
-    }
-
-    static func readAll(_ file: OpenFile) -> [UInt8]? {
-        // Metadata is a few hundred bytes; anything much larger was not written by the cache.
-        guard file.size <= 1 << 20 else { return nil }
-        var bytes = [UInt8](repeating: 0, count: file.size)
-        let count = bytes.withUnsafeMutableBytes { pread(file.descriptor, $0.baseAddress, file.size, 0) }
-        return count == file.size ? bytes : nil
-    }
 
     /// Moves the object's files aside (the JSON first, so the object is a miss from then on) and forgets
     /// it; the next request for it converts it again.
@@ -521,7 +167,7 @@ final class DiskCache: Sendable {
         self.state.withLock { state in
             if let object = state.objects.removeValue(forKey: key) { state.totalBytes -= object.bytes }
         }
-        _ = self.decoded.withLock { $0.removeValue(forKey: key) }
+        self.memory.forget(key)
         self.onQuarantine(key)
     }
 
@@ -538,7 +184,7 @@ final class DiskCache: Sendable {
         self.state.withLock { state in
             if let object = state.objects.removeValue(forKey: key) { state.totalBytes -= object.bytes }
         }
-        _ = self.decoded.withLock { $0.removeValue(forKey: key) }
+        self.memory.forget(key)
         return removed
     }
 
@@ -601,24 +247,6 @@ final class DiskCache: Sendable {
         self.evictIfNeeded(keeping: key)
     }
 
-    /// Copies an open object file to `path` (created, or truncated). - Throws: `TranscodeError` `.io`.
-    static func copy(_ file: OpenFile, to path: String) throws {
-        let output = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard output >= 0 else { throw TranscodeError(.io, "cannot create \(path)") }
-        defer { close(output) }
-        var block = [UInt8](repeating: 0, count: 1 << 20)
-        var offset = 0
-        while offset < file.size {
-            let count = block.withUnsafeMutableBytes {
-                pread(file.descriptor, $0.baseAddress, min($0.count, file.size - offset), off_t(offset))
-            }
-            guard count > 0,
-                block.withUnsafeBytes({ write(output, $0.baseAddress, count) }) == count
-            else { throw TranscodeError(.io, "cannot copy to \(path)") }
-            offset += count
-        }
-    }
-
     /// Points `urlKey` at the object `key`: a symlink made under a temporary name and renamed over. The
     /// link's own modification time is when the URL was last fetched or revalidated (`linkAge`).
     /// - Parameter source: the URL and its validators, written beside the link first, and indexed under
@@ -679,7 +307,7 @@ final class DiskCache: Sendable {
         self.state.withLock { ($0.totalBytes, $0.objects.count, $0.evictions) }
     }
 
-    private func touch(_ key: ObjectKey) {
+    func touch(_ key: ObjectKey) {
         let now = self.now()
         if self.recordUse(key, at: now, onlyIfNotDue: false) {
             try? FileManager.default.setAttributes(
@@ -691,7 +319,7 @@ final class DiskCache: Sendable {
     /// eviction order starts from after a restart), written at most once a minute, however often the object
     /// is used. - Returns: whether it is due now (the caller writes it); with `onlyIfNotDue`, a use that
     /// would make it due is not recorded (the caller leaves the request to a path that may block).
-    private func recordUse(_ key: ObjectKey, at now: Date, onlyIfNotDue: Bool) -> Bool {
+    func recordUse(_ key: ObjectKey, at now: Date, onlyIfNotDue: Bool) -> Bool {
         self.state.withLock { state in
             guard var object = state.objects[key] else { return false }
             let due = now.timeIntervalSince(object.persistedUse) > 60

@@ -59,7 +59,7 @@ extension DiskCache: ResultStore {
         guard let object = self.verifiedObject(key) else { return nil }
         for fileExtension in ObjectFiles.commitOrder.map(\.fileExtension) {
             guard let file = object.file(fileExtension) else { continue }
-            try Self.copy(file, to: "\(directory)/\(key).\(fileExtension)")
+            try file.copy(to: "\(directory)/\(key).\(fileExtension)")
         }
         return object.metadata
     }

@@ -1,0 +1,229 @@
+import Foundation
+import NIOCore
+import Transcoder
+
+/// Reading only what the cache wrote: object files are opened without following a link (at the file or its two
+/// parent directories), must be regular files with a single link, and the video's and poster's sizes must be
+/// what the metadata says; hits answered from memory (`HitMemory`) check that the files at the paths are still
+/// the very files read.
+extension DiskCache {
+    typealias OpenFile = StoredFile
+    typealias FileIdentity = TranscodeServer.FileIdentity
+
+    /// How many bytes of a file of `size` bytes hits keep in memory (`HitMemory.keptLength`).
+    static func keptLength(ofFileOfSize size: Int) -> Int { HitMemory.keptLength(ofFileOfSize: size) }
+
+    /// The bytes of `file` (object `key`'s `.fileExtension`) kept in memory, if they are.
+    func cachedBytes(_ file: OpenFile, key: ObjectKey, fileExtension: String) -> ByteBuffer? {
+        self.memory.bytes(.init(key: key, fileExtension: fileExtension), identity: file.identity)
+    }
+
+    /// Keeps the bytes just read of `file`: all of it when small, else its head (`keptLength`).
+    func keepBytes(_ bytes: ByteBuffer, of file: OpenFile, key: ObjectKey, fileExtension: String) {
+        self.memory.keep(
+            bytes, of: .init(key: key, fileExtension: fileExtension), identity: file.identity, size: file.size)
+    }
+
+    private enum Opened {
+        case file(OpenFile)
+        case missing
+        /// A link, a directory, a device, a file with other names (a hard link): not written by the cache.
+        case foreign
+    }
+
+    /// Opens `objects/ab/<key>.json`, `.mp4` and `.jpg`, following no symbolic link at the files or their
+    /// two parent directories (opened once for the three), and checks each is a regular file with one link.
+    private func openObjectFiles(_ key: ObjectKey) -> [String: Opened] {
+        let extensions = ObjectFiles.deleteOrder.map(\.fileExtension)
+        func all(_ opened: Opened) -> [String: Opened] {
+            Dictionary(uniqueKeysWithValues: extensions.map { ($0, opened) })
+        }
+        let objects = open(self.objectsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard objects >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
+        defer { close(objects) }
+        let shard = openat(objects, String(key.shard), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard shard >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
+        defer { close(shard) }
+        var files: [String: Opened] = [:]
+        for fileExtension in extensions {
+            // O_NONBLOCK: a FIFO planted in place of a file must not block the open.
+            let descriptor = openat(
+                shard, "\(key).\(fileExtension)", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+            guard descriptor >= 0 else {
+                files[fileExtension] = errno == ENOENT ? .missing : .foreign
+                continue
+            }
+            var info = stat()
+            guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
+                close(descriptor)
+                files[fileExtension] = .foreign
+                continue
+            }
+            files[fileExtension] = .file(
+                OpenFile(descriptor: descriptor, size: Int(info.st_size), identity: FileIdentity(info)))
+        }
+        return files
+    }
+
+    /// An object whose files passed the checks, held open: what is served or hashed is what was checked.
+    struct CheckedObject: Sendable {
+        let metadata: TranscodeMetadata
+        let json: OpenFile
+        let video: OpenFile
+        let poster: OpenFile
+
+        /// The open file for `.json`, `.mp4` or `.jpg`.
+        func file(_ fileExtension: String) -> OpenFile? {
+            switch OutputFormat.withExtension(fileExtension) {
+            case ObjectFiles.manifest?: self.json
+            case ObjectFiles.video?: self.video
+            case ObjectFiles.poster?: self.poster
+            default: nil
+            }
+        }
+    }
+
+    private enum Inspection {
+        case missing
+        case damaged(String)
+        case sound(CheckedObject)
+    }
+
+    /// Checks the object `key` without changing anything: its JSON, video and poster are files the cache
+    /// wrote and the sizes agree with the metadata.
+    private func inspect(_ key: ObjectKey) -> Inspection {
+        let files = self.openObjectFiles(key)
+        let json: OpenFile
+        switch files[ObjectFiles.manifest.fileExtension] {
+        case .missing, nil: return .missing
+        case .foreign: return .damaged("the metadata is a link, not a regular file, or has other names")
+        case .file(let file): json = file
+        }
+        guard let metadata = self.decodedMetadata(key, json) else { return .damaged("the metadata does not read") }
+        var checked: [OpenFile] = []
+        for format in ObjectFiles.media {
+            let (fileExtension, size) = (format.fileExtension, ObjectFiles.recordedSize(of: format, in: metadata) ?? 0)
+            switch files[fileExtension] {
+            case .missing, nil: return .damaged("the .\(fileExtension) is missing")
+            case .foreign: return .damaged("the .\(fileExtension) is a link, not a regular file, or has other names")
+            case .file(let file):
+                guard file.size == size else {
+                    return .damaged("the .\(fileExtension) is \(file.size) bytes; the metadata says \(size)")
+                }
+                checked.append(file)
+            }
+        }
+        return .sound(CheckedObject(metadata: metadata, json: json, video: checked[0], poster: checked[1]))
+    }
+
+    /// The object `key`, checked (`inspect`), its files held open. A damaged object is quarantined and
+    /// reported missing.
+    func verifiedObject(_ key: ObjectKey) -> CheckedObject? {
+        switch self.inspect(key) {
+        case .missing:
+            return nil
+        case .damaged:
+            self.quarantine(key)
+            return nil
+        case .sound(let object):
+            self.touch(key)
+            return object
+        }
+    }
+
+    /// What `cache verify` found for one object.
+    enum Verdict: Equatable {
+        case sound
+        /// Sound as far as can be told: written before content hashes were recorded.
+        case unhashed
+        case damaged(String)
+    }
+
+    /// Checks the object `key` byte for byte: everything `inspect` checks, then the SHA-256 of the video and
+    /// the poster against the metadata. Reads both files whole: for `cache verify`, not for serving.
+    func verify(_ key: ObjectKey) -> Verdict {
+        switch self.inspect(key) {
+        case .missing:
+            return .damaged("the object is gone")
+        case .damaged(let reason):
+            return .damaged(reason)
+        case .sound(let object):
+            guard let mp4 = object.metadata.mp4Sha256, let poster = object.metadata.posterSha256 else {
+                return .unhashed
+            }
+            for (format, file, expected) in [
+                (ObjectFiles.video, object.video, mp4), (ObjectFiles.poster, object.poster, poster),
+            ] {
+                let fileExtension = format.fileExtension
+                guard let digest = file.sha256() else { return .damaged("the .\(fileExtension) does not read") }
+                guard digest == expected else { return .damaged("the .\(fileExtension)'s SHA-256 differs") }
+            }
+            return .sound
+        }
+    }
+
+    /// The metadata in `json`, decoded once per file identity: decoding was the largest cost of a cache hit
+    /// after the network (objects are immutable; a file replaced or rewritten has a new identity).
+    private func decodedMetadata(_ key: ObjectKey, _ json: OpenFile) -> TranscodeMetadata? {
+        if let cached = self.memory.metadata(key, identity: json.identity) { return cached }
+        guard let bytes = json.readAll(),
+            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))
+        else { return nil }
+        self.memory.remember(metadata, of: key, identity: json.identity)
+        return metadata
+    }
+
+    /// A hit answered from memory alone: the metadata of `key`, the identity (and size) of its `.fileExtension`
+    /// and the bytes of it kept in memory (all of a small file, the head of another), when both were checked
+    /// and read before and the files at their paths are still those very files (`lstat`, the same identity).
+    /// Two `lstat`s instead of opening and checking the three files: what is served are bytes read from a
+    /// checked descriptor, so a link or another file put at the path is not followed but misses. `nil` sends the
+    /// request the long way (`verifiedObject`), which reads and keeps what is missing, and also when the use
+    /// is due to be written to disk: that write blocks, and this runs on an event loop.
+    func memoryHit(_ key: ObjectKey, fileExtension: String) -> (
+        metadata: TranscodeMetadata, file: FileIdentity, bytes: ByteBuffer
+    )? {
+        guard let metadata = self.memoryMetadata(key),
+            let file = FileIdentity.current(self.objectPath(key, fileExtension))
+        else { return nil }
+        guard let bytes = self.memory.bytes(.init(key: key, fileExtension: fileExtension), identity: file),
+            !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
+        else { return nil }
+        return (metadata, file, bytes)
+    }
+
+    /// Opens object `key`'s `.fileExtension` for the bytes of a `memoryHit` past those kept in memory, when the
+    /// file opened is still the very file `identity` names (`fstat` of the descriptor: the path may have
+    /// changed since the `lstat`). The caller closes the descriptor. Once open, the bytes stay readable
+    /// whatever happens at the path (an eviction or a purge unlinks, it does not change the file).
+    func openUnchanged(_ key: ObjectKey, fileExtension: String, identity: FileIdentity) -> CInt? {
+        // O_NONBLOCK: a FIFO put at the path must not block the event loop (its identity would not match).
+        let descriptor = open(self.objectPath(key, fileExtension), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard descriptor >= 0 else { return nil }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, FileIdentity(info) == identity else {
+            close(descriptor)
+            return nil
+        }
+        return descriptor
+    }
+
+    /// The metadata of `key` for a hit that serves none of the object's bytes (a cache-hit `POST /transcode`
+    /// answered from memory): its JSON still the file decoded before, its video and poster regular files of the
+    /// sizes the metadata says (what `verifiedObject` checks of them), its use not due to be written. Three
+    /// `lstat`s; `nil` sends the request the long way.
+    func memoryObject(_ key: ObjectKey) -> TranscodeMetadata? {
+        guard let metadata = self.memoryMetadata(key),
+            FileIdentity.current(self.objectPath(key, ObjectFiles.video))?.size == metadata.mp4Bytes,
+            FileIdentity.current(self.objectPath(key, ObjectFiles.poster))?.size == metadata.posterBytes,
+            !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
+        else { return nil }
+        return metadata
+    }
+
+    /// The metadata decoded from `key`'s JSON while that file is still the one decoded (`lstat`).
+    private func memoryMetadata(_ key: ObjectKey) -> TranscodeMetadata? {
+        guard let json = FileIdentity.current(self.objectPath(key, ObjectFiles.manifest)) else { return nil }
+        return self.memory.metadata(key, identity: json)
+    }
+}
