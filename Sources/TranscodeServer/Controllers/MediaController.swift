@@ -12,6 +12,8 @@ struct MediaController<Context: RequestContext>: Sendable {
     let bytesServed: @Sendable (Int) -> Void
     /// In a fleet, the shared store: what the local disk lacks is pulled from it (or redirected to it).
     var shared: SharedResults? = nil
+    /// Whether an object may be served: the one takedown rule.
+    var takedowns: Takedowns { Takedowns(cache: self.cache, shared: self.shared) }
     /// `Cache-Control` of `/media`: content-addressed, so immutable (`http.mediaMaxAgeSeconds`).
     var maxAgeSeconds = 31_536_000
     /// `Cache-Control` of `/media`.
@@ -70,8 +72,7 @@ struct MediaController<Context: RequestContext>: Sendable {
             object = checked
         } else {
             guard let verified = self.cache.verifiedObject(key) else { throw ServiceError.notFound("no such media") }
-            try self.cache.checkNotTakenDown(key: key, metadata: verified.metadata)
-            try await self.shared?.checkNotTakenDown(key: key, metadata: verified.metadata, recently: true)
+            try await self.takedowns.check(key, metadata: verified.metadata, recently: true)
             object = verified
         }
         guard let file = object.file(fileExtension) else { throw ServiceError.notFound("no such media") }
@@ -167,7 +168,7 @@ extension MediaController {
     ) async throws -> Response {
         if let redirect = shared.redirect {
             guard let metadata = try await shared.metadata(key) else { throw ServiceError.notFound("no such media") }
-            try await shared.checkNotTakenDown(key: key, metadata: metadata)
+            try await self.takedowns.check(key, metadata: metadata)
             return Response(
                 status: .found,
                 headers: [

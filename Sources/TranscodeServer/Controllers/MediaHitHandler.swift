@@ -42,6 +42,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let cache: DiskCache
         let shared: SharedResults?
         let metrics: ServiceMetrics
+        /// Whether a hit may be served: the one takedown rule.
+        var takedowns: Takedowns { Takedowns(cache: self.cache, shared: self.shared) }
         let logger: Logger
         /// `Cache-Control` of `/media`.
         let cacheControl: String
@@ -293,8 +295,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         guard let contentType = OutputFormat.withExtension(fileExtension)?.mediaType,
             let (metadata, identity, kept) = cache.memoryHit(key, fileExtension: fileExtension),
-            (try? cache.checkNotTakenDown(key: key, metadata: metadata, also: tombstones)) != nil,
-            self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
+            self.source.takedowns.isClearNow(key, metadata: metadata, also: tombstones)
         else { return nil }
         let answer = MediaAnswer(
             key: key, fileExtension: fileExtension, contentType: contentType, size: identity.size,
@@ -339,9 +340,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             route.tokens.authorizes(fields.authorization), let target = route.resolved.get(body),
             let key = route.service.freshHitKey(keys: target.keys),
             let metadata = self.source.cache.memoryObject(key),
-            (try? self.source.cache.checkNotTakenDown(
-                key: key, metadata: metadata, also: [.source(target.keys.sourceHash)])) != nil,
-            self.source.shared?.notBuriedRecently(key: key, metadata: metadata) ?? true
+            self.source.takedowns.isClearNow(key, metadata: metadata, also: [.source(target.keys.sourceHash)])
         else { return nil }
         let result = TranscodeResult(
             TranscodeOutcome(key: key, metadata: metadata), baseURL: route.baseURL, signed: target.signed)

@@ -211,15 +211,6 @@ extension DiskCache {
         }
     }
 
-    /// Throws `taken-down` when the object `key`, or the GIF it was made from, was taken down: every answer
-    /// that serves a stored object asks this, not only when the files are gone (the same bytes converted
-    /// again after a takedown that predates `sourceSha256` (then `gifSha256`) must not be served either).
-    /// - Parameter also: more tombstones to ask in the same look (a URL's).
-    func checkNotTakenDown(key: ObjectKey, metadata: TranscodeMetadata, also: [Tombstone] = []) throws {
-        let buried = self.isBuried { Tombstone.of(key, metadata: metadata) + also }
-        if buried { throw ServiceError.takenDown("this was taken down") }
-    }
-
     /// Whether any of `tombstones` was recorded: looked up in the directory's names as last read while the
     /// directory is unchanged (one `stat`, for a cache hit that asks this on an event loop), else one `access`
     /// per name.
@@ -228,12 +219,12 @@ extension DiskCache {
     }
 
     func isBuried(anyOf tombstones: [Tombstone]) -> Bool {
-        self.isBuried { tombstones }
+        self.isBuried(lazily: { tombstones })
     }
 
     /// `tombstones` are made only when there are any in the directory: nothing taken down is the common case,
     /// and a cache hit asks this with names it would otherwise build for nothing.
-    private func isBuried(_ tombstones: () -> [Tombstone]) -> Bool {
+    func isBuried(lazily tombstones: () -> [Tombstone]) -> Bool {
         if let names = self.settledTombstones() {
             return !names.isEmpty && tombstones().contains { names.contains($0.fileName) }
         }

@@ -103,20 +103,6 @@ final class SharedResults: Sendable {
         try await self.guarded { try await self.store.bury(tombstones, reason: reason) }
     }
 
-    /// Throws `taken-down` when object `key`, or the GIF it was made from, is buried in the shared store.
-    /// - Parameter recently: a cache hit (see `isBuried`).
-    func checkNotTakenDown(key: ObjectKey, metadata: TranscodeMetadata, recently: Bool = false) async throws {
-        if try await self.isBuried(DiskCache.Tombstone.of(key, metadata: metadata), recently: recently) {
-            throw ServiceError.takenDown("this was taken down")
-        }
-    }
-
-    /// Whether the store said, less than `tombstoneCheckSeconds` ago, that neither object `key` nor its GIF is
-    /// buried: a hit can then be answered without an `await` (`MediaHitHandler`).
-    func notBuriedRecently(key: ObjectKey, metadata: TranscodeMetadata) -> Bool {
-        self.notBuriedRecently(DiskCache.Tombstone.of(key, metadata: metadata))
-    }
-
     /// Whether the store said, less than `tombstoneCheckSeconds` ago, that none of `tombstones` is buried.
     func notBuriedRecently(_ tombstones: [DiskCache.Tombstone]) -> Bool {
         self.unchecked(tombstones, at: .now).isEmpty

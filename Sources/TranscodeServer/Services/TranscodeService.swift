@@ -79,6 +79,8 @@ final class TranscodeService: Sendable {
     /// After a failed revalidation, the stored result is served without asking the origin for this long.
     static var revalidationBackoffSeconds: Double { 60 }
     let logger: Logger
+    /// Whether something may be converted or served: the one takedown rule, here and in a fleet.
+    let takedowns: Takedowns
 
     private let requests = SingleFlight<String, TranscodeOutcome>()
     private let contents = SingleFlight<String, TranscodeMetadata>()
@@ -91,6 +93,7 @@ final class TranscodeService: Sendable {
         shared: SharedResults? = nil, metrics: ServiceMetrics, logger: Logger
     ) {
         self.shared = shared
+        self.takedowns = Takedowns(cache: cache, shared: shared)
         self.urlTTLSeconds = urlTTLSeconds
         self.staleIfErrorSeconds = staleIfErrorSeconds
         self.metrics = metrics
@@ -125,12 +128,12 @@ final class TranscodeService: Sendable {
         let normalized = keys.normalized
         let urlKey = keys.urlKey
         let sourceHash = keys.sourceHash
-        if try await self.isBuried([.source(sourceHash)], recently: true) {
+        if try await self.takedowns.isBuried([.source(sourceHash)], recently: true) {
             throw ServiceError.takenDown("this URL was taken down")
         }
         var found: TranscodeOutcome?
         if let key = self.cache.lookup(urlKey: urlKey), let object = self.cache.verifiedObject(key) {
-            try await self.checkNotTakenDown(key: key, metadata: object.metadata, recently: true)
+            try await self.takedowns.check(key, metadata: object.metadata, recently: true)
             // The policy of today decides, not the one the URL was fetched under.
             try await self.downloader.checkCachedDestination(url)
             try await self.shared?.publishIfPending(key)
@@ -189,14 +192,14 @@ final class TranscodeService: Sendable {
                 let gif = [UInt8](data)
                 return (gif, ObjectKey.derive(source: gif, options: options))
             }
-            if try await self.isBuried([.gif(content.source), .object(content.key)]) {
+            if try await self.takedowns.isBuried([.gif(content.source), .object(content.key)]) {
                 throw ServiceError.takenDown("this GIF was taken down")
             }
             let outcome = try await self.store(gif, key: content.key, options: options, requestKey: urlKey.rawValue)
             if stale != nil { self.metrics.revalidated(outcome.key == stale?.key ? .sameBytes : .changed) }
             // A takedown of the URL that arrived while this flight downloaded and converted: what it made goes
             // too, and is refused from now on.
-            if try await self.isBuried([.source(sourceHash)]) {
+            if try await self.takedowns.isBuried([.source(sourceHash)]) {
                 let reason = "taken down while being converted"
                 if var report = try? self.cache.purge(key: outcome.key, takedown: reason) {
                     // Published already: the fleet's copy goes too.
@@ -249,7 +252,7 @@ final class TranscodeService: Sendable {
         -> TranscodeAnswer
     {
         let keys = try await NIOThreadPool.singleton.runIfActive { ObjectKey.derive(source: gif, options: options) }
-        if try await self.isBuried([.gif(keys.source), .object(keys.key)], recently: true) {
+        if try await self.takedowns.isBuried([.gif(keys.source), .object(keys.key)], recently: true) {
             throw ServiceError.takenDown("this GIF was taken down")
         }
         let key = keys.key
@@ -302,35 +305,24 @@ final class TranscodeService: Sendable {
     /// `transcode(url:...)`, which decides everything afresh. The object's own checks, and the URL's local
     /// tombstone (`DiskCache.Tombstone.source`, asked with the object's in one look), are the caller's.
     func freshHitKey(keys: SourceKeys) -> ObjectKey? {
-        guard self.shared?.notBuriedRecently([.source(keys.sourceHash)]) ?? true,
+        guard self.takedowns.isURLClearNow(keys.sourceHash),
             let (key, age) = self.cache.freshLink(urlKey: keys.urlKey), age < self.urlTTLSeconds,
             self.downloader.isRememberedAllowed(host: keys.host), self.shared?.isUnpublished(key) != true
         else { return nil }
         return key
     }
 
-    /// Whether any of `tombstones` was recorded, here or (in a fleet) in the shared store.
-    /// - Parameter recently: a cache hit: trust the shared store's recent "no".
-    func isBuried(_ tombstones: [DiskCache.Tombstone], recently: Bool = false) async throws -> Bool {
-        if self.cache.isBuried(anyOf: tombstones) { return true }
-        return try await self.shared?.isBuried(tombstones, recently: recently) ?? false
-    }
-
-    /// `DiskCache.checkNotTakenDown`, and the same tombstones in the shared store.
-    func checkNotTakenDown(key: ObjectKey, metadata: TranscodeMetadata, recently: Bool = false) async throws {
-        try self.cache.checkNotTakenDown(key: key, metadata: metadata)
-        try await self.shared?.checkNotTakenDown(key: key, metadata: metadata, recently: recently)
-    }
-
     /// Follows a link of the shared store: the object onto the local disk, the link beside it.
     /// - Returns: nil when the object is gone from the store.
     private func adopt(_ link: ResultLink, urlKey: URLKey) async throws -> TranscodeOutcome? {
         guard let shared = self.shared else { return nil }
-        if try await self.isBuried([.object(link.key)]) { throw ServiceError.takenDown("this was taken down") }
+        if try await self.takedowns.isBuried([.object(link.key)]) {
+            throw ServiceError.takenDown("this was taken down")
+        }
         var metadata = self.cache.metadata(link.key)
         if metadata == nil { metadata = try await shared.pull(link.key) }
         guard let metadata else { return nil }
-        try await self.checkNotTakenDown(key: link.key, metadata: metadata)
+        try await self.takedowns.check(link.key, metadata: metadata)
         try self.cache.link(urlKey: urlKey, to: link.key, source: link.source)
         return TranscodeOutcome(key: link.key, metadata: metadata)
     }
