@@ -41,7 +41,7 @@ import Transcoder
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30, now: { clock.withLock { $0 } })
             let gif = try corpusBytes("loop_1.gif")
             let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
-            _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+            try Self.render(gif, as: key, into: cache)
             func written() throws -> TimeInterval {
                 let attributes = try FileManager.default.attributesOfItem(atPath: cache.objectPath(key, "json"))
                 return try #require(attributes[.modificationDate] as? Date).timeIntervalSince(start)
@@ -134,11 +134,18 @@ import Transcoder
     }
 
     /// Converts these corpus GIFs into `cache` with the default options; their keys.
+    /// Converts `gif` and commits it as object `key`, as the service does (render under tmp/, then commit).
+    static func render(_ gif: [UInt8], as key: ObjectKey, into cache: DiskCache) throws {
+        let scratch = try cache.makeScratchDirectory("test")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        try cache.commit(key, try Transcoder().render(gif, into: scratch, name: key.rawValue))
+    }
+
     static func store(_ names: [String], in cache: DiskCache) throws -> [ObjectKey] {
         try names.map { name in
             let gif = try corpusBytes(name)
             let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
-            _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+            try Self.render(gif, as: key, into: cache)
             return key
         }
     }
@@ -148,7 +155,7 @@ import Transcoder
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
             let gif = try corpusBytes("loop_1.gif")
             let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
-            _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+            try Self.render(gif, as: key, into: cache)
             let url = URL(string: "https://Example.com:443/a/loop.gif#frag")!
             let urlKey = URLKey(NormalizedURL(url), options: TranscodeOptions())
             try cache.link(urlKey: urlKey, to: key)
@@ -209,7 +216,7 @@ import Transcoder
             func store(_ name: String) throws -> ObjectKey {
                 let gif = try corpusBytes(name)
                 let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
-                _ = try cache.store(gif: gif, key: key, transcoder: Transcoder())
+                try Self.render(gif, as: key, into: cache)
                 return key
             }
             let first = try store("loop_1.gif")

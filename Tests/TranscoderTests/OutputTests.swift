@@ -25,6 +25,25 @@ import Testing
         #expect(result.video.width % 2 == 0 && result.video.height % 2 == 0)
     }
 
+    /// A render leaves its files where it was told and reports them in commit order, the manifest last, each
+    /// with the size on disk and the digest `sha256sum` computes; a store does the rest.
+    @Test func renderReportsItsArtifacts() throws {
+        try withTemporaryDirectorySync { directory in
+            let rendered = try Transcoder().render(try self.sample(), into: directory, name: "clip")
+            #expect(rendered.artifacts.map(\.format) == [.mp4, .jpeg, .manifest])
+            #expect(rendered.artifacts.map(\.path) == ["mp4", "jpg", "json"].map { directory + "/clip." + $0 })
+            for artifact in rendered.artifacts {
+                let size = try FileManager.default.attributesOfItem(atPath: artifact.path)[.size] as? Int
+                #expect(size == artifact.bytes, "\(artifact.format)")
+            }
+            let media = rendered.artifacts.prefix(2)
+            let sums = String(decoding: try run("sha256sum", media.map(\.path)), as: UTF8.self)
+            #expect(sums.split(separator: "\n").map { String($0.prefix(64)) } == media.map(\.sha256))
+            #expect(rendered.artifacts.last?.sha256 == nil)
+            #expect(rendered.metadata.mp4Bytes == rendered.artifacts[0].bytes)
+        }
+    }
+
     @Test func filesAndMetadataAgree() throws {
         try withTemporaryDirectorySync { directory in
             let bytes = try self.sample()

@@ -190,34 +190,28 @@ final class DiskCache: Sendable {
 
     // MARK: Writes
 
-    /// Converts `gif` into the object `key` unless it is already there. Blocking: call it on the
-    /// transcode pool. - Throws: `TranscodeError`.
-    func store(gif: [UInt8], key: ObjectKey, transcoder: Transcoder) throws -> TranscodeMetadata {
-        if let existing = self.metadata(key) { return existing }
-        let directory = "\(self.objectsDirectory)/\(key.shard)"
-        do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        } catch {
-            throw TranscodeError(.io, "cannot create \(directory)", underlying: error)
+    /// A new directory under `tmp/` for a render or a copy from another store: on the cache's file system, so
+    /// its files move into `objects/` by rename; emptied at startup if a crash leaves it. The caller removes it.
+    /// - Throws: `TranscodeError` `.io`.
+    func makeScratchDirectory(_ purpose: String) throws -> String {
+        let directory = "\(self.temporaryDirectory)/\(purpose)-\(UInt64.random(in: 0...UInt64.max))"
+        guard mkdir(directory, 0o755) == 0 else {
+            let code = errno
+            // A full disk is the disk's state, not our failure: 507, as when the transcoder's writes fail.
+            let kind: TranscodeError.Code = code == ENOSPC || code == EDQUOT ? .insufficientStorage : .io
+            throw TranscodeError(kind, "cannot create \(directory): \(String(cString: strerror(code)))")
         }
-        let metadata = try transcoder.convert(gif, directory: directory, name: key.rawValue)
-        self.indexStored(key, metadata: metadata)
-        return metadata
+        return directory
     }
 
-    /// Moves object `key`'s files from `directory` (on the cache's file system, e.g. under `tmp/`) into
-    /// `objects/ab/`, the JSON last, after checking the files are what their metadata says. What a shared store
-    /// hands over to the local cache goes through here. - Throws: `TranscodeError` `.io`.
-    func adopt(_ key: ObjectKey, from directory: String) throws {
-        let source = { (fileExtension: String) in "\(directory)/\(key).\(fileExtension)" }
-        guard let data = FileManager.default.contents(atPath: source(ObjectFiles.manifest.fileExtension)),
-            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: data)
-        else { throw TranscodeError(.io, "object \(key) has no readable metadata") }
-        for format in ObjectFiles.media {
-            let (fileExtension, size) = (format.fileExtension, ObjectFiles.recordedSize(of: format, in: metadata) ?? 0)
-            guard self.fileSize(source(fileExtension)) == Int64(size) else {
-                throw TranscodeError(.io, "object \(key): the .\(fileExtension) is not the size its metadata says")
-            }
+    /// Moves a render's artifacts into `objects/ab/` as object `key`, the manifest last, after checking each
+    /// file is the size the manifest says. Every object enters the cache here: a conversion
+    /// (`TranscodeService`) and a copy from a fleet's shared store (`adopt`).
+    /// - Throws: `TranscodeError` `.io` when a file is missing, of another size, or cannot be moved.
+    func commit(_ key: ObjectKey, _ rendered: RenderResult) throws {
+        for artifact in rendered.artifacts where self.fileSize(artifact.path) != Int64(artifact.bytes) {
+            throw TranscodeError(
+                .io, "object \(key): the .\(artifact.format.fileExtension) is not the size its metadata says")
         }
         let shard = "\(self.objectsDirectory)/\(key.shard)"
         do {
@@ -225,13 +219,25 @@ final class DiskCache: Sendable {
         } catch {
             throw TranscodeError(.io, "cannot create \(shard)", underlying: error)
         }
-        for fileExtension in ObjectFiles.commitOrder.map(\.fileExtension) {
-            guard rename(source(fileExtension), self.objectPath(key, fileExtension)) == 0 else {
+        for artifact in rendered.artifacts {
+            guard rename(artifact.path, self.objectPath(key, artifact.format)) == 0 else {
                 throw TranscodeError(
-                    .io, "cannot move \(key).\(fileExtension) into the cache: \(String(cString: strerror(errno)))")
+                    .io,
+                    "cannot move \(key.fileName(artifact.format)) into the cache: \(String(cString: strerror(errno)))")
             }
         }
-        self.indexStored(key, metadata: metadata)
+        self.indexStored(key, metadata: rendered.metadata)
+    }
+
+    /// Moves object `key`'s files from `directory` (on the cache's file system, e.g. under `tmp/`) into
+    /// `objects/ab/`, the JSON last, after checking the files are what their metadata says. What a shared store
+    /// hands over to the local cache goes through here. - Throws: `TranscodeError` `.io`.
+    func adopt(_ key: ObjectKey, from directory: String) throws {
+        let manifest = "\(directory)/" + key.fileName(ObjectFiles.manifest)
+        guard let data = FileManager.default.contents(atPath: manifest),
+            let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: data)
+        else { throw TranscodeError(.io, "object \(key) has no readable metadata") }
+        try self.commit(key, RenderResult(metadata: metadata, directory: directory, name: key.rawValue))
     }
 
     /// Indexes a complete object just written and evicts others if the cache is over its size.

@@ -400,7 +400,14 @@ final class TranscodeService: Sendable {
             if let metadata = try await self.shared?.pull(key) { return metadata }
             let started = ContinuousClock.now
             let metadata = try await self.pool.run {
-                try self.cache.store(gif: gif, key: key, transcoder: Transcoder(options: options))
+                // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
+                if let existing = self.cache.metadata(key) { return existing }
+                // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
+                let scratch = try self.cache.makeScratchDirectory("render")
+                defer { try? FileManager.default.removeItem(atPath: scratch) }
+                let rendered = try Transcoder(options: options).render(gif, into: scratch, name: key.rawValue)
+                try self.cache.commit(key, rendered)
+                return rendered.metadata
             }
             let elapsed = ContinuousClock.now - started
             self.metrics.transcoded(
