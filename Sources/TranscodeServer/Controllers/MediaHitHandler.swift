@@ -42,8 +42,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let cache: DiskCache
         let shared: SharedResults?
         let metrics: ServiceMetrics
-        /// Whether a hit may be served: the one takedown rule.
-        var takedowns: Takedowns { Takedowns(cache: self.cache, shared: self.shared) }
+        /// Whether a request is a hit: the one rule (`HitLookup`).
+        var lookup: HitLookup { HitLookup(cache: self.cache, shared: self.shared) }
         let logger: Logger
         /// `Cache-Control` of `/media`.
         let cacheControl: String
@@ -279,24 +279,24 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let fileExtension: String
         let cacheControl: String
         let route: String
-        /// Beside the object's and its GIF's: the URL's (a signed path), looked up with them.
-        var tombstones: [DiskCache.Tombstone] = []
+        let hit: HitLookup.FileHit
         switch candidate {
         case .media(let media):
-            (key, fileExtension, cacheControl, route) =
-                (media.key, media.fileExtension, self.source.cacheControl, "/media/{file}")
+            guard let found = self.source.lookup.media(media.key, fileExtension: media.fileExtension) else {
+                return nil
+            }
+            (key, fileExtension, cacheControl, route, hit) =
+                (media.key, media.fileExtension, self.source.cacheControl, "/media/{file}", found)
         case .signed(let target):
             guard let signed = self.source.signedRoute,
-                let found = signed.service.freshHitKey(keys: target.keys)
+                let found = self.source.lookup.signed(
+                    target.keys, fileExtension: target.source.fileExtension, service: signed.service)
             else { return nil }
-            (key, fileExtension, cacheControl, route) =
-                (found, target.source.fileExtension, signed.cacheControl, "/v1/**")
-            tombstones = [.source(target.keys.sourceHash)]
+            (key, fileExtension, cacheControl, route, hit) =
+                (found.key, target.source.fileExtension, signed.cacheControl, "/v1/**", found.hit)
         }
-        guard let contentType = OutputFormat.withExtension(fileExtension)?.mediaType,
-            let (metadata, identity, kept) = cache.memoryHit(key, fileExtension: fileExtension),
-            self.source.takedowns.isClearNow(key, metadata: metadata, also: tombstones)
-        else { return nil }
+        guard let contentType = OutputFormat.withExtension(fileExtension)?.mediaType else { return nil }
+        let (identity, kept) = (hit.identity, hit.kept)
         let answer = MediaAnswer(
             key: key, fileExtension: fileExtension, contentType: contentType, size: identity.size,
             range: fields.range, ifRange: fields.ifRange, ifNoneMatch: fields.ifNoneMatch, cacheControl: cacheControl)
@@ -338,9 +338,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard let route = self.source.transcodeRoute, fields.origin == nil,
             fields.contentType?.lowercased().hasPrefix("application/json") == true,
             route.tokens.authorizes(fields.authorization), let target = route.resolved.get(body),
-            let key = route.service.freshHitKey(keys: target.keys),
-            let metadata = self.source.cache.memoryObject(key),
-            self.source.takedowns.isClearNow(key, metadata: metadata, also: [.source(target.keys.sourceHash)])
+            let (key, metadata) = self.source.lookup.transcode(target.keys, service: route.service)
         else { return nil }
         let result = TranscodeResult(
             TranscodeOutcome(key: key, metadata: metadata), baseURL: route.baseURL, signed: target.signed)
