@@ -27,6 +27,73 @@ import Transcoder
         #expect(loaded.logLevel == .info)
     }
 
+    /// The README's configuration table lists every key of the committed file (which holds the defaults, above)
+    /// with the same default, and no key the file lacks.
+    @Test func readmeTableIsTheCommittedFile() throws {
+        /// A JSON value as the README's table writes it.
+        enum Value: Decodable {
+            case text(String)
+            case object([String: Value])
+
+            init(from decoder: any Decoder) throws {
+                let container = try decoder.singleValueContainer()
+                if let object = try? container.decode([String: Value].self) {
+                    self = .object(object)
+                } else if let flag = try? container.decode(Bool.self) {
+                    self = .text(flag ? "true" : "false")
+                } else if let number = try? container.decode(Double.self) {
+                    self = .text(String(number))
+                } else if let text = try? container.decode(String.self) {
+                    self = .text(text.isEmpty ? "\"\"" : text)
+                } else {
+                    let array = try container.decode([String].self)
+                    self = .text(array.isEmpty ? "[]" : "\(array)")
+                }
+            }
+        }
+        let path = Self.repositoryRoot.appendingPathComponent("config/transcode-server.json").path
+        let root = try JSONDecoder().decode(Value.self, from: try Data(contentsOf: URL(fileURLWithPath: path)))
+        var file: [String: String] = [:]
+        func flatten(_ value: Value, _ prefix: String) {
+            switch value {
+            case .text(let text): file[prefix] = text
+            case .object(let object):
+                for (key, inner) in object { flatten(inner, prefix.isEmpty ? key : prefix + "." + key) }
+            }
+        }
+        flatten(root, "")
+        var table: [String: String] = [:]
+        let readme = try PackagingTests.read("README.md")
+        for line in readme.split(separator: "\n") where line.hasPrefix("| `") {
+            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count >= 2 else { continue }
+            let keys = cells[0].components(separatedBy: " / ").map {
+                $0.trimmingCharacters(in: CharacterSet(charactersIn: " `"))
+            }
+            let values = cells[1].components(separatedBy: " / ").map {
+                $0.trimmingCharacters(in: CharacterSet(charactersIn: " `"))
+            }
+            // Configuration keys only: dotted lower camel (other tables of the README hold routes and numbers).
+            guard keys.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isLetter || $0.isNumber || $0 == "." } }),
+                keys.first?.contains(".") == true || ["host", "port"].contains(keys.first ?? ""),
+                keys.count == values.count
+            else { continue }
+            let section = keys[0].split(separator: ".").dropLast().joined(separator: ".")
+            for (key, value) in zip(keys, values) {
+                table[key.contains(".") || section.isEmpty ? key : section + "." + key] = value
+            }
+        }
+        #expect(
+            Set(table.keys) == Set(file.keys),
+            "only in the file: \(Set(file.keys).subtracting(table.keys).sorted()); only in the README: \(Set(table.keys).subtracting(file.keys).sorted())"
+        )
+        for (key, value) in file.sorted(by: { $0.key < $1.key }) where table[key] != nil {
+            // Numbers as numbers: the file's 1.0 and 30 are the README's 1.0 and 30.
+            let same = Double(value).map { Double(table[key] ?? "") == $0 } ?? (table[key] == value)
+            #expect(same, "\(key): the README says \(table[key] ?? "-"), the file \(value)")
+        }
+    }
+
     @Test func flagsBeatEnvironmentBeatsFile() async throws {
         try await withTemporaryDirectory { directory in
             let file = directory + "/config.json"
