@@ -20,6 +20,11 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
 
     public var description: String { self.name }
 
+    // A format is its name: the registry has one entry per name. (Comparing every field was string compares
+    // on each media request that asks `ObjectFiles` which file it wants.)
+    public static func == (a: OutputFormat, b: OutputFormat) -> Bool { a.name == b.name }
+    public func hash(into hasher: inout Hasher) { hasher.combine(self.name) }
+
     /// H.264 in MP4 (yuv420p, faststart): what every browser and AVPlayer play.
     public static let mp4 = OutputFormat(
         name: "mp4", fileExtension: "mp4", mediaType: "video/mp4", supportsAlpha: false, isAnimated: true,

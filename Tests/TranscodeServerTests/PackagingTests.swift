@@ -87,39 +87,37 @@ import Testing
 
 /// The suite's tiers: what the Makefile runs as the system tier is what the tests say they are.
 @Suite(.tags(.unit), .timeLimit(.minutes(10))) struct TierTests {
-    /// `(tier, suite)` for every `@Suite(... .tags(.tier) ...) struct Name` of both test targets.
-    static func taggedSuites() throws -> [(tier: String, suite: String)] {
+    /// Every `@Suite...` line of both test targets, with its file's name.
+    static func suiteLines() throws -> [(file: String, line: Substring)] {
         let root = ConfigurationTests.repositoryRoot
-        var found: [(String, String)] = []
+        var found: [(String, Substring)] = []
         for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests"] {
             let directory = root.appendingPathComponent(target).path
             for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".swift") {
                 let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
-                for line in text.split(separator: "\n") where line.hasPrefix("@Suite(") {
-                    guard let tags = line.range(of: ".tags(."), let structWord = line.range(of: ") struct ") else {
-                        continue
-                    }
-                    let tier = line[tags.upperBound...].prefix { $0.isLetter }
-                    let suite = line[structWord.upperBound...].prefix { $0.isLetter || $0.isNumber }
-                    found.append((String(tier), String(suite)))
-                }
+                found += text.split(separator: "\n").filter { $0.hasPrefix("@Suite") }.map { (name, $0) }
             }
         }
         return found
     }
 
+    /// `(tier, suite)` for every `@Suite(... .tags(.tier) ...) struct Name`.
+    static func taggedSuites() throws -> [(tier: String, suite: String)] {
+        try Self.suiteLines().compactMap { _, line in
+            guard let tags = line.range(of: ".tags(."), let structWord = line.range(of: ") struct ") else { return nil }
+            let tier = line[tags.upperBound...].prefix { $0.isLetter }
+            let suite = line[structWord.upperBound...].prefix { $0.isLetter || $0.isNumber }
+            return (String(tier), String(suite))
+        }
+    }
+
     /// Every suite has a tier and a time limit.
     @Test func everySuiteIsTieredAndLimited() throws {
-        let root = ConfigurationTests.repositoryRoot
-        for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests"] {
-            let directory = root.appendingPathComponent(target).path
-            for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".swift") {
-                let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
-                for line in text.split(separator: "\n") where line.hasPrefix("@Suite") {
-                    #expect(line.contains(".tags(."), "\(name): \(line)")
-                    #expect(line.contains(".timeLimit("), "\(name): \(line)")
-                }
-            }
+        let lines = try Self.suiteLines()
+        #expect(lines.count > 40)
+        for (name, line) in lines {
+            #expect(line.contains(".tags(."), "\(name): \(line)")
+            #expect(line.contains(".timeLimit("), "\(name): \(line)")
         }
     }
 
