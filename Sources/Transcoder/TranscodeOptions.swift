@@ -50,7 +50,7 @@ public struct RGBColor: Hashable, Sendable, Codable, CustomStringConvertible {
 }
 
 /// Bounds checked by the pre-scan, before any pixel is decoded.
-public struct TranscodeLimits: Hashable, Sendable {
+public struct TranscodeLimits: Hashable, Sendable, Codable {
     /// Largest accepted input, in bytes. Default 50 MB.
     public var maxInputBytes: Int = 50_000_000
     /// Largest canvas (and frame rectangle) width. Default 4096.
@@ -66,7 +66,7 @@ public struct TranscodeLimits: Hashable, Sendable {
 }
 
 /// What the output looks like and how hard the encoder works.
-public struct TranscodeOptions: Hashable, Sendable {
+public struct TranscodeOptions: Hashable, Sendable, Codable {
     /// The colour transparency is flattened over (the MP4 has no alpha). Default white.
     public var background: RGBColor = .white
     /// x264 constant rate factor, 1-51; lower is better and larger. See `defaultCRF`.

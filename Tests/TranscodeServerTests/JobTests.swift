@@ -81,7 +81,7 @@ import Testing
         struct Failure: Error {}
         for _ in 0..<2000 {
             let task = Task<Int, any Error> { throw Failure() }
-            let result = await TranscodeService.wait(for: task, upTo: 30)
+            let result = await InProcessJobs.wait(for: task, upTo: 30)
             #expect(result != nil)
             if result == nil { break }
         }
@@ -90,13 +90,17 @@ import Testing
     /// Failures are kept for polling clients, but not without bound.
     @Test func recordedFailuresAreBounded() async throws {
         try await withHarness { harness in
-            let limit = TranscodeService.maxRecordedFailures
+            let limit = InProcessJobs.maxRecordedFailures
+            let service = harness.services.transcodes
+            let jobs = try #require(service.jobs as? InProcessJobs)
+            let options = harness.services.configuration.transcodeOptions
             for index in 0..<(limit + 10) {
-                _ = try? await harness.services.transcodes.transcode(
-                    upload: Array("not a gif \(index)".utf8), options: harness.services.configuration.transcodeOptions)
+                let gif = Array("not a gif \(index)".utf8)
+                _ = try? await service.transcode(
+                    upload: gif, keys: try await service.uploadKeys(gif, options: options), options: options)
             }
-            #expect(harness.services.transcodes.recordedFailures <= limit)
-            #expect(harness.services.transcodes.recordedFailures >= limit / 2)
+            #expect(jobs.recordedFailures <= limit)
+            #expect(jobs.recordedFailures >= limit / 2)
         }
     }
 }

@@ -70,15 +70,10 @@ struct TranscodeController<Context: RequestContext>: Sendable {
                 }
                 return [UInt8](data)
             }
-            // The webhook is queued first: it reports a failure of the request too.
-            if let callback {
-                let service = self.service
-                let id = ObjectKey.derive(source: gif, options: options).key.rawValue
-                self.notify(callback, id: id, url: nil) {
-                    try await service.transcode(upload: gif, options: options, untilDone: true)
-                }
-            }
-            answer = try await self.service.transcode(upload: gif, options: options)
+            let keys = try await self.service.uploadKeys(gif, options: options)
+            // The webhook reports a failure of the request too.
+            let subscriber = callback.map { self.notify($0, id: keys.key.rawValue, url: nil) }
+            answer = try await self.service.transcode(upload: gif, keys: keys, options: options, subscriber: subscriber)
         } else if contentType.hasPrefix("application/json") {
             let buffer = try await Self.collect(request, upTo: min(64 * 1024, self.maxBodyBytes))
             let fields = (try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView))) as? [String: Any]
@@ -96,19 +91,15 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             let background = try Self.background(body.background)
             let options = self.service.options(background: background)
             let callback = try await body.callbackURL.asyncMap { try await self.webhooks.validate($0) }
-            if let callback {
-                let service = self.service
-                self.notify(callback, id: SourceKeys(url: url, options: options).urlKey.rawValue, url: body.url) {
-                    try await service.transcode(url: url, options: options, untilDone: true)
-                }
-            }
-            answer = try await self.service.transcode(url: url, options: options)
+            let keys = SourceKeys(url: url, options: options)
+            let subscriber = callback.map { self.notify($0, id: keys.urlKey.rawValue, url: body.url) }
+            answer = try await self.service.transcode(url: url, options: options, keys: keys, subscriber: subscriber)
             signed = self.links.signed(sourceURL: body.url, background: background)
             // Without a webhook to queue, the same body's next hit may be answered by MediaHitHandler.
             if case .done = answer, body.callbackURL == nil {
                 self.resolved.set(
                     buffer.readableBytesView,
-                    .init(keys: SourceKeys(url: url, options: options), signed: signed))
+                    .init(keys: keys, signed: signed))
             }
         } else {
             throw ServiceError(
@@ -161,23 +152,20 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         let error: JobStatus.Failure?
     }
 
-    /// Queues the webhook of job `id`: sent when `job` (joining the request's flight, or a cache hit) ends.
-    private func notify(
-        _ callback: URL, id: String, url: String?, job: @escaping @Sendable () async throws -> TranscodeAnswer
-    ) {
+    /// Queues the webhook of job `id`, sent once the request it subscribes to ends (a cache hit and a refusal
+    /// end at once). - Returns: the subscription to pass with the request.
+    private func notify(_ callback: URL, id: String, url: String?) -> JobSubscription {
         let baseURL = self.links.baseURL
+        let ended = JobSubscription()
         self.webhooks.enqueue(
             WebhookDelivery(url: callback) {
                 let event: JobEvent
-                do {
-                    guard case .done(let outcome, _) = try await job() else {
-                        throw ServiceError.internal("the job did not finish")
-                    }
+                switch await ended.end() {
+                case .done(let outcome):
                     event = JobEvent(
                         id: id, url: url, status: "done", result: TranscodeResult(outcome, baseURL: baseURL),
                         error: nil)
-                } catch {
-                    let failure = ServiceError.from(error)
+                case .failed(let failure):
                     event = JobEvent(
                         id: id, url: url, status: "failed", result: nil,
                         error: .init(code: failure.code.rawValue, message: failure.message))
@@ -187,6 +175,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
                 let data = (try? encoder.encode(event)).map { [UInt8]($0) } ?? Array("{}".utf8)
                 return (event.status == "done" ? "transcode.done" : "transcode.failed", data)
             })
+        return ended
     }
 
     /// Refuses a body whose declared length is over `limit` before reading any of it.

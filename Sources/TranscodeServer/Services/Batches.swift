@@ -219,10 +219,15 @@ final class BatchRunner: Service, Sendable {
                 return color
             }
             let options = self.service.options(background: background)
-            guard
-                case .done(let outcome, _) = try await self.service.transcode(
-                    url: url, options: options, untilDone: true)
-            else { throw ServiceError.internal("the job did not finish") }
+            let keys = SourceKeys(url: url, options: options)
+            // The item's end is heard from its job, whatever the request answers (a job id, after the wait).
+            let ended = JobSubscription()
+            _ = try? await self.service.transcode(url: url, options: options, keys: keys, subscriber: ended)
+            let outcome: TranscodeOutcome
+            switch await ended.end() {
+            case .done(let done): outcome = done
+            case .failed(let failure): throw failure
+            }
             let signed = self.links.signed(sourceURL: text, background: background)
             result.key = outcome.key
             result.mp4 =

@@ -70,6 +70,11 @@ final class TranscodePool: Service, Sendable {
 
     func run() async throws {
         try? await gracefulShutdown()
+        try await self.stop()
+    }
+
+    /// Stops admitting, lets admitted jobs finish within the grace period, then stops the threads.
+    func stop() async throws {
         self.state.withLock { $0.accepting = false }
         let deadline = Date().addingTimeInterval(self.graceSeconds)
         while self.load > 0, Date() < deadline {

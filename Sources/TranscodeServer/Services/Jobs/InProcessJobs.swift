@@ -1,0 +1,118 @@
+import Foundation
+import Synchronization
+
+/// Jobs run in this process: one single flight per job id on the transcode pool, admitted against the pool's
+/// bound when a flight starts (joining costs nothing), with recent failures kept for `GET /jobs/{id}`.
+final class InProcessJobs: TranscodeJobs {
+    let pool: TranscodePool
+    let performer: any JobPerformer
+    let metrics: ServiceMetrics
+    private let flights = SingleFlight<String, TranscodeOutcome>()
+    private let failures = Mutex<[String: (error: ServiceError, at: Date)]>([:])
+
+    init(pool: TranscodePool, performer: any JobPerformer, metrics: ServiceMetrics) {
+        self.pool = pool
+        self.performer = performer
+        self.metrics = metrics
+    }
+
+    func submit(
+        _ job: TranscodeJob, upload: [UInt8]?, waitingUpTo seconds: Double?, subscriber: JobSubscription?
+    ) async throws -> TranscodeAnswer {
+        let id = job.id
+        // Admission is claimed when a flight starts, before any download: a full queue is refused at once.
+        let (task, joined) = try await self.flights.task(for: id, admit: { try self.pool.admit() }) { admission in
+            defer { admission.release() }
+            do {
+                let outcome = try await self.performer.perform(job, upload: upload)
+                self.failures.withLock { $0[id] = nil }
+                return outcome
+            } catch {
+                self.recordFailure(id, ServiceError.from(error))
+                throw error
+            }
+        }
+        if joined {
+            self.metrics.joined()
+        }
+        if let subscriber {
+            // The end of this run, told once the run has left the table (a poll then finds it over). The
+            // watcher lives exactly as long as the run.
+            Task {
+                let result = await task.result
+                subscriber.tell(JobEnd(result.map { TranscodeOutcome(key: $0.key, metadata: $0.metadata) }))
+            }
+        }
+        guard let seconds else {
+            return .done(try await task.value, cacheHit: false)
+        }
+        guard let result = await Self.wait(for: task, upTo: seconds) else {
+            return .pending(jobID: id)
+        }
+        return .done(try result.get(), cacheHit: false)
+    }
+
+    func isRunning(_ id: String) async -> Bool {
+        await self.flights.isRunning(id)
+    }
+
+    func failure(of id: String) -> ServiceError? {
+        self.failures.withLock { $0[id]?.error }
+    }
+
+    /// The task's result, or nil when `seconds` pass first. Waiting ends at the deadline even though the
+    /// task goes on (awaiting `Task.value` cannot be interrupted, so a task group would wait for it): a
+    /// watcher, which lives exactly as long as the job, and a timer race to resume one continuation.
+    static func wait<Value: Sendable>(
+        for task: Task<Value, any Error>, upTo seconds: Double
+    ) async -> Result<Value, any Error>? {
+        let pending = ResumeOnce<Result<Value, any Error>?>()
+        return await withCheckedContinuation { continuation in
+            pending.set(continuation)
+            let timer = Task {
+                // Cancelled means the result came first: only a timer that ran its course answers "pending".
+                // (A cancelled sleep throws at once; resuming then raced the result, and a GIF that failed in
+                // a millisecond was answered 202 now and then: found by scripts/soak.)
+                guard (try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))) != nil else { return }
+                pending.resume(returning: nil)
+            }
+            Task {
+                let result = await task.result
+                pending.resume(returning: result)
+                timer.cancel()
+            }
+        }
+    }
+
+    /// Failures kept for `GET /jobs/{id}`: enough for clients polling a job, bounded however many bad
+    /// requests arrive (scripts/soak sent 120,000 not-a-GIF uploads in 30 minutes, and every one was kept).
+    static var maxRecordedFailures: Int { 10_000 }
+
+    private func recordFailure(_ key: String, _ error: ServiceError) {
+        let now = Date()
+        self.failures.withLock { failures in
+            if failures.count >= Self.maxRecordedFailures {
+                // Keep the newer half: amortised, one sort per 5,000 failures.
+                let newer = failures.sorted { $0.value.at > $1.value.at }.prefix(Self.maxRecordedFailures / 2)
+                failures = Dictionary(uniqueKeysWithValues: newer.map { ($0.key, $0.value) })
+            }
+            failures[key] = (error, now)
+        }
+    }
+
+    /// Failures currently kept (tests read it).
+    var recordedFailures: Int { self.failures.withLock { $0.count } }
+}
+
+/// A continuation resumed by whichever of several racers comes first; the others find it gone.
+private final class ResumeOnce<Value: Sendable>: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Value, Never>?>(nil)
+
+    func set(_ continuation: CheckedContinuation<Value, Never>) {
+        self.continuation.withLock { $0 = continuation }
+    }
+
+    func resume(returning value: Value) {
+        self.continuation.withLock { $0.take() }?.resume(returning: value)
+    }
+}

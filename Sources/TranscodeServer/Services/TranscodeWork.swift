@@ -1,0 +1,156 @@
+import Foundation
+import Logging
+import NIOPosix
+import Transcoder
+
+/// The work of a job (`JobPerformer`): for a URL, revalidate or download it, convert its bytes, link the URL
+/// to the object and publish both; for an upload, convert it. The same bytes are converted once however many
+/// jobs (URLs, uploads) bring them. Runs inside a job; whether to run one is the caller's business.
+struct TranscodeWork: JobPerformer {
+    let cache: DiskCache
+    /// The results a fleet shares (S3), nil on a single node.
+    let shared: SharedResults?
+    let downloader: Downloader
+    let pool: TranscodePool
+    let resolver: SourceResolver
+    let metrics: ServiceMetrics
+    let logger: Logger
+    private let contents = SingleFlight<String, TranscodeMetadata>()
+
+    init(
+        cache: DiskCache, shared: SharedResults?, downloader: Downloader, pool: TranscodePool,
+        resolver: SourceResolver, metrics: ServiceMetrics, logger: Logger
+    ) {
+        self.cache = cache
+        self.shared = shared
+        self.downloader = downloader
+        self.pool = pool
+        self.resolver = resolver
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    var takedowns: Takedowns { self.resolver.takedowns }
+
+    func perform(_ job: TranscodeJob, upload: [UInt8]?) async throws -> TranscodeOutcome {
+        switch job.source {
+        case .url(let text):
+            guard let url = URL(string: text) else { throw ServiceError.internal("a job's URL did not parse") }
+            return try await self.convert(url: url, options: job.options)
+        case .upload(let key):
+            guard let upload else { throw ServiceError.internal("an upload's job came without its bytes") }
+            return try await self.store(upload, key: key, options: job.options, requestKey: job.id)
+        }
+    }
+
+    /// Converts the GIF at `url`, or answers with what the cache has while it is fresh. A stale URL is
+    /// revalidated with the origin: a 304 keeps the object, new bytes make a new object and move the link;
+    /// when the origin fails (5xx, timeout) the stored result is served and the next request tries again.
+    private func convert(url: URL, options: TranscodeOptions) async throws -> TranscodeOutcome {
+        let keys = SourceKeys(url: url, options: options)
+        let urlKey = keys.urlKey
+        var stale: TranscodeOutcome?
+        // Asked again inside the job: another job may have revalidated the URL since the caller looked.
+        switch try await self.resolver.resolve(url, keys: keys) {
+        case .fresh(let outcome): return TranscodeOutcome(key: outcome.key, metadata: outcome.metadata)
+        case .stale(let outcome): stale = outcome
+        case .miss:
+            switch try await self.resolver.resolveShared(url, keys: keys) {
+            case .fresh(let outcome): return outcome
+            case .stale(let outcome): stale = outcome
+            case .miss: break
+            }
+        }
+        let record = stale == nil ? nil : self.cache.sourceRecord(urlKey: urlKey)
+        let fetched: Fetched
+        do {
+            fetched = try await self.downloader.fetch(url, etag: record?.etag, lastModified: record?.lastModified)
+        } catch let error as ServiceError where stale != nil {
+            return try await self.resolver.revalidationFailed(error, stale: stale!, urlKey: urlKey, record: record)
+        }
+        let file: DownloadedFile
+        switch fetched {
+        case .notModified:
+            guard let stale else { throw ServiceError.originError("the origin answered 304 to a plain GET") }
+            await self.resolver.notModified(stale, urlKey: urlKey, record: record)
+            return stale
+        case .file(let downloaded):
+            file = downloaded
+        }
+        defer { unlink(file.path) }
+        self.metrics.downloaded(bytes: file.byteCount)
+        // Reading and hashing up to 50 MB is blocking work: off the async executor, on the shared I/O
+        // pool (not the transcode pool, where it would queue behind running transcodes).
+        let (gif, content) = try await NIOThreadPool.singleton.runIfActive {
+            guard let data = FileManager.default.contents(atPath: file.path) else {
+                throw ServiceError.internal("the downloaded file vanished")
+            }
+            let gif = [UInt8](data)
+            return (gif, ObjectKey.derive(source: gif, options: options))
+        }
+        if try await self.takedowns.isBuried([.gif(content.source), .object(content.key)]) {
+            throw ServiceError.takenDown("this GIF was taken down")
+        }
+        let outcome = try await self.store(gif, key: content.key, options: options, requestKey: urlKey.rawValue)
+        if stale != nil { self.metrics.revalidated(outcome.key == stale?.key ? .sameBytes : .changed) }
+        // A takedown of the URL that arrived while this job downloaded and converted: what it made goes
+        // too, and is refused from now on.
+        if try await self.takedowns.isBuried([.source(keys.sourceHash)]) {
+            let reason = "taken down while being converted"
+            if var report = try? self.cache.purge(key: outcome.key, takedown: reason) {
+                // Published already: the fleet's copy goes too.
+                try? await self.shared?.purge(
+                    objects: [outcome.key], links: [], source: keys.sourceHash, takedown: reason, into: &report)
+            }
+            throw ServiceError.takenDown("this URL was taken down")
+        }
+        let source = DiskCache.SourceRecord(
+            url: keys.normalized.text, etag: file.etag, lastModified: file.lastModified,
+            validatedAt: Date().timeIntervalSince1970)
+        try self.cache.link(urlKey: urlKey, to: outcome.key, source: source)
+        try await self.shared?.putLink(urlKey: urlKey, ResultLink(key: outcome.key, source: source))
+        return outcome
+    }
+
+    /// Converts `gif` into its content-addressed object, once per content key however many requests
+    /// (or URLs) bring the same bytes.
+    private func store(
+        _ gif: [UInt8], key: ObjectKey, options: TranscodeOptions, requestKey: String
+    ) async throws -> TranscodeOutcome {
+        if let metadata = self.cache.metadata(key) {
+            try await self.shared?.publishIfPending(key)
+            return TranscodeOutcome(key: key, metadata: metadata)
+        }
+        let (task, _) = try await self.contents.task(for: key.rawValue, admit: {}) { _ in
+            // In a fleet, the same bytes may have come to another node (an upload, another URL).
+            if let metadata = try await self.shared?.pull(key) { return metadata }
+            let started = ContinuousClock.now
+            let metadata = try await self.pool.run {
+                // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
+                if let existing = self.cache.metadata(key) { return existing }
+                // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
+                let scratch = try self.cache.makeScratchDirectory("render")
+                defer { try? FileManager.default.removeItem(atPath: scratch) }
+                let rendered = try Transcoder(options: options).render(gif, into: scratch, name: key.rawValue)
+                try self.cache.commit(key, rendered)
+                return rendered.metadata
+            }
+            let elapsed = ContinuousClock.now - started
+            self.metrics.transcoded(
+                duration: elapsed, savedBytes: max(0, metadata.sourceBytes - metadata.mp4Bytes),
+                reencodes: max(0, (metadata.sizeGuard?.attempts.count ?? 1) - 1))
+            self.logger.info(
+                "transcoded",
+                metadata: [
+                    "request.key": "\(requestKey.prefix(16))", "object.key": "\(key.rawValue.prefix(16))",
+                    "source.format": "\(metadata.sourceFormat.rawValue)",
+                    "source.frames": "\(metadata.sourceFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
+                    "source.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
+                ])
+            // Published before anyone is answered: a result the fleet cannot find is no result.
+            try await self.shared?.publish(key)
+            return metadata
+        }
+        return TranscodeOutcome(key: key, metadata: try await task.value)
+    }
+}
