@@ -35,11 +35,11 @@ func buildApplication(
     onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) throws -> (application: some ApplicationProtocol, services: AppServices) {
     var logger = logger ?? Logger(label: "transcode-server")
-    logger.logLevel = configuration.logLevel
+    logger.logLevel = configuration.log.level
     let metrics = ServiceMetrics()
     let cacheLogger = logger
     let cache = try DiskCache(
-        root: configuration.cacheDirectory, maxBytes: configuration.cacheMaxBytes,
+        root: configuration.cache.directory, maxBytes: configuration.cache.maxBytes,
         onEviction: { metrics.evicted($0) },
         onQuarantine: { key in
             metrics.quarantined()
@@ -48,7 +48,7 @@ func buildApplication(
                 metadata: ["cache.key": "\(key)"])
         })
     let pool = TranscodePool(
-        workers: configuration.transcodeWorkers, queueLength: configuration.transcodeQueueLength,
+        workers: configuration.transcode.workers, queueLength: configuration.transcode.queueLength,
         graceSeconds: configuration.shutdownGraceSeconds)
     let downloader = Downloader(
         configuration: configuration.download, temporaryDirectory: cache.temporaryDirectory,
@@ -72,14 +72,14 @@ func buildApplication(
             metrics: metrics)
     }
     let transcodes = TranscodeService(
-        cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcodeOptions,
-        syncWaitSeconds: configuration.syncWaitSeconds, urlTTLSeconds: configuration.urlTTLSeconds,
-        staleIfErrorSeconds: configuration.staleIfErrorSeconds, shared: shared, metrics: metrics,
+        cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcode.options,
+        syncWaitSeconds: configuration.transcode.syncWaitSeconds, urlTTLSeconds: configuration.cache.urlTTLSeconds,
+        staleIfErrorSeconds: configuration.cache.staleIfErrorSeconds, shared: shared, metrics: metrics,
         logger: logger)
     let webhooks = WebhookDispatcher(
-        signer: WebhookSigner(secrets: configuration.webhookSecrets) ?? WebhookSigner(decoded: []),
-        downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhookFirstRetrySeconds,
-        maxRetrySeconds: configuration.webhookMaxRetrySeconds, logger: logger)
+        signer: WebhookSigner(secrets: configuration.webhooks.secrets) ?? WebhookSigner(decoded: []),
+        downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhooks.firstRetrySeconds,
+        maxRetrySeconds: configuration.webhooks.maxRetrySeconds, logger: logger)
     let batches = try BatchRunner(
         directory: cache.root + "/batches", service: transcodes, links: PublicLinks(configuration: configuration),
         webhooks: webhooks, logger: logger)
@@ -92,19 +92,20 @@ func buildApplication(
     let http1 = HTTP1Channel.Configuration(
         additionalChannelHandlers: [
             ConnectionTimeoutHandler(
-                headTimeout: .milliseconds(Int64(configuration.headerTimeoutSeconds * 1000)),
-                idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))
+                headTimeout: .milliseconds(Int64(configuration.http.headerTimeoutSeconds * 1000)),
+                idleTimeout: .milliseconds(Int64(configuration.http.idleTimeoutSeconds * 1000)))
         ],
         idleTimeout: nil)
     let hits = MediaHitHandler.Source(
         cache: cache, shared: shared, metrics: metrics, logger: logger,
-        cacheControl: MediaController<AppRequestContext>.cacheControl(maxAgeSeconds: configuration.mediaMaxAgeSeconds),
-        signedRoute: configuration.sourceAnswer != .bytes
+        cacheControl: MediaController<AppRequestContext>.cacheControl(
+            maxAgeSeconds: configuration.http.mediaMaxAgeSeconds),
+        signedRoute: configuration.http.sourceAnswer != .bytes
             ? nil
             : MediaHitHandler.SignedRoute(
                 resolved: services.resolvedPaths, service: transcodes,
                 cacheControl: SourceController<AppRequestContext>.cacheControl(
-                    maxAgeSeconds: configuration.sourceMaxAgeSeconds)),
+                    maxAgeSeconds: configuration.http.sourceMaxAgeSeconds)),
         transcodeRoute: MediaHitHandler.TranscodeRoute(
             resolved: services.resolvedBodies, encoded: services.encodedResults, service: transcodes,
             baseURL: PublicLinks(configuration: configuration).baseURL,
@@ -138,26 +139,27 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     let signer = links.signer
     OperationsController<AppRequestContext>(services: services).addRoutes(to: router)
     TranscodeController<AppRequestContext>(
-        service: services.transcodes, maxBodyBytes: configuration.maxRequestBodyBytes,
-        bodyTimeout: .milliseconds(Int64(configuration.bodyTimeoutSeconds * 1000)),
+        service: services.transcodes, maxBodyBytes: configuration.http.maxBodyBytes,
+        bodyTimeout: .milliseconds(Int64(configuration.http.bodyTimeoutSeconds * 1000)),
         temporaryDirectory: services.cache.temporaryDirectory, links: links, webhooks: services.webhooks,
         encoded: services.encodedResults, resolved: services.resolvedBodies
     ).addRoutes(to: router, authenticator: authenticator)
     let media = MediaController<AppRequestContext>(
         cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) },
-        shared: services.transcodes.shared, maxAgeSeconds: configuration.mediaMaxAgeSeconds)
+        shared: services.transcodes.shared, maxAgeSeconds: configuration.http.mediaMaxAgeSeconds)
     media.addRoutes(to: router)
     SourceController<AppRequestContext>(
-        service: services.transcodes, signer: signer, media: media, links: links, answer: configuration.sourceAnswer,
-        maxAgeSeconds: configuration.sourceMaxAgeSeconds, resolved: services.resolvedPaths
+        service: services.transcodes, signer: signer, media: media, links: links,
+        answer: configuration.http.sourceAnswer,
+        maxAgeSeconds: configuration.http.sourceMaxAgeSeconds, resolved: services.resolvedPaths
     ).addRoutes(to: router)
     BatchController<AppRequestContext>(
         runner: services.batches, webhooks: services.webhooks, links: links, maxURLs: configuration.batchMaxURLs,
-        maxBodyBytes: configuration.maxRequestBodyBytes
+        maxBodyBytes: configuration.http.maxBodyBytes
     ).addRoutes(to: router, authenticator: authenticator)
     RewriteController<AppRequestContext>(
-        service: services.transcodes, links: links, maxBodyBytes: configuration.rewriteMaxBodyBytes,
-        maxGIFs: configuration.rewriteMaxGIFs
+        service: services.transcodes, links: links, maxBodyBytes: configuration.rewrite.maxBodyBytes,
+        maxGIFs: configuration.rewrite.maxGIFs
     ).addRoutes(to: router, authenticator: authenticator)
     PurgeController<AppRequestContext>(cache: services.cache, service: services.transcodes).addRoutes(
         to: router, authenticator: authenticator)

@@ -109,30 +109,43 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
 
     public init() {}
 
-    /// Checks the values a client or an operator can set.
-    /// - Throws: `TranscodeError` with code `invalid-options`.
+    /// A value out of its range: the field's name (`crf`, `limits.maxFrames`), what it must be, what it is.
+    public struct Violation: Sendable, Equatable {
+        public let field: String
+        public let expectation: String
+        public let value: String
+    }
+
+    /// Every value a client or an operator set out of its range, in field order: the one statement of the ranges,
+    /// which `validate()` and the server's configuration reader both use.
+    public var violations: [Violation] {
+        var found: [Violation] = []
+        func check(_ field: String, _ valid: Bool, _ expectation: String, _ value: Any) {
+            if !valid { found.append(Violation(field: field, expectation: expectation, value: "\(value)")) }
+        }
+        check("crf", Self.crfRange.contains(self.crf), "1-51", self.crf)
+        check(
+            "preset", Self.presets.contains(self.preset), "one of \(Self.presets.joined(separator: ", "))", self.preset)
+        check("threads", (1...64).contains(self.threads), "1-64", self.threads)
+        check("maxOutputWidth", self.maxOutputWidth >= 2, "at least 2", self.maxOutputWidth)
+        check("maxOutputHeight", self.maxOutputHeight >= 2, "at least 2", self.maxOutputHeight)
+        check("maxSizeRatio", self.maxSizeRatio > 0 && self.maxSizeRatio.isFinite, "positive", self.maxSizeRatio)
+        check("maxExtraAttempts", (0...10).contains(self.maxExtraAttempts), "0-10", self.maxExtraAttempts)
+        check("minSSIM", (0...1).contains(self.minSSIM), "0-1", self.minSSIM)
+        let limits = self.limits
+        check("limits.maxInputBytes", limits.maxInputBytes > 0, "positive", limits.maxInputBytes)
+        check("limits.maxWidth", (1...65535).contains(limits.maxWidth), "1-65535", limits.maxWidth)
+        check("limits.maxHeight", (1...65535).contains(limits.maxHeight), "1-65535", limits.maxHeight)
+        check("limits.maxFrames", limits.maxFrames > 0, "positive", limits.maxFrames)
+        check("limits.maxTotalPixels", limits.maxTotalPixels > 0, "positive", limits.maxTotalPixels)
+        return found
+    }
+
+    /// Checks the values a client or an operator can set (`violations`).
+    /// - Throws: `TranscodeError` with code `invalid-options`, naming the first value out of range.
     public func validate() throws {
-        guard Self.crfRange.contains(self.crf) else {
-            throw TranscodeError(.invalidOptions, "crf must be 1-51, got \(self.crf)")
-        }
-        guard Self.presets.contains(self.preset) else {
-            throw TranscodeError(
-                .invalidOptions, "preset must be one of \(Self.presets.joined(separator: ", ")), got \(self.preset)")
-        }
-        guard (1...64).contains(self.threads) else {
-            throw TranscodeError(.invalidOptions, "threads must be 1-64, got \(self.threads)")
-        }
-        guard self.maxOutputWidth >= 2, self.maxOutputHeight >= 2 else {
-            throw TranscodeError(.invalidOptions, "the output box must be at least 2x2")
-        }
-        guard self.maxSizeRatio > 0, self.maxSizeRatio.isFinite else {
-            throw TranscodeError(.invalidOptions, "maxSizeRatio must be positive, got \(self.maxSizeRatio)")
-        }
-        guard (0...10).contains(self.maxExtraAttempts) else {
-            throw TranscodeError(.invalidOptions, "maxExtraAttempts must be 0-10, got \(self.maxExtraAttempts)")
-        }
-        guard (0...1).contains(self.minSSIM) else {
-            throw TranscodeError(.invalidOptions, "minSSIM must be 0-1, got \(self.minSSIM)")
+        if let first = self.violations.first {
+            throw TranscodeError(.invalidOptions, "\(first.field) must be \(first.expectation), got \(first.value)")
         }
     }
 

@@ -47,7 +47,7 @@ import Testing
 
     @Test func successesAndFailuresAreLoggedWithStatusRouteAndRequestID() async throws {
         let recorder = Recorder()
-        try await withHarness(logger: recorder.logger, configure: { $0.logLevel = .info }) { harness in
+        try await withHarness(logger: recorder.logger, configure: { $0.log.level = .info }) { harness in
             let ok = try await harness.request(.GET, "/healthz", headers: [("X-Request-Id", "client-id.1:a_b")])
             #expect(ok.headers.first(name: "X-Request-Id") == "client-id.1:a_b")
             let missing = try await harness.request(
@@ -132,7 +132,7 @@ import Testing
     @Test func theFormatIsChecked() async throws {
         let json = try await ServerConfiguration.load(
             filePath: nil, arguments: ["--log-format", "json"], environment: [:])
-        #expect(json.logFormat == "json")
+        #expect(json.log.format == "json")
         await #expect(throws: ConfigurationError.self) {
             _ = try await ServerConfiguration.load(filePath: nil, arguments: ["--log-format", "xml"], environment: [:])
         }

@@ -94,9 +94,9 @@ import Testing
         try await withReceiver(receiver) { hookPort in
             try await withOrigin { port in
                 try await withHarness(configure: {
-                    $0.webhookSecrets = [WebhookTests.secret]
-                    $0.signingKeys = [RewriteTests.key]
-                    $0.signingSalts = [RewriteTests.salt]
+                    $0.webhooks.secrets = [WebhookTests.secret]
+                    $0.signing.keys = [RewriteTests.key]
+                    $0.signing.salts = [RewriteTests.salt]
                 }) { harness in
                     let urls = Self.urls(origin: port)
                     #expect(urls.count == 200)
@@ -186,8 +186,8 @@ import Testing
     @Test func interactiveRequestsAreNotStarved() async throws {
         try await withOrigin { port in
             try await withHarness(configure: {
-                $0.transcodeWorkers = 2
-                $0.transcodeQueueLength = 0
+                $0.transcode.workers = 2
+                $0.transcode.queueLength = 0
             }) { harness in
                 let slow = (0..<12).map { "http://127.0.0.1:\(port)/delayed/300/\(Self.gifs[$0])" }
                 let id = try await Self.submit(harness, slow)

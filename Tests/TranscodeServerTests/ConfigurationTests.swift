@@ -10,21 +10,72 @@ import Transcoder
     static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    /// The committed file states every default: loading it changes nothing.
+    /// The committed file states every default: loading it changes nothing, in any domain.
     @Test func committedFileHoldsTheDefaults() async throws {
         let path = Self.repositoryRoot.appendingPathComponent("config/transcode-server.json").path
         let loaded = try await ServerConfiguration.load(filePath: path, arguments: [], environment: [:])
-        let defaults = ServerConfiguration()
-        #expect(loaded.host == defaults.host && loaded.port == defaults.port)
-        #expect(loaded.cacheDirectory == defaults.cacheDirectory && loaded.cacheMaxBytes == defaults.cacheMaxBytes)
-        #expect(loaded.download.maxBytes == defaults.download.maxBytes)
-        #expect(loaded.download.timeoutSeconds == defaults.download.timeoutSeconds)
-        #expect(loaded.download.allowLoopback == false)
-        #expect(loaded.transcodeOptions == defaults.transcodeOptions)
-        #expect(loaded.transcodeWorkers == ProcessInfo.processInfo.activeProcessorCount)
-        #expect(loaded.syncWaitSeconds == defaults.syncWaitSeconds)
-        #expect(loaded.authTokens.isEmpty)
-        #expect(loaded.logLevel == .info)
+        #expect(loaded == ServerConfiguration())
+        #expect(loaded.transcode.workers == ProcessInfo.processInfo.activeProcessorCount)
+    }
+
+    /// Another valid value for each key of the committed file, as its `TRANSCODE_` variable (arrays
+    /// comma-separated); nil for the keys handled in `everyKeyIsReadIntoTheConfiguration`'s S3 baseline.
+    static func otherValue(_ key: String, _ value: Any) -> String? {
+        let special: [String: String] = [
+            "host": "::1", "cache.directory": "./elsewhere", "transcode.workers": "7",
+            "transcode.background": "#000000",
+            "transcode.preset": "slow", "transcode.minSSIM": "0.5", "http.publicBaseURL": "https://media.example.com",
+            "http.sourceAnswer": "redirect", "log.level": "debug", "log.format": "json",
+            "download.allowedHosts": "gifs.example.com", "auth.tokens": "a-bearer-token-of-some-length",
+            "signing.keys": String(repeating: "0f", count: 32), "signing.salts": String(repeating: "f0", count: 32),
+            "cors.allowedOrigins": "https://cms.example.com",
+            "webhooks.secrets": "whsec_" + Data(repeating: 7, count: 24).base64EncodedString(),
+            "storage.s3.serve": "redirect", "storage.s3.endpoint": "http://127.0.0.1:2", "storage.s3.bucket": "other",
+            "storage.s3.region": "eu-west-1", "download.allowLoopback": "true", "signing.disabled": "true",
+            "storage.s3.pathStyle": "false", "storage.s3.createBucket": "true",
+        ]
+        if key == "storage.kind" { return nil }
+        if let text = special[key] { return text }
+        // Numbers: one more (the booleans are named above).
+        guard let number = value as? NSNumber else { return nil }
+        return number.stringValue.contains(".") ? String(number.doubleValue + 1) : String(number.int64Value + 1)
+    }
+
+    /// Each key of the committed file is read into the configuration: another value for it alone gives another
+    /// configuration. Keys are read domain by domain, each by its own type, so a key read under the wrong name or
+    /// into nothing would otherwise pass unnoticed.
+    @Test func everyKeyIsReadIntoTheConfiguration() async throws {
+        let path = Self.repositoryRoot.appendingPathComponent("config/transcode-server.json").path
+        let json = try JSONSerialization.jsonObject(with: try Data(contentsOf: URL(fileURLWithPath: path)))
+        func leaves(_ value: Any, _ prefix: String) -> [(String, Any)] {
+            guard let object = value as? [String: Any] else { return [(prefix, value)] }
+            return object.keys.sorted().flatMap { leaves(object[$0]!, prefix.isEmpty ? $0 : prefix + "." + $0) }
+        }
+        // The S3 keys other than those a disk node keeps count only with `storage.kind: s3`.
+        let s3Only = [
+            "storage.s3.endpoint", "storage.s3.bucket", "storage.s3.region", "storage.s3.pathStyle",
+            "storage.s3.timeoutSeconds",
+        ]
+        let s3 = [
+            "TRANSCODE_STORAGE_KIND": "s3", "TRANSCODE_STORAGE_S3_ENDPOINT": "http://127.0.0.1:1",
+            "TRANSCODE_STORAGE_S3_BUCKET": "bucket", "AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret",
+        ]
+        let disk = try await ServerConfiguration.load(filePath: path, arguments: [], environment: [:])
+        let s3Baseline = try await ServerConfiguration.load(filePath: path, arguments: [], environment: s3)
+        #expect(s3Baseline != disk)
+        var checked = 0
+        for (key, value) in leaves(json, "") {
+            guard let other = Self.otherValue(key, value) else { continue }
+            var environment = s3Only.contains(key) ? s3 : [:]
+            environment[ServerConfiguration.environmentName(key)] = other
+            // Paired by position: one without the other is refused.
+            if key == "signing.keys" { environment["TRANSCODE_SIGNING_SALTS"] = String(repeating: "f0", count: 32) }
+            if key == "signing.salts" { environment["TRANSCODE_SIGNING_KEYS"] = String(repeating: "0f", count: 32) }
+            let changed = try await ServerConfiguration.load(filePath: path, arguments: [], environment: environment)
+            #expect(changed != (s3Only.contains(key) ? s3Baseline : disk), "\(key)=\(other) changed nothing")
+            checked += 1
+        }
+        #expect(checked >= 60)
     }
 
     /// The README's configuration table lists every key of the committed file (which holds the defaults, above)
@@ -106,9 +157,9 @@ import Transcoder
                     "TRANSCODE_AUTH_TOKENS": "0123456789abcdef0123,fedcba9876543210fedc",
                 ])
             #expect(loaded.port == 3333)
-            #expect(loaded.cacheMaxBytes == 2000)
-            #expect(loaded.transcodeOptions.crf == 30)
-            #expect(loaded.transcodeOptions.preset == "slow")
+            #expect(loaded.cache.maxBytes == 2000)
+            #expect(loaded.transcode.options.crf == 30)
+            #expect(loaded.transcode.options.preset == "slow")
             #expect(loaded.download.allowLoopback)
             #expect(loaded.authTokens == ["0123456789abcdef0123", "fedcba9876543210fedc"])
         }
@@ -150,9 +201,9 @@ import Transcoder
             filePath: nil,
             arguments: ["--http-public-base-url", "https://media.example.com", "--transcode-min-ssim", "0.9"],
             environment: ["TRANSCODE_CACHE_URL_TTLSECONDS": "5"])
-        #expect(configuration.publicBaseURL == "https://media.example.com")
-        #expect(configuration.urlTTLSeconds == 5)
-        #expect(configuration.transcodeOptions.minSSIM == 0.9)
+        #expect(configuration.http.publicBaseURL == "https://media.example.com")
+        #expect(configuration.cache.urlTTLSeconds == 5)
+        #expect(configuration.transcode.options.minSSIM == 0.9)
     }
 
     /// S3 storage takes its credentials from the environment only; without them, startup stops.

@@ -193,7 +193,7 @@ import Testing
                 // The origin listens on a new port: link the new URL to the stored object, as the first run
                 // would have if the port had not changed.
                 let url = harness.originURL("/corpus/loop_1.gif")
-                let options = harness.services.configuration.transcodeOptions
+                let options = harness.services.configuration.transcode.options
                 let key = ObjectKey.derive(source: try corpusBytes("loop_1.gif"), options: options).key
                 #expect(harness.services.cache.contains(key))
                 let urlKey = URLKey(NormalizedURL(URL(string: url)!), options: options)

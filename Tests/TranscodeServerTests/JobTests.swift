@@ -7,7 +7,7 @@ import Testing
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct JobTests {
     /// Past the wait budget: 202 with a Location to poll, which reports pending, then the result.
     @Test func slowJobsAnswer202AndCanBePolled() async throws {
-        try await withHarness(configure: { $0.syncWaitSeconds = 0.1 }) { harness in
+        try await withHarness(configure: { $0.transcode.syncWaitSeconds = 0.1 }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/delayed/700/cartoon_hotdog.gif"))
             #expect(reply.status == 202, "\(reply.text)")
             let location = try #require(reply.headers.first(name: "Location"))
@@ -29,7 +29,7 @@ import Testing
     }
 
     @Test func failedJobsReportTheirError() async throws {
-        try await withHarness(configure: { $0.syncWaitSeconds = 0.1 }) { harness in
+        try await withHarness(configure: { $0.transcode.syncWaitSeconds = 0.1 }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/delayed/400/notgif_jpeg_photo.gif"))
             #expect(reply.status == 202)
             let location = try #require(reply.headers.first(name: "Location"))
@@ -57,8 +57,8 @@ import Testing
     /// and costs no download.
     @Test func aFullQueueAnswers429() async throws {
         try await withHarness(configure: {
-            $0.transcodeWorkers = 1
-            $0.transcodeQueueLength = 0
+            $0.transcode.workers = 1
+            $0.transcode.queueLength = 0
         }) { harness in
             let slow = try await harness.startSlowJob()
             let refused = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))
@@ -93,7 +93,7 @@ import Testing
             let limit = InProcessJobs.maxRecordedFailures
             let service = harness.services.transcodes
             let jobs = try #require(service.jobs as? InProcessJobs)
-            let options = harness.services.configuration.transcodeOptions
+            let options = harness.services.configuration.transcode.options
             for index in 0..<(limit + 10) {
                 let gif = Array("not a gif \(index)".utf8)
                 _ = try? await service.transcode(

@@ -205,7 +205,7 @@ import Testing
         try await withHarness(
             logger: recorder.logger,
             configure: {
-                $0.logLevel = .info
+                $0.log.level = .info
                 $0.authTokens = [token]
             }
         ) { harness in
@@ -285,8 +285,8 @@ import Testing
     /// two and a half times its deadlines is neither cut off at the head deadline nor closed as idle.
     @Test func aBusyConnectionIsNotCutOff() async throws {
         try await withHarness(configure: {
-            $0.headerTimeoutSeconds = 2
-            $0.idleTimeoutSeconds = 2
+            $0.http.headerTimeoutSeconds = 2
+            $0.http.idleTimeoutSeconds = 2
         }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
             let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
@@ -334,8 +334,8 @@ import Testing
     /// kernel buffers only part of it for a narrow connection), so the connection is not cut off mid-file.
     @Test func aSlowReaderGetsTheWholeFile() async throws {
         try await MediaHitHandlerTests.withLargeFileKept(configure: {
-            $0.headerTimeoutSeconds = 1
-            $0.idleTimeoutSeconds = 3
+            $0.http.headerTimeoutSeconds = 1
+            $0.http.idleTimeoutSeconds = 3
         }) { harness, key, file in
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
             let socket = try RawSocket(port: harness.appPort, narrow: true)
@@ -376,8 +376,8 @@ import Testing
     @Test func anObjectBeingSentIsNotEvicted() async throws {
         // photo_cats_4frames.gif's object is about 345 KB; the same GIF over black, the second object, as much.
         try await MediaHitHandlerTests.withLargeFileKept(configure: {
-            $0.cacheMaxBytes = 500_000
-            $0.idleTimeoutSeconds = 30
+            $0.cache.maxBytes = 500_000
+            $0.http.idleTimeoutSeconds = 30
         }) { harness, key, file in
             let cache = harness.services.cache
             try #require(cache.usage.objects == 1 && cache.usage.bytes < 500_000, "\(cache.usage)")
@@ -435,8 +435,8 @@ import Testing
     /// connection nor the file for ever.
     @Test func aClientThatNeverReadsIsCutOff() async throws {
         try await MediaHitHandlerTests.withLargeFileKept(configure: {
-            $0.headerTimeoutSeconds = 10
-            $0.idleTimeoutSeconds = 1
+            $0.http.headerTimeoutSeconds = 10
+            $0.http.idleTimeoutSeconds = 1
         }) { harness, key, file in
             let size = file.count
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")

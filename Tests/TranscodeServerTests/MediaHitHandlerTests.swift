@@ -146,7 +146,7 @@ import Testing
     static func withWarmObject(
         logger: Logger? = nil, _ body: @Sendable (Harness, ObjectKey) async throws -> Void
     ) async throws {
-        try await withHarness(logger: logger, configure: { $0.logLevel = .info }) { harness in
+        try await withHarness(logger: logger, configure: { $0.log.level = .info }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
             let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             for ext in ["mp4", "jpg", "json"] {
@@ -255,9 +255,9 @@ import Testing
         try await withHarness(
             logger: recorder.logger,
             configure: {
-                $0.logLevel = .info
-                $0.signingKeys = [SourceRouteTests.key]
-                $0.signingSalts = [SourceRouteTests.salt]
+                $0.log.level = .info
+                $0.signing.keys = [SourceRouteTests.key]
+                $0.signing.salts = [SourceRouteTests.salt]
                 $0.authTokens = [SourceRouteTests.token]
             }
         ) { harness in

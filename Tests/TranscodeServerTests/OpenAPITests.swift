@@ -31,7 +31,7 @@ import Testing
     @Test func specAndRouterAgree() async throws {
         try await withTemporaryDirectory { directory in
             var configuration = ServerConfiguration()
-            configuration.cacheDirectory = directory
+            configuration.cache.directory = directory
             let (_, services) = try buildApplication(configuration: configuration)
             let router = buildRouter(services: services)
             // The router's `**` (the signed path spans segments) is written as a parameter in the spec.

@@ -233,8 +233,8 @@ import Transcoder
     /// answered after longer than the deadline, is not cut off when the first answer ends.
     @Test func aPipelinedSlowRequestIsNotCutOff() async throws {
         try await withHarness(configure: {
-            $0.headerTimeoutSeconds = 0.5
-            $0.idleTimeoutSeconds = 30
+            $0.http.headerTimeoutSeconds = 0.5
+            $0.http.idleTimeoutSeconds = 30
         }) { harness in
             let body = "{\"url\": \"\(harness.originURL("/delayed/1500/cartoon_hotdog.gif"))\"}"
             let requests =
@@ -251,8 +251,8 @@ import Transcoder
     /// never stays idle long enough for the idle timeout.
     @Test func slowHeadersAreCutOff() async throws {
         try await withHarness(configure: {
-            $0.headerTimeoutSeconds = 0.5
-            $0.idleTimeoutSeconds = 30
+            $0.http.headerTimeoutSeconds = 0.5
+            $0.http.idleTimeoutSeconds = 30
         }) { harness in
             let socket = try RawSocket(port: harness.appPort)
             let head = Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ".utf8)
@@ -275,9 +275,9 @@ extension ConnectionLimitTests {
     /// A request whose body stops coming is cut off by the idle timeout (the head arrived in time).
     @Test func aStalledBodyIsCutOffWhenIdle() async throws {
         try await withHarness(configure: {
-            $0.headerTimeoutSeconds = 30
-            $0.idleTimeoutSeconds = 0.5
-            $0.bodyTimeoutSeconds = 30
+            $0.http.headerTimeoutSeconds = 30
+            $0.http.idleTimeoutSeconds = 0.5
+            $0.http.bodyTimeoutSeconds = 30
         }) { harness in
             let socket = try RawSocket(port: harness.appPort)
             #expect(socket.send(Array((UploadTests.uploadHead(length: 100_000) + "GIF89a").utf8)))
@@ -297,8 +297,8 @@ extension ConnectionLimitTests {
     /// An idle keep-alive connection is closed after the idle timeout when that is the shorter deadline.
     @Test func anIdleConnectionIsClosed() async throws {
         try await withHarness(configure: {
-            $0.headerTimeoutSeconds = 30
-            $0.idleTimeoutSeconds = 0.5
+            $0.http.headerTimeoutSeconds = 30
+            $0.http.idleTimeoutSeconds = 0.5
         }) { harness in
             let (answers, closed) = try await MediaHitHandlerTests.exchange(
                 port: harness.appPort, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false],
@@ -353,7 +353,7 @@ final class RawSocket: Sendable {
 /// A full disk is its own answer: 507 on writes, 503 from /readyz under the free-space floor.
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct StorageTests {
     @Test func readinessFailsBelowTheFreeSpaceFloor() async throws {
-        try await withHarness(configure: { $0.cacheMinFreeBytes = Int64.max / 2 }) { harness in
+        try await withHarness(configure: { $0.cache.minFreeBytes = Int64.max / 2 }) { harness in
             let reply = try await harness.request(.GET, "/readyz")
             #expect(reply.status == 503)
             #expect(reply.errorCode == "insufficient-storage")
@@ -389,8 +389,8 @@ final class RawSocket: Sendable {
 
     @Test func aDrippingBodyIsAnsweredRequestTimeout() async throws {
         try await withHarness(configure: {
-            $0.bodyTimeoutSeconds = 0.5
-            $0.idleTimeoutSeconds = 30
+            $0.http.bodyTimeoutSeconds = 0.5
+            $0.http.idleTimeoutSeconds = 30
         }) { harness in
             let socket = try RawSocket(port: harness.appPort)
             #expect(socket.send(Array(UploadTests.uploadHead(length: 100_000).utf8)))
@@ -411,8 +411,8 @@ final class RawSocket: Sendable {
     /// One worker, no queue, a job running: an upload announcing 49 MB is refused before its body is sent.
     @Test func aFullQueueRefusesAnUploadBeforeItsBody() async throws {
         try await withHarness(configure: {
-            $0.transcodeWorkers = 1
-            $0.transcodeQueueLength = 0
+            $0.transcode.workers = 1
+            $0.transcode.queueLength = 0
         }) { harness in
             let slow = try await harness.startSlowJob()
             let socket = try RawSocket(port: harness.appPort)

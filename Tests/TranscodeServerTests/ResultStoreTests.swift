@@ -134,7 +134,7 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
             let store = FailingPuts(Copying(sharedDisk), failures: 1)
             try await withHarness(sharedStore: store) { harness in
                 let gif = try corpusBytes("loop_1.gif")
-                let key = ObjectKey.derive(source: gif, options: harness.services.configuration.transcodeOptions).key
+                let key = ObjectKey.derive(source: gif, options: harness.services.configuration.transcode.options).key
                 let first = try await harness.upload(gif)
                 #expect(first.status == 503)
                 #expect(first.errorCode == "storage-unavailable")

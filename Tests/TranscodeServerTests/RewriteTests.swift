@@ -68,8 +68,8 @@ import Transcoder
     static let salt = "73616c74"
 
     static func configure(_ configuration: inout ServerConfiguration) {
-        configuration.signingKeys = [Self.key]
-        configuration.signingSalts = [Self.salt]
+        configuration.signing.keys = [Self.key]
+        configuration.signing.salts = [Self.salt]
     }
 
     /// Lazy: every GIF becomes a video at once; every byte outside the GIF tags is the input's.
@@ -289,8 +289,8 @@ import Transcoder
     @Test func limitsAndBadRequests() async throws {
         try await withHarness(configure: {
             Self.configure(&$0)
-            $0.rewriteMaxGIFs = 2
-            $0.rewriteMaxBodyBytes = 1000
+            $0.rewrite.maxGIFs = 2
+            $0.rewrite.maxBodyBytes = 1000
         }) { harness in
             let three = String(repeating: #"<img src="https://example.com/a.gif">"#, count: 3)
             let tooMany = try await harness.request(

@@ -175,7 +175,7 @@ import Transcoder
                 store.stop()
 
                 let gif = try corpusBytes("cartoon_hotdog.gif")
-                let key = ObjectKey.derive(source: gif, options: harness.services.configuration.transcodeOptions).key
+                let key = ObjectKey.derive(source: gif, options: harness.services.configuration.transcode.options).key
                 let reply = try await harness.upload(gif)
                 #expect(reply.status == 503)
                 #expect(reply.errorCode == "storage-unavailable")

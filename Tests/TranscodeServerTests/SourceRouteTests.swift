@@ -33,8 +33,8 @@ import Transcoder
     ) async throws {
         try await withHarness(
             configure: {
-                $0.signingKeys = [Self.key]
-                $0.signingSalts = [Self.salt]
+                $0.signing.keys = [Self.key]
+                $0.signing.salts = [Self.salt]
                 $0.authTokens = [Self.token]
                 configure(&$0)
             }, body)
@@ -115,7 +115,7 @@ import Transcoder
             let reply = try await harness.request(.GET, path)
             #expect(reply.status == 403)
         }
-        try await withHarness(configure: { $0.signingDisabled = true }) { harness in
+        try await withHarness(configure: { $0.signing.disabled = true }) { harness in
             let path = "/v1/_" + SourcePath(sourceURL: harness.originURL("/corpus/cartoon_hotdog.gif")).path
             let reply = try await harness.request(.GET, path)
             #expect(reply.status == 200)
@@ -143,7 +143,7 @@ import Transcoder
 
     /// `http.sourceAnswer: redirect`: a 302 to the immutable `/media` file, cacheable like the route.
     @Test func redirectAnswer() async throws {
-        try await withSigningHarness(configure: { $0.sourceAnswer = .redirect }) { harness in
+        try await withSigningHarness(configure: { $0.http.sourceAnswer = .redirect }) { harness in
             let reply = try await harness.request(.GET, Self.signed(harness.originURL("/corpus/cartoon_hotdog.gif")))
             #expect(reply.status == 302)
             let location = try #require(reply.headers.first(name: "Location"))
@@ -156,7 +156,7 @@ import Transcoder
     /// Past `cache.urlTTLSeconds` the origin is asked again with the stored validators: a 304 keeps the
     /// object, new bytes make a new object and move the link, a 404 ends it.
     @Test func revalidation() async throws {
-        try await withSigningHarness(configure: { $0.urlTTLSeconds = 0 }) { harness in
+        try await withSigningHarness(configure: { $0.cache.urlTTLSeconds = 0 }) { harness in
             harness.origin.setVersion("clip.gif", "cartoon_hotdog.gif")
             let url = harness.originURL("/versioned/clip.gif")
             let first = try await harness.request(.GET, Self.signed(url))
@@ -196,7 +196,7 @@ import Transcoder
     /// grace (`cache.staleIfErrorSeconds`) past the TTL runs out; then its error is the answer.
     @Test func staleIfErrorWithBackoffAndGrace() async throws {
         try await withSigningHarness(configure: {
-            $0.urlTTLSeconds = 3600; $0.staleIfErrorSeconds = 7200
+            $0.cache.urlTTLSeconds = 3600; $0.cache.staleIfErrorSeconds = 7200
         }) {
             harness in
             harness.origin.setVersion("clip.gif", "cartoon_hotdog.gif")
@@ -323,7 +323,7 @@ import Transcoder
 
     /// A takedown by URL reaches every object the URL led to, also the ones a revalidation moved it off.
     @Test func urlTakedownAfterTheContentChanged() async throws {
-        try await withSigningHarness(configure: { $0.urlTTLSeconds = 0 }) { harness in
+        try await withSigningHarness(configure: { $0.cache.urlTTLSeconds = 0 }) { harness in
             harness.origin.setVersion("clip.gif", "cartoon_hotdog.gif")
             let url = harness.originURL("/versioned/clip.gif")
             let first = try await harness.request(.GET, Self.signed(url))
@@ -446,7 +446,7 @@ import Transcoder
     /// which work.
     @Test func absoluteAndSignedURLsInAnswers() async throws {
         let base = "https://media.example.com"
-        try await withSigningHarness(configure: { $0.publicBaseURL = base }) { harness in
+        try await withSigningHarness(configure: { $0.http.publicBaseURL = base }) { harness in
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")
             let reply = try await harness.transcode(url: url, headers: self.auth)
             let json = try reply.json()

@@ -204,7 +204,7 @@ import Testing
     }
 
     @Test func uploadOverTheBodyLimit() async throws {
-        try await withHarness(configure: { $0.maxRequestBodyBytes = 10_000 }) { harness in
+        try await withHarness(configure: { $0.http.maxBodyBytes = 10_000 }) { harness in
             let reply = try await harness.upload(try corpusBytes("cartoon_dancing_banana.gif"))
             #expect(reply.status == 413)
             #expect(reply.errorCode == "too-large")

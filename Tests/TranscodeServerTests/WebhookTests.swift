@@ -52,8 +52,8 @@ final class WebhookReceiver: Sendable {
     static let retired = "whsec_" + Data((0..<24).map { UInt8(200 - $0) }).base64EncodedString()
 
     static func configure(_ configuration: inout ServerConfiguration) {
-        configuration.webhookSecrets = [Self.secret, Self.retired]
-        configuration.webhookFirstRetrySeconds = 0.1
+        configuration.webhooks.secrets = [Self.secret, Self.retired]
+        configuration.webhooks.firstRetrySeconds = 0.1
     }
 
     func withReceiver(_ receiver: WebhookReceiver, _ body: @Sendable (Int) async throws -> Void) async throws {

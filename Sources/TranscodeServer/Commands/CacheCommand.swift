@@ -23,7 +23,7 @@ struct CacheCommand: ParsableCommand {
         )
 
         @Option(name: .long, help: "The cache directory (the server's cache.directory).")
-        var cacheDirectory: String = ServerConfiguration().cacheDirectory
+        var cacheDirectory: String = ServerConfiguration().cache.directory
 
         @Flag(name: .long, help: "Move damaged objects to quarantine/.")
         var repair = false
@@ -81,7 +81,7 @@ struct CacheCommand: ParsableCommand {
         var reason = ""
 
         @Option(name: .long, help: "The cache directory (the server's cache.directory).")
-        var cacheDirectory: String = ServerConfiguration().cacheDirectory
+        var cacheDirectory: String = ServerConfiguration().cache.directory
 
         func validate() throws {
             guard !self.keys.isEmpty || !self.url.isEmpty else { throw ValidationError("give keys or --url") }

@@ -32,9 +32,9 @@ struct ServeCommand: AsyncParsableCommand {
         let configuration = try await ServerConfiguration.loadForCommand(
             filePath: self.config, arguments: self.settings)
         var logger =
-            configuration.logFormat == "json"
+            configuration.log.format == "json"
             ? Logger(label: "transcode-server") { JSONLogHandler(label: $0) } : Logger(label: "transcode-server")
-        logger.logLevel = configuration.logLevel
+        logger.logLevel = configuration.log.level
         if configuration.storage.createBucket, let s3 = configuration.storage.s3 {
             try await S3Client(configuration: s3).createBucket()
         }

@@ -33,7 +33,7 @@ struct SignCommand: AsyncParsableCommand {
         let configuration = try await ServerConfiguration.loadForCommand(
             filePath: self.config, arguments: self.settings)
         guard
-            let signer = URLSigner(hexKeys: configuration.signingKeys, hexSalts: configuration.signingSalts),
+            let signer = URLSigner(hexKeys: configuration.signing.keys, hexSalts: configuration.signing.salts),
             signer.canSign
         else {
             FileHandle.standardError.write(Data("transcode-server: no signing.keys configured\n".utf8))

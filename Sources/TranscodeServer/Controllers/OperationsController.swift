@@ -14,7 +14,7 @@ struct OperationsController<Context: RequestContext>: Sendable {
                 throw ServiceError.notReady(.cacheNotWritable, "the cache directory is not writable")
             }
             // Checked on every probe, so readiness comes back by itself once space is freed.
-            let floor = self.services.configuration.cacheMinFreeBytes
+            let floor = self.services.configuration.cache.minFreeBytes
             if let free = self.services.cache.freeBytes, free < floor {
                 throw ServiceError.notReady(
                     .insufficientStorage, "\(free) bytes free on the cache's file system; the floor is \(floor)")

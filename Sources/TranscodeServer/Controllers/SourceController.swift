@@ -138,10 +138,10 @@ struct PublicLinks: Sendable {
     init(configuration: ServerConfiguration) {
         let signer =
             URLSigner(
-                hexKeys: configuration.signingKeys, hexSalts: configuration.signingSalts,
-                disabled: configuration.signingDisabled)
-            ?? URLSigner(pairs: [], disabled: configuration.signingDisabled)
-        self.init(baseURL: configuration.publicBaseURL, signer: signer)
+                hexKeys: configuration.signing.keys, hexSalts: configuration.signing.salts,
+                disabled: configuration.signing.disabled)
+            ?? URLSigner(pairs: [], disabled: configuration.signing.disabled)
+        self.init(baseURL: configuration.http.publicBaseURL, signer: signer)
     }
 
     /// The signed URLs of `sourceURL`'s video, poster and metadata with `background`, when signing is

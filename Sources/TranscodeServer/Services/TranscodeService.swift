@@ -84,7 +84,7 @@ final class TranscodeService: Sendable {
 
     init(
         cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
-        syncWaitSeconds: Double, urlTTLSeconds: Double = 86400, staleIfErrorSeconds: Double = 604_800,
+        syncWaitSeconds: Double, urlTTLSeconds: Double, staleIfErrorSeconds: Double,
         shared: SharedResults? = nil, metrics: ServiceMetrics, logger: Logger
     ) {
         self.shared = shared

@@ -92,18 +92,18 @@ func withHarness(
         var configuration = ServerConfiguration()
         configuration.host = "127.0.0.1"
         configuration.port = 0
-        configuration.cacheDirectory = cacheDirectory ?? temporary + "/cache"
+        configuration.cache.directory = cacheDirectory ?? temporary + "/cache"
         configuration.download.allowLoopback = true
         // Generous: under the whole suite the origin (a Hummingbird app on the same starved cooperative pool)
         // once took longer than 10 s to serve a 1 MB GIF. Tests of the deadline set their own.
         configuration.download.timeoutSeconds = 60
-        configuration.transcodeWorkers = 2
-        configuration.logLevel = .warning
+        configuration.transcode.workers = 2
+        configuration.log.level = .warning
         configure(&configuration)
         // The client lets idle connections go well before the server closes them (tests shorten its idle
         // deadline to 0.5-3 s): a request sent on a connection the server is closing at that moment fails with
         // `remoteConnectionClosed`, which a full run, the machine busy, once hit.
-        let idleMilliseconds = Int64(min(5, configuration.idleTimeoutSeconds / 2) * 1000)
+        let idleMilliseconds = Int64(min(5, configuration.http.idleTimeoutSeconds / 2) * 1000)
         let (application, services) = try buildApplication(
             configuration: configuration, logger: logger, sharedStore: sharedStore)
         let originApplication = Application(

@@ -11,14 +11,18 @@ struct S3Configuration: Sendable, Equatable {
     /// `http(s)://host[:port]`, e.g. `http://127.0.0.1:8333` or `https://s3.eu-west-1.amazonaws.com`.
     var endpoint: URL
     var bucket: String
-    var region = "us-east-1"
+    var region = Self.defaultRegion
     /// `endpoint/bucket/name` (most self-hosted stores) instead of `bucket.endpoint/name`.
-    var pathStyle = true
+    var pathStyle = Self.defaultPathStyle
     var accessKey: String
     var secretKey: String
     var sessionToken: String? = nil
     /// Each request's time limit.
-    var timeoutSeconds: Double = 10
+    var timeoutSeconds: Double = Self.defaultTimeoutSeconds
+
+    static var defaultRegion: String { "us-east-1" }
+    static var defaultPathStyle: Bool { true }
+    static var defaultTimeoutSeconds: Double { 10 }
 }
 
 /// A failed S3 request: the store's error code and message (from its XML body), or `unavailable` when the

@@ -1,0 +1,59 @@
+import Configuration
+
+/// One domain's keys: a reader scoped to the domain's prefix (`cache`, `storage.s3`), and where its invalid
+/// values are reported, each by its full key. Every domain's configuration is read from its own section, by an
+/// initializer beside the type (`CacheConfiguration(_:)`), with the type's own property values as the defaults.
+struct ConfigSection {
+    /// Reads keys relative to `prefix`.
+    let reader: ConfigReader
+    /// The dotted prefix (`storage.s3`); empty at the root.
+    let prefix: String
+    private let invalid: InvalidValues
+
+    /// The root section of `reader`.
+    init(root reader: ConfigReader) {
+        self.reader = reader
+        self.prefix = ""
+        self.invalid = InvalidValues()
+    }
+
+    private init(reader: ConfigReader, prefix: String, invalid: InvalidValues) {
+        self.reader = reader
+        self.prefix = prefix
+        self.invalid = invalid
+    }
+
+    /// The section of `name` (one key component) inside this one.
+    func section(_ name: String) -> ConfigSection {
+        ConfigSection(
+            reader: self.reader.scoped(to: ConfigKey([name])), prefix: self.fullKey(name), invalid: self.invalid)
+    }
+
+    /// `key` with this section's prefix.
+    func fullKey(_ key: String) -> String {
+        self.prefix.isEmpty ? key : self.prefix + "." + key
+    }
+
+    /// Reports `key` as invalid unless `valid`: "`<full key>`: must be `<expectation>`".
+    func check(_ key: String, _ valid: Bool, _ expectation: String) {
+        if !valid { self.refuse(key, "must be \(expectation)") }
+    }
+
+    /// Reports `key` as invalid: "`<full key>`: `<message>`".
+    func refuse(_ key: String, _ message: String) {
+        self.refuse(keys: [key], message)
+    }
+
+    /// Reports keys invalid together (`signing.keys, signing.salts: ...`).
+    func refuse(keys: [String], _ message: String) {
+        self.invalid.messages.append(keys.map(self.fullKey).joined(separator: ", ") + ": " + message)
+    }
+
+    /// Everything reported, in the order read.
+    var problems: [String] { self.invalid.messages }
+
+    /// Shared by a root and its sections; used on one thread while the configuration is read.
+    private final class InvalidValues {
+        var messages: [String] = []
+    }
+}

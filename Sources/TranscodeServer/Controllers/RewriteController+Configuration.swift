@@ -1,0 +1,20 @@
+import Configuration
+
+/// `rewrite.*`: what `POST /v1/rewrite` takes.
+struct RewriteConfiguration: Sendable, Equatable {
+    /// Largest document. `rewrite.maxBodyBytes`, default 5 MB.
+    var maxBodyBytes = 5_000_000
+    /// Most GIFs one document may have; beyond, 422 `too-many-gifs`. `rewrite.maxGifs`, default 500.
+    var maxGIFs = 500
+}
+
+extension RewriteConfiguration {
+    /// Reads `section` (`rewrite`); a key not set keeps its default.
+    init(_ section: ConfigSection) {
+        self.init()
+        self.maxBodyBytes = section.reader.int(forKey: "maxBodyBytes", default: self.maxBodyBytes)
+        section.check("maxBodyBytes", self.maxBodyBytes > 0, "positive")
+        self.maxGIFs = section.reader.int(forKey: "maxGifs", default: self.maxGIFs)
+        section.check("maxGifs", self.maxGIFs > 0, "positive")
+    }
+}

@@ -1,0 +1,65 @@
+import Configuration
+import Foundation
+import Transcoder
+
+/// `transcode.*` and `limits.*`: how many conversions run and wait, how long a request waits for one, and the
+/// options every conversion gets (its output, its input limits).
+struct TranscodeConfiguration: Sendable, Equatable {
+    /// Threads that run transcodes. `transcode.workers`, default 0: one per core.
+    var workers = ProcessInfo.processInfo.activeProcessorCount
+    /// Jobs that may wait for a worker; beyond, requests get 429. `transcode.queueLength`, default 32.
+    var queueLength = 32
+    /// How long `POST /transcode` waits before answering 202. `transcode.syncWaitSeconds`, default 30.
+    var syncWaitSeconds: Double = 30
+    /// Output options (`transcode.background`, `.crf`, `.preset`, `.threads`, `.maxOutputWidth`,
+    /// `.maxOutputHeight`, `.maxSizeRatio`, `.maxExtraAttempts`, `.minSSIM`) and input limits (`limits.*`); their
+    /// defaults and ranges are `TranscodeOptions`'.
+    var options = TranscodeOptions()
+}
+
+extension TranscodeConfiguration {
+    /// Reads `transcode` and `limits`; a key not set keeps its default. Ranges are checked by
+    /// `TranscodeOptions.violations`, each reported under its key.
+    init(transcode: ConfigSection, limits: ConfigSection) {
+        self.init()
+        let reader = transcode.reader
+        let workers = reader.int(forKey: "workers", default: 0)
+        transcode.check("workers", (0...256).contains(workers), "0 (one per core) to 256")
+        if workers > 0 { self.workers = workers }
+        self.queueLength = reader.int(forKey: "queueLength", default: self.queueLength)
+        transcode.check("queueLength", self.queueLength >= 0, "0 or more")
+        self.syncWaitSeconds = reader.double(forKey: "syncWaitSeconds", default: self.syncWaitSeconds)
+        transcode.check("syncWaitSeconds", self.syncWaitSeconds >= 0, "0 or more")
+
+        var options = self.options
+        let background = reader.string(forKey: "background", default: options.background.description)
+        if let color = RGBColor(hex: background) {
+            options.background = color
+        } else {
+            transcode.refuse("background", "must be #RRGGBB, got \(background)")
+        }
+        options.crf = reader.int(forKey: "crf", default: options.crf)
+        options.preset = reader.string(forKey: "preset", default: options.preset)
+        options.threads = reader.int(forKey: "threads", default: options.threads)
+        options.maxOutputWidth = reader.int(forKey: "maxOutputWidth", default: options.maxOutputWidth)
+        options.maxOutputHeight = reader.int(forKey: "maxOutputHeight", default: options.maxOutputHeight)
+        options.maxSizeRatio = reader.double(forKey: "maxSizeRatio", default: options.maxSizeRatio)
+        options.maxExtraAttempts = reader.int(forKey: "maxExtraAttempts", default: options.maxExtraAttempts)
+        options.minSSIM = reader.double(forKey: "minSSIM", default: options.minSSIM)
+        let limitsReader = limits.reader
+        options.limits.maxInputBytes = limitsReader.int(forKey: "maxInputBytes", default: options.limits.maxInputBytes)
+        options.limits.maxWidth = limitsReader.int(forKey: "maxWidth", default: options.limits.maxWidth)
+        options.limits.maxHeight = limitsReader.int(forKey: "maxHeight", default: options.limits.maxHeight)
+        options.limits.maxFrames = limitsReader.int(forKey: "maxFrames", default: options.limits.maxFrames)
+        options.limits.maxTotalPixels = Int64(
+            limitsReader.int(forKey: "maxTotalPixels", default: Int(options.limits.maxTotalPixels)))
+        for violation in options.violations {
+            if violation.field.hasPrefix("limits.") {
+                limits.check(String(violation.field.dropFirst("limits.".count)), false, violation.expectation)
+            } else {
+                transcode.check(violation.field, false, violation.expectation)
+            }
+        }
+        self.options = options
+    }
+}

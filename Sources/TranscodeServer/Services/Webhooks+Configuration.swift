@@ -1,0 +1,31 @@
+import Configuration
+
+/// `webhooks.*`: how `callbackURL` deliveries are signed and retried.
+struct WebhookConfiguration: Sendable, Equatable {
+    /// Standard Webhooks signing secrets (`whsec_` + base64, or base64; 16 bytes or more), each signing every
+    /// delivery (rotation); empty: `callbackURL` is refused. `webhooks.secrets`.
+    var secrets: [String] = []
+    /// The first retry of a failed delivery after this, then twice as long each time (at most 5 minutes).
+    /// `webhooks.firstRetrySeconds`, default 1.
+    var firstRetrySeconds: Double = 1
+    /// A delivery is retried until this long after its first attempt. `webhooks.maxRetrySeconds`, default 3600.
+    var maxRetrySeconds: Double = 3600
+}
+
+extension WebhookConfiguration {
+    /// Reads `section` (`webhooks`); a key not set keeps its default.
+    init(_ section: ConfigSection) {
+        self.init()
+        let reader = section.reader
+        self.secrets = reader.stringArray(forKey: "secrets", isSecret: true, default: self.secrets).filter {
+            !$0.isEmpty
+        }
+        if WebhookSigner(secrets: self.secrets) == nil {
+            section.refuse("secrets", "each must be whsec_ + base64 (or base64) of 16 bytes or more")
+        }
+        self.firstRetrySeconds = reader.double(forKey: "firstRetrySeconds", default: self.firstRetrySeconds)
+        section.check("firstRetrySeconds", self.firstRetrySeconds > 0, "positive")
+        self.maxRetrySeconds = reader.double(forKey: "maxRetrySeconds", default: self.maxRetrySeconds)
+        section.check("maxRetrySeconds", self.maxRetrySeconds >= 0, "0 or more")
+    }
+}
