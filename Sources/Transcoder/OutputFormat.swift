@@ -69,21 +69,13 @@ public enum ObjectFiles {
     /// The order to delete them in: the manifest first, so the object is a miss from then on.
     public static let deleteOrder: [OutputFormat] = [manifest] + media
 
-    /// The size of the `format` file that `metadata` records (nil for the manifest itself).
+    /// The size of the `format` file that `metadata`'s artifact list records (nil for the manifest itself).
     public static func recordedSize(of format: OutputFormat, in metadata: TranscodeMetadata) -> Int? {
-        switch format {
-        case self.video: metadata.mp4Bytes
-        case self.poster: metadata.posterBytes
-        default: nil
-        }
+        metadata.artifacts.first { $0.format == format.name }?.bytes
     }
 
-    /// The SHA-256 of the `format` file that `metadata` records (nil when it records none).
+    /// The SHA-256 of the `format` file that `metadata`'s artifact list records (nil when it records none).
     public static func recordedSha256(of format: OutputFormat, in metadata: TranscodeMetadata) -> String? {
-        switch format {
-        case self.video: metadata.mp4Sha256
-        case self.poster: metadata.posterSha256
-        default: nil
-        }
+        metadata.artifacts.first { $0.format == format.name }?.sha256
     }
 }

@@ -17,7 +17,29 @@ public enum SourceFormat: String, Codable, Hashable, Sendable, CaseIterable {
     }
 }
 
-/// What a transcode produced, written as JSON beside the outputs.
+/// One file of an object, as its manifest lists it.
+public struct ManifestEntry: Codable, Hashable, Sendable {
+    /// Its role in answers and signed links (`ObjectFiles.roles`: the video's is its format's name, `poster`).
+    public var role: String
+    /// Its format, by registry name (`OutputFormat.name`).
+    public var format: String
+    /// Its size in bytes.
+    public var bytes: Int
+    /// Its SHA-256, lower-case hex; nil in manifests written before digests were recorded.
+    public var sha256: String?
+
+    public init(role: String, format: String, bytes: Int, sha256: String?) {
+        self.role = role
+        self.format = format
+        self.bytes = bytes
+        self.sha256 = sha256
+    }
+}
+
+/// What a transcode produced, written as JSON beside the outputs: the object's manifest. Version 2 lists the
+/// object's files (`artifacts`); version 1, the JSON before it, named the video's and the poster's sizes and
+/// digests only in fields, and is read as a manifest of those two. The fields stay, in both directions: clients
+/// read `mp4Bytes` and the rest from answers.
 ///
 /// Fields once named after GIF (`gifFrameCount`, `gifBytes`, `gifSha256`) are now named after the source
 /// (`sourceFrameCount`, `sourceBytes`, `sourceSha256`); the JSON carries both names for one release, and
@@ -78,6 +100,22 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     /// The size guard's attempts, when the first encode was not smaller than the GIF (x
     /// `maxSizeRatio`); `nil` when it was.
     public var sizeGuard: SizeGuard? = nil
+    /// The object's files besides the video and the poster (none yet: other formats and renditions add theirs).
+    public var otherArtifacts: [ManifestEntry] = []
+    /// The manifest version written (`manifestVersion`); JSON without `artifacts` is version 1, read as well.
+    public static var currentManifestVersion: Int { 2 }
+
+    /// The object's media files, as the manifest lists them: the video and the poster (from their fields), then
+    /// the others.
+    public var artifacts: [ManifestEntry] {
+        [
+            ManifestEntry(
+                role: ObjectFiles.video.name, format: ObjectFiles.video.name, bytes: self.mp4Bytes,
+                sha256: self.mp4Sha256),
+            ManifestEntry(
+                role: "poster", format: ObjectFiles.poster.name, bytes: self.posterBytes, sha256: self.posterSha256),
+        ] + self.otherArtifacts
+    }
 
     public init(
         sourceFormat: SourceFormat, sourceWidth: Int, sourceHeight: Int, outputWidth: Int, outputHeight: Int,
@@ -109,7 +147,7 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         case sourceFormat, sourceWidth, sourceHeight, outputWidth, outputHeight, sourceFrameCount
         case encodedFrameCount, durationMs, loopCount, playCount, loopsForever, hasTransparency, truncated
         case background, sourceBytes, mp4Bytes, posterBytes, recommendation, mp4Sha256, posterSha256
-        case sourceSha256, crf, sizeGuard
+        case sourceSha256, crf, sizeGuard, manifestVersion, artifacts
         // The names of one release ago.
         case gifFrameCount, gifBytes, gifSha256
     }
@@ -145,6 +183,16 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
             ?? container.decodeIfPresent(String.self, forKey: .gifSha256)
         self.crf = try container.decodeIfPresent(Int.self, forKey: .crf)
         self.sizeGuard = try container.decodeIfPresent(SizeGuard.self, forKey: .sizeGuard)
+        // Version 1 lists nothing: its fields are the whole manifest.
+        guard let listed = try container.decodeIfPresent([ManifestEntry].self, forKey: .artifacts) else { return }
+        let named = self.artifacts
+        self.otherArtifacts = listed.filter { entry in !named.contains { $0.format == entry.format } }
+        // The list and the fields are one statement twice: a manifest where they differ is not trusted.
+        for entry in named where !listed.contains(entry) {
+            throw DecodingError.dataCorruptedError(
+                forKey: .artifacts, in: container,
+                debugDescription: "the \(entry.format) artifact listed differs from the manifest's fields")
+        }
     }
 
     // Written by hand so that `loopCount` and `playCount` are always present, `null` when absent: a client
@@ -177,6 +225,8 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         try container.encode(self.sourceSha256, forKey: .gifSha256)
         try container.encode(self.crf, forKey: .crf)
         try container.encode(self.sizeGuard, forKey: .sizeGuard)
+        try container.encode(Self.currentManifestVersion, forKey: .manifestVersion)
+        try container.encode(self.artifacts, forKey: .artifacts)
     }
 }
 
