@@ -60,13 +60,13 @@ import Testing
     /// Converts the banana in headless Chromium through the page and checks the MP4 (H.264) really plays:
     /// `readyState` 4 and a moving `currentTime`. Needs Debian's chromium, chromium-driver and
     /// python3-selenium; without them the test fails, it does not skip. The browser script bounds each of its
-    /// waits and is terminated after 150 s.
+    /// waits and is terminated after 120 s.
     @Test func convertsAndPlaysInChromium() async throws {
         try await withHarness { harness in
             let run = try await runBrowserScript(
                 Self.checker,
                 ["http://127.0.0.1:\(harness.appPort)/", harness.originURL("/corpus/cartoon_dancing_banana.gif")],
-                timeout: .seconds(150))
+                timeout: .seconds(120))
             #expect(run.status == 0, "\(run.output)")
             #expect(run.result["ok"] as? Bool == true, "\(run.output)")
             #expect(run.result["readyState"] as? Int == 4, "\(run.output)")
@@ -81,7 +81,7 @@ import Testing
             let run = try await runBrowserScript(
                 Self.checker,
                 ["http://127.0.0.1:\(harness.appPort)/", harness.originURL("/corpus/loop_once_libgd.gif"), "2"],
-                timeout: .seconds(150))
+                timeout: .seconds(120))
             #expect(run.status == 0, "\(run.output)")
             #expect(run.result["ok"] as? Bool == true, "\(run.output)")
             #expect(run.result["plays"] as? Int == 2, "\(run.output)")

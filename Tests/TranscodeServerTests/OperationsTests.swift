@@ -160,8 +160,8 @@ import Transcoder
             // A job that lasts (two encodes, 380 pictures: about 4 s in the debug binary alone): with a shorter one
             // (screenrec_terminal_thefuck.gif, 0.7 s) the polls below once missed the whole job, beside the suite.
             let gif = try corpusBytes("many_380f_terminal.gif")
-            // As long as the serving binary's wait before a 202: beside the suite this test once took 175 s in all.
-            async let inFlight = client.post("/transcode", contentType: "image/gif", body: gif, timeout: .seconds(600))
+            // The system tier runs on its own (no suite beside it): 120 s is thirty times the job.
+            async let inFlight = client.post("/transcode", contentType: "image/gif", body: gif, timeout: .seconds(120))
             // Once the job is admitted (its upload read): a fixed wait sometimes sent SIGTERM before the upload's
             // head was read, on a machine busy with other suites, and the idle connection was closed.
             guard try await Self.waitUntilAdmitted(1, client) else {

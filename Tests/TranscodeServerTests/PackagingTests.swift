@@ -121,6 +121,24 @@ import Testing
         }
     }
 
+    /// No test waits for anything longer than 120 s (`timeout: .seconds(N)`): a longer deadline hid slow work
+    /// (conversions on the cooperative pool, suites racing browsers for two cores) instead of fixing it.
+    @Test func noDeadlineIsOverTwoMinutes() throws {
+        let root = ConfigurationTests.repositoryRoot
+        var deadlines = 0
+        for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests", "Tests/TestSupport"] {
+            let directory = root.appendingPathComponent(target).path
+            for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".swift") {
+                let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
+                for match in text.matches(of: /timeout: *(?:TimeAmount)?\.seconds\((\d+)\)/) {
+                    deadlines += 1
+                    #expect(Int(match.1)! <= 120, "\(name): \(match.0)")
+                }
+            }
+        }
+        #expect(deadlines > 10)
+    }
+
     /// The Makefile's `SYSTEM_SUITES` are exactly the suites tagged `.system`.
     @Test func theMakefileRunsTheSystemTierApart() throws {
         let makefile = try PackagingTests.read("Makefile")

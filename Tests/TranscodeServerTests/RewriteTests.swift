@@ -219,7 +219,7 @@ import Transcoder
             let run = try await runBrowserScript(
                 PlayerScriptTests.oracle,
                 ["lazy", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", snippet, "--timeout", "30"],
-                timeout: .seconds(150))
+                timeout: .seconds(120))
             #expect(run.result["ok"] as? Bool == true, "\(run.output)")
             let before = run.result["beforeScroll"] as? [String: Any]
             #expect(before?["paused"] as? Bool == true, "\(run.output)")
