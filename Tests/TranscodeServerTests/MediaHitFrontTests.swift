@@ -109,14 +109,14 @@ import Testing
 
     @Test func findsTheEndOfAHeadAcrossReads() {
         var buffer = ByteBufferAllocator().buffer(string: "GET / HTTP/1.1\r\nHost: x\r\n\r")
-        #expect(MediaHitFront.headEnd(buffer, from: 0) == .notYet)
+        #expect(RequestFraming.headEnd(buffer, from: 0) == .notYet)
         buffer.writeString("\nGET")
-        #expect(MediaHitFront.headEnd(buffer, from: 26) == .at(27))
+        #expect(RequestFraming.headEnd(buffer, from: 26) == .at(27))
         for unreadable in [
             "GET / HTTP/1.1\nHost", "GET / HTTP/1.1\r\nX: \r", "GET / HTTP/1.1\r\nX: caf\u{e9}", "GET /\0",
         ] {
             let buffer = ByteBufferAllocator().buffer(string: unreadable + "x")
-            #expect(MediaHitFront.headEnd(buffer, from: 0) == .unreadable, "\(unreadable.debugDescription)")
+            #expect(RequestFraming.headEnd(buffer, from: 0) == .unreadable, "\(unreadable.debugDescription)")
         }
     }
 
