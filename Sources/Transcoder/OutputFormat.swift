@@ -71,11 +71,11 @@ public enum ObjectFiles {
 
     /// The size of the `format` file that `metadata`'s artifact list records (nil for the manifest itself).
     public static func recordedSize(of format: OutputFormat, in metadata: TranscodeMetadata) -> Int? {
-        metadata.artifacts.first { $0.format == format.name }?.bytes
+        format == self.manifest ? nil : metadata.artifacts.first { $0.format == format.name }?.bytes
     }
 
     /// The SHA-256 of the `format` file that `metadata`'s artifact list records (nil when it records none).
     public static func recordedSha256(of format: OutputFormat, in metadata: TranscodeMetadata) -> String? {
-        metadata.artifacts.first { $0.format == format.name }?.sha256
+        format == self.manifest ? nil : metadata.artifacts.first { $0.format == format.name }?.sha256
     }
 }

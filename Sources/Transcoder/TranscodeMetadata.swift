@@ -100,7 +100,8 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     /// The size guard's attempts, when the first encode was not smaller than the GIF (x
     /// `maxSizeRatio`); `nil` when it was.
     public var sizeGuard: SizeGuard? = nil
-    /// The object's files besides the video and the poster (none yet: other formats and renditions add theirs).
+    /// The object's files besides the video and the poster, by role (none yet: other formats and renditions add
+    /// theirs). The manifest never lists itself.
     public var otherArtifacts: [ManifestEntry] = []
     /// The manifest version written (`manifestVersion`); JSON without `artifacts` is version 1, read as well.
     public static var currentManifestVersion: Int { 2 }
@@ -185,14 +186,11 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         self.sizeGuard = try container.decodeIfPresent(SizeGuard.self, forKey: .sizeGuard)
         // Version 1 lists nothing: its fields are the whole manifest.
         guard let listed = try container.decodeIfPresent([ManifestEntry].self, forKey: .artifacts) else { return }
-        let named = self.artifacts
-        self.otherArtifacts = listed.filter { entry in !named.contains { $0.format == entry.format } }
-        // The list and the fields are one statement twice: a manifest where they differ is not trusted.
-        for entry in named where !listed.contains(entry) {
-            throw DecodingError.dataCorruptedError(
-                forKey: .artifacts, in: container,
-                debugDescription: "the \(entry.format) artifact listed differs from the manifest's fields")
-        }
+        // The video and the poster are the fields' (what version 1 reads, and what the files are checked
+        // against): their entries in the list are not read again, so a list that says otherwise (a newer writer,
+        // a hand edit) changes nothing. Other roles are kept, whatever their format (a second video rendition).
+        let named = Set(self.artifacts.map(\.role))
+        self.otherArtifacts = listed.filter { !named.contains($0.role) && $0.format != ObjectFiles.manifest.name }
     }
 
     // Written by hand so that `loopCount` and `playCount` are always present, `null` when absent: a client

@@ -141,10 +141,11 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
         return found
     }
 
-    /// Checks the values a client or an operator can set (`violations`).
+    /// Checks the output options a client or an operator can set (`violations`, without the limits: a library
+    /// caller may set a limit as large as it likes).
     /// - Throws: `TranscodeError` with code `invalid-options`, naming the first value out of range.
     public func validate() throws {
-        if let first = self.violations.first {
+        if let first = self.violations.first(where: { !$0.field.hasPrefix("limits.") }) {
             throw TranscodeError(.invalidOptions, "\(first.field) must be \(first.expectation), got \(first.value)")
         }
     }

@@ -53,26 +53,39 @@ import Testing
         #expect(decoded.otherArtifacts.isEmpty)
     }
 
-    /// A file of another format is kept through a round trip (what a node that knows a format writes, a node
-    /// that does not yet know it reads and passes on).
+    /// Files of other roles are kept through a round trip, whatever their format (a second video rendition too):
+    /// what a node that knows them writes, a node that does not yet know them reads and passes on.
     @Test func otherArtifactsAreKept() throws {
         var metadata = Self.metadata()
         let webm = ManifestEntry(role: "webm", format: "webm", bytes: 3000, sha256: String(repeating: "d4", count: 32))
-        metadata.otherArtifacts = [webm]
+        let small = ManifestEntry(
+            role: "mp4-480", format: ObjectFiles.video.name, bytes: 2000, sha256: String(repeating: "e5", count: 32))
+        metadata.otherArtifacts = [webm, small]
         let decoded = try JSONDecoder().decode(TranscodeMetadata.self, from: JSONEncoder().encode(metadata))
-        #expect(decoded.otherArtifacts == [webm])
-        #expect(decoded.artifacts.count == 3)
+        #expect(decoded.otherArtifacts == [webm, small])
+        #expect(decoded.artifacts.count == 4)
         #expect(decoded == metadata)
+        // The video the stores check is the one of the video's role.
+        #expect(ObjectFiles.recordedSize(of: ObjectFiles.video, in: decoded) == 4000)
     }
 
-    /// The list and the fields say the same thing twice; a manifest where they differ is refused, not guessed at.
-    @Test func aListThatDisagreesWithTheFieldsIsRefused() throws {
+    /// The video's and the poster's entries are the fields': a list that says otherwise (a newer writer, a hand
+    /// edit) changes nothing, and the object is not refused for it (refusing would quarantine it on this disk).
+    /// The manifest never lists a size for itself.
+    @Test func theFieldsWinOverTheList() throws {
         var json = try Self.json(Self.metadata())
         var listed = try #require(json["artifacts"] as? [[String: Any]])
         listed[0]["bytes"] = 4001
+        listed[1]["role"] = "still"
+        listed.append(["role": "self", "format": ObjectFiles.manifest.name, "bytes": 1, "sha256": NSNull()])
         json["artifacts"] = listed
-        #expect(throws: DecodingError.self) {
-            try JSONDecoder().decode(TranscodeMetadata.self, from: JSONSerialization.data(withJSONObject: json))
-        }
+        let decoded = try JSONDecoder().decode(
+            TranscodeMetadata.self, from: JSONSerialization.data(withJSONObject: json))
+        #expect(decoded.mp4Bytes == 4000)
+        #expect(ObjectFiles.recordedSize(of: ObjectFiles.video, in: decoded) == 4000)
+        #expect(ObjectFiles.recordedSize(of: ObjectFiles.manifest, in: decoded) == nil)
+        // The renamed poster entry is kept as another file; the fields' poster stays.
+        #expect(decoded.otherArtifacts.map(\.role) == ["still"])
+        #expect(ObjectFiles.recordedSize(of: ObjectFiles.poster, in: decoded) == 700)
     }
 }
