@@ -63,6 +63,28 @@ public struct TranscodeLimits: Hashable, Sendable, Codable {
     public var maxTotalPixels: Int64 = 1_500_000_000
 
     public init() {}
+
+    /// Every limit set out of its range (the configuration reader's `limits.*` checks).
+    public var violations: [RangeViolation] {
+        var found: [RangeViolation] = []
+        RangeViolation.check("maxInputBytes", self.maxInputBytes > 0, "positive", self.maxInputBytes, into: &found)
+        RangeViolation.check("maxWidth", (1...65535).contains(self.maxWidth), "1-65535", self.maxWidth, into: &found)
+        RangeViolation.check("maxHeight", (1...65535).contains(self.maxHeight), "1-65535", self.maxHeight, into: &found)
+        RangeViolation.check("maxFrames", self.maxFrames > 0, "positive", self.maxFrames, into: &found)
+        RangeViolation.check("maxTotalPixels", self.maxTotalPixels > 0, "positive", self.maxTotalPixels, into: &found)
+        return found
+    }
+}
+
+/// A value out of its range: the field's name (`crf`, `maxFrames`), what it must be, what it is.
+public struct RangeViolation: Sendable, Equatable {
+    public let field: String
+    public let expectation: String
+    public let value: String
+
+    static func check(_ field: String, _ valid: Bool, _ expectation: String, _ value: Any, into found: inout [Self]) {
+        if !valid { found.append(Self(field: field, expectation: expectation, value: "\(value)")) }
+    }
 }
 
 /// What the output looks like and how hard the encoder works.
@@ -109,43 +131,34 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
 
     public init() {}
 
-    /// A value out of its range: the field's name (`crf`, `limits.maxFrames`), what it must be, what it is.
-    public struct Violation: Sendable, Equatable {
-        public let field: String
-        public let expectation: String
-        public let value: String
-    }
-
-    /// Every value a client or an operator set out of its range, in field order: the one statement of the ranges,
-    /// which `validate()` and the server's configuration reader both use.
-    public var violations: [Violation] {
-        var found: [Violation] = []
-        func check(_ field: String, _ valid: Bool, _ expectation: String, _ value: Any) {
-            if !valid { found.append(Violation(field: field, expectation: expectation, value: "\(value)")) }
-        }
-        check("crf", Self.crfRange.contains(self.crf), "1-51", self.crf)
-        check(
-            "preset", Self.presets.contains(self.preset), "one of \(Self.presets.joined(separator: ", "))", self.preset)
-        check("threads", (1...64).contains(self.threads), "1-64", self.threads)
-        check("maxOutputWidth", self.maxOutputWidth >= 2, "at least 2", self.maxOutputWidth)
-        check("maxOutputHeight", self.maxOutputHeight >= 2, "at least 2", self.maxOutputHeight)
-        check("maxSizeRatio", self.maxSizeRatio > 0 && self.maxSizeRatio.isFinite, "positive", self.maxSizeRatio)
-        check("maxExtraAttempts", (0...10).contains(self.maxExtraAttempts), "0-10", self.maxExtraAttempts)
-        check("minSSIM", (0...1).contains(self.minSSIM), "0-1", self.minSSIM)
-        let limits = self.limits
-        check("limits.maxInputBytes", limits.maxInputBytes > 0, "positive", limits.maxInputBytes)
-        check("limits.maxWidth", (1...65535).contains(limits.maxWidth), "1-65535", limits.maxWidth)
-        check("limits.maxHeight", (1...65535).contains(limits.maxHeight), "1-65535", limits.maxHeight)
-        check("limits.maxFrames", limits.maxFrames > 0, "positive", limits.maxFrames)
-        check("limits.maxTotalPixels", limits.maxTotalPixels > 0, "positive", limits.maxTotalPixels)
+    /// Every output option a client or an operator set out of its range, in field order: the one statement of
+    /// the ranges, which `validate()` and the server's configuration reader both use (the input limits state
+    /// theirs: `TranscodeLimits.violations`).
+    public var violations: [RangeViolation] {
+        var found: [RangeViolation] = []
+        RangeViolation.check("crf", Self.crfRange.contains(self.crf), "1-51", self.crf, into: &found)
+        RangeViolation.check(
+            "preset", Self.presets.contains(self.preset), "one of \(Self.presets.joined(separator: ", "))",
+            self.preset, into: &found)
+        RangeViolation.check("threads", (1...64).contains(self.threads), "1-64", self.threads, into: &found)
+        RangeViolation.check(
+            "maxOutputWidth", self.maxOutputWidth >= 2, "at least 2", self.maxOutputWidth, into: &found)
+        RangeViolation.check(
+            "maxOutputHeight", self.maxOutputHeight >= 2, "at least 2", self.maxOutputHeight, into: &found)
+        RangeViolation.check(
+            "maxSizeRatio", self.maxSizeRatio > 0 && self.maxSizeRatio.isFinite, "positive", self.maxSizeRatio,
+            into: &found)
+        RangeViolation.check(
+            "maxExtraAttempts", (0...10).contains(self.maxExtraAttempts), "0-10", self.maxExtraAttempts, into: &found)
+        RangeViolation.check("minSSIM", (0...1).contains(self.minSSIM), "0-1", self.minSSIM, into: &found)
         return found
     }
 
-    /// Checks the output options a client or an operator can set (`violations`, without the limits: a library
-    /// caller may set a limit as large as it likes).
+    /// Checks the output options a client or an operator can set (`violations`; a library caller may set the
+    /// limits as large as it likes).
     /// - Throws: `TranscodeError` with code `invalid-options`, naming the first value out of range.
     public func validate() throws {
-        if let first = self.violations.first(where: { !$0.field.hasPrefix("limits.") }) {
+        if let first = self.violations.first {
             throw TranscodeError(.invalidOptions, "\(first.field) must be \(first.expectation), got \(first.value)")
         }
     }

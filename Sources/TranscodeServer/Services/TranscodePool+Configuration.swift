@@ -19,7 +19,7 @@ struct TranscodeConfiguration: Sendable, Equatable {
 
 extension TranscodeConfiguration {
     /// Reads `transcode` and `limits`; a key not set keeps its default. Ranges are checked by
-    /// `TranscodeOptions.violations`, each reported under its key.
+    /// `TranscodeOptions.violations` and `TranscodeLimits.violations`, each reported under its key.
     init(transcode: ConfigSection, limits: ConfigSection) {
         self.init()
         let reader = transcode.reader
@@ -53,13 +53,8 @@ extension TranscodeConfiguration {
         options.limits.maxFrames = limitsReader.int(forKey: "maxFrames", default: options.limits.maxFrames)
         options.limits.maxTotalPixels = Int64(
             limitsReader.int(forKey: "maxTotalPixels", default: Int(options.limits.maxTotalPixels)))
-        for violation in options.violations {
-            if violation.field.hasPrefix("limits.") {
-                limits.check(String(violation.field.dropFirst("limits.".count)), false, violation.expectation)
-            } else {
-                transcode.check(violation.field, false, violation.expectation)
-            }
-        }
+        for violation in options.violations { transcode.check(violation.field, false, violation.expectation) }
+        for violation in options.limits.violations { limits.check(violation.field, false, violation.expectation) }
         self.options = options
     }
 }

@@ -10,6 +10,10 @@ struct TranscodeOutcome: Sendable {
     let metadata: TranscodeMetadata
     /// On a cache hit, the object's files as checked and held open: served without checking them again.
     var object: DiskCache.CheckedObject? = nil
+
+    /// The same outcome without the files held open: what is kept for later (a job's end told to a subscriber, a
+    /// job's result), so that no descriptor outlives the answer that needed it.
+    var withoutFiles: TranscodeOutcome { TranscodeOutcome(key: self.key, metadata: self.metadata) }
 }
 
 /// The cache's names for a URL converted with some options: its normalized form, the link's key and the
@@ -178,7 +182,7 @@ final class TranscodeService: Sendable {
         do {
             let answer = try await body()
             if case .done(let outcome, _) = answer {
-                subscriber?.tell(.done(TranscodeOutcome(key: outcome.key, metadata: outcome.metadata)))
+                subscriber?.tell(.done(outcome.withoutFiles))
             }
             return answer
         } catch {

@@ -52,7 +52,7 @@ struct TranscodeWork: JobPerformer {
         var stale: TranscodeOutcome?
         // Asked again inside the job: another job may have revalidated the URL since the caller looked.
         switch try await self.resolver.resolve(url, keys: keys) {
-        case .fresh(let outcome): return TranscodeOutcome(key: outcome.key, metadata: outcome.metadata)
+        case .fresh(let outcome): return outcome.withoutFiles
         case .stale(let outcome): stale = outcome
         case .miss:
             switch try await self.resolver.resolveShared(url, keys: keys) {

@@ -40,7 +40,7 @@ final class InProcessJobs: TranscodeJobs {
             // watcher lives exactly as long as the run.
             Task {
                 let result = await task.result
-                subscriber.tell(JobEnd(result.map { TranscodeOutcome(key: $0.key, metadata: $0.metadata) }))
+                subscriber.tell(JobEnd(result.map(\.withoutFiles)))
             }
         }
         guard let seconds else {
