@@ -41,6 +41,11 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
     /// Every format in the registry.
     public static let all: [OutputFormat] = [.mp4, .jpeg, .manifest]
 
+    /// The format registered as `name` (a manifest names its artifacts' formats so), nil for any other.
+    public static func named(_ name: some StringProtocol) -> OutputFormat? {
+        self.all.first { $0.name == name }
+    }
+
     /// The format whose files end in `.fileExtension`, nil for any other (a request's extension is checked here
     /// before anything touches a store).
     public static func withExtension(_ fileExtension: some StringProtocol) -> OutputFormat? {

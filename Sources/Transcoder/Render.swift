@@ -19,20 +19,25 @@ public struct RenderResult: Sendable {
     public let artifacts: [Artifact]
 
     /// The artifacts of an object whose files are `directory/name.<extension>` and whose manifest is `metadata`
-    /// (a render's output, or an object copied out of another store). The media files' sizes and digests are
-    /// the manifest's; whether the files agree is for the store to check before it commits them.
-    /// - Throws: `TranscodeError` `.io` when the manifest file is missing.
+    /// (a render's output, or an object copied out of another store): the files the manifest lists, then the
+    /// manifest. Their sizes and digests are the manifest's; whether the files agree is for the store to check
+    /// before it commits them.
+    /// - Throws: `TranscodeError` `.io` when the manifest file is missing or lists a format this build does
+    ///   not know (a newer node's object: not taken rather than taken in part).
     public init(metadata: TranscodeMetadata, directory: String, name: String) throws {
         self.metadata = metadata
-        self.artifacts = try ObjectFiles.commitOrder.map { format in
-            let path = directory + "/" + name + "." + format.fileExtension
-            if let size = ObjectFiles.recordedSize(of: format, in: metadata) {
-                return Artifact(
-                    format: format, path: path, bytes: size,
-                    sha256: ObjectFiles.recordedSha256(of: format, in: metadata))
+        var artifacts: [Artifact] = []
+        for entry in metadata.artifacts {
+            guard let format = OutputFormat.named(entry.format) else {
+                throw TranscodeError(.io, "object \(name) lists a file of an unknown format, \(entry.format)")
             }
-            return Artifact(format: format, path: path, bytes: try OutputFile.size(path), sha256: nil)
+            let path = directory + "/" + name + "." + format.fileExtension
+            artifacts.append(Artifact(format: format, path: path, bytes: entry.bytes, sha256: entry.sha256))
         }
+        let manifest = directory + "/" + name + "." + ObjectFiles.manifest.fileExtension
+        artifacts.append(
+            Artifact(format: ObjectFiles.manifest, path: manifest, bytes: try OutputFile.size(manifest), sha256: nil))
+        self.artifacts = artifacts
     }
 }
 

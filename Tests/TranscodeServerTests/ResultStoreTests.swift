@@ -54,6 +54,17 @@ enum ResultStoreContract {
         #expect(try await store.deleteObject(key))
         #expect(try await store.metadata(key) == nil)
         #expect(try await store.deleteObject(key) == false)
+
+        // A manifest listing a file of a format this build does not know (a newer node's object) is refused
+        // whole: no object half taken.
+        let future = scratch + "/future"
+        try FileManager.default.createDirectory(atPath: future, withIntermediateDirectories: true)
+        var newer = try self.makeObject(in: future).metadata
+        newer.otherArtifacts = [ManifestEntry(role: "still", format: "heic", bytes: 3, sha256: nil)]
+        try JSONEncoder().encode(newer).write(to: URL(fileURLWithPath: "\(future)/\(key).json"))
+        FileManager.default.createFile(atPath: "\(future)/\(key).heic", contents: Data([1, 2, 3]))
+        await #expect(throws: TranscodeError.self) { try await store.putObject(key, from: future) }
+        #expect(try await store.metadata(key) == nil)
     }
 }
 

@@ -226,7 +226,7 @@ final class DiskCache: Sendable {
                     "cannot move \(key.fileName(artifact.format)) into the cache: \(String(cString: strerror(errno)))")
             }
         }
-        self.indexStored(key, metadata: rendered.metadata)
+        self.indexStored(key, bytes: rendered.artifacts.reduce(0) { $0 + Int64($1.bytes) })
     }
 
     /// Moves object `key`'s files from `directory` (on the cache's file system, e.g. under `tmp/`) into
@@ -240,10 +240,8 @@ final class DiskCache: Sendable {
         try self.commit(key, RenderResult(metadata: metadata, directory: directory, name: key.rawValue))
     }
 
-    /// Indexes a complete object just written and evicts others if the cache is over its size.
-    private func indexStored(_ key: ObjectKey, metadata: TranscodeMetadata) {
-        let bytes =
-            Int64(metadata.mp4Bytes + metadata.posterBytes) + self.fileSize(self.objectPath(key, ObjectFiles.manifest))
+    /// Indexes a complete object just written, `bytes` in all, and evicts others if the cache is over its size.
+    private func indexStored(_ key: ObjectKey, bytes: Int64) {
         self.state.withLock { state in
             if let old = state.objects[key] { state.totalBytes -= old.bytes }
             let now = self.now()

@@ -1,29 +1,37 @@
 import Foundation
 import Transcoder
 
-/// Where results are kept: objects (`<key>.mp4`, `.jpg`, `.json`), the links from URL keys to objects with
-/// their source records, and tombstones. Two implementations: the node's local disk (`DiskCache`), which is
-/// all a single node uses, and S3-compatible object storage (`S3ResultStore`), which a fleet shares with the
-/// local disk as a read-through cache in front of it.
+/// Where results are kept, in three parts a store implements together (`ResultStore`): objects
+/// (`ObjectStore`), the links from URL keys to objects with their source records (`LinkStore`), and takedowns
+/// (`TombstoneStore`). Two implementations: the node's local disk (`DiskCache`), which is all a single node
+/// uses, and S3-compatible object storage (`S3ResultStore`), which a fleet shares; `SharedResults` puts the
+/// local disk in front of it as a read-through cache.
+typealias ResultStore = ObjectStore & LinkStore & TombstoneStore
+
+/// Immutable, content-addressed objects: a manifest (`TranscodeMetadata`) and the files it lists
+/// (`TranscodeMetadata.artifacts`, each named `<key>.<fileExtension>` of its `OutputFormat`).
 ///
-/// Every implementation writes an object's JSON last, so an object exists exactly when its JSON does; a write
-/// cut short leaves no object, only files nothing refers to.
-protocol ResultStore: Sendable {
-    /// The metadata of object `key`, nil when it is not stored.
+/// Every implementation writes an object's manifest last and deletes it first, so an object exists exactly
+/// when its manifest does; a write cut short leaves no object, only files nothing refers to.
+protocol ObjectStore: Sendable {
+    /// The manifest of object `key`, nil when it is not stored.
     func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata?
 
-    /// Stores object `key` from `directory/<key>.mp4`, `.jpg` and `.json` (as the transcoder writes them),
-    /// the JSON last. The files in `directory` may be moved away.
+    /// Stores object `key` from `directory`: its manifest `<key>.json` and the files that manifest lists, the
+    /// manifest last. The files in `directory` may be moved away.
     func putObject(_ key: ObjectKey, from directory: String) async throws
 
-    /// Writes object `key` into `directory` as `<key>.mp4`, `.jpg` and `.json`.
-    /// - Returns: its metadata, nil when it is not stored (then nothing is written).
+    /// Writes object `key` into `directory`: the files its manifest lists, each checked against it, then the
+    /// manifest. - Returns: its manifest, nil when it is not stored (then nothing is written).
     func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata?
 
-    /// Deletes object `key`, the JSON first. - Returns: whether there was anything to delete.
+    /// Deletes object `key`, the manifest first. - Returns: whether there was anything to delete.
     @discardableResult
     func deleteObject(_ key: ObjectKey) async throws -> Bool
+}
 
+/// The links from URL keys to objects, each with how its URL was last fetched.
+protocol LinkStore: Sendable {
     /// The object `urlKey` links to, with the URL's source record; nil when there is no link.
     func link(urlKey: URLKey) async throws -> ResultLink?
 
@@ -32,7 +40,10 @@ protocol ResultStore: Sendable {
 
     /// Removes the link of `urlKey` and its record.
     func deleteLink(urlKey: URLKey) async throws
+}
 
+/// Takedowns: tombstones of objects, sources' bytes and URLs, never removed.
+protocol TombstoneStore: Sendable {
     /// Whether any of `tombstones` was recorded.
     func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool
 
@@ -57,10 +68,13 @@ extension DiskCache: ResultStore {
 
     func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
         guard let object = self.verifiedObject(key) else { return nil }
-        for fileExtension in ObjectFiles.commitOrder.map(\.fileExtension) {
-            guard let file = object.file(fileExtension) else { continue }
-            try file.copy(to: "\(directory)/\(key).\(fileExtension)")
+        for entry in object.metadata.artifacts {
+            guard let format = OutputFormat.named(entry.format), let file = object.file(format.fileExtension) else {
+                throw TranscodeError(.io, "object \(key) lists a \(entry.format) file this store does not keep")
+            }
+            try file.copy(to: "\(directory)/" + key.fileName(format))
         }
+        try object.json.copy(to: "\(directory)/" + key.fileName(ObjectFiles.manifest))
         return object.metadata
     }
 

@@ -25,32 +25,42 @@ struct S3ResultStore: ResultStore {
         return try Self.decodeMetadata(key, json.bytes)
     }
 
+    /// Uploads the files the manifest in `directory` lists, then the manifest.
     func putObject(_ key: ObjectKey, from directory: String) async throws {
-        for format in ObjectFiles.commitOrder {
-            let fileExtension = format.fileExtension
-            guard let data = FileManager.default.contents(atPath: "\(directory)/\(key).\(fileExtension)") else {
+        let manifest = "\(directory)/" + key.fileName(ObjectFiles.manifest)
+        guard let data = FileManager.default.contents(atPath: manifest) else {
+            throw TranscodeError(.io, "object \(key) has no manifest to upload")
+        }
+        let metadata = try Self.decodeMetadata(key, [UInt8](data))
+        for artifact in try RenderResult(metadata: metadata, directory: directory, name: key.rawValue).artifacts {
+            let fileExtension = artifact.format.fileExtension
+            guard let data = FileManager.default.contents(atPath: artifact.path) else {
                 throw TranscodeError(.io, "object \(key) has no .\(fileExtension) to upload")
             }
-            try await self.client.put(Self.objectName(key, fileExtension), [UInt8](data), contentType: format.mediaType)
+            try await self.client.put(
+                Self.objectName(key, fileExtension), [UInt8](data), contentType: artifact.format.mediaType)
         }
     }
 
-    /// Reads the JSON first, then the video and the poster, each checked against it (size and SHA-256): a
-    /// store that lost or mangled a file yields a miss, never a broken video.
+    /// Reads the manifest first, then each file it lists, checked against it (size and SHA-256): a store that
+    /// lost or mangled a file yields a miss, never a broken video.
     func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
         guard let json = try await self.client.get(Self.objectName(key, ObjectFiles.manifest.fileExtension)) else {
             return nil
         }
         let metadata = try Self.decodeMetadata(key, json.bytes)
-        var files = [(ObjectFiles.manifest.fileExtension, json.bytes)]
-        for format in ObjectFiles.media {
-            let (fileExtension, digest) = (format.fileExtension, ObjectFiles.recordedSha256(of: format, in: metadata))
-            guard let object = try await self.client.get(Self.objectName(key, fileExtension)),
-                object.bytes.count == ObjectFiles.recordedSize(of: format, in: metadata),
-                digest == nil || HexDigest.encode(SHA256.hash(data: object.bytes)) == digest
+        var files: [(String, [UInt8])] = []
+        for entry in metadata.artifacts {
+            guard let format = OutputFormat.named(entry.format) else {
+                throw TranscodeError(.io, "object \(key) lists a file of an unknown format, \(entry.format)")
+            }
+            guard let object = try await self.client.get(Self.objectName(key, format.fileExtension)),
+                object.bytes.count == entry.bytes,
+                entry.sha256 == nil || HexDigest.encode(SHA256.hash(data: object.bytes)) == entry.sha256
             else { return nil }
-            files.append((fileExtension, object.bytes))
+            files.append((format.fileExtension, object.bytes))
         }
+        files.append((ObjectFiles.manifest.fileExtension, json.bytes))
         for (fileExtension, bytes) in files {
             let path = "\(directory)/\(key).\(fileExtension)"
             guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else {
@@ -60,9 +70,21 @@ struct S3ResultStore: ResultStore {
         return metadata
     }
 
+    /// Deletes the manifest, then the files it listed (and the video and poster every object has had, which a
+    /// write cut short may have left without a manifest).
     func deleteObject(_ key: ObjectKey) async throws -> Bool {
-        let existed = try await self.client.head(Self.objectName(key, ObjectFiles.manifest.fileExtension)) != nil
-        for fileExtension in ObjectFiles.deleteOrder.map(\.fileExtension) {
+        let manifest = Self.objectName(key, ObjectFiles.manifest.fileExtension)
+        let json = try await self.client.get(manifest)
+        let listed = json.flatMap { try? Self.decodeMetadata(key, $0.bytes) }
+        let existed = json != nil
+        try await self.client.delete(manifest)
+        var extensions = ObjectFiles.media.map(\.fileExtension)
+        for entry in listed?.artifacts ?? [] {
+            if let format = OutputFormat.named(entry.format), !extensions.contains(format.fileExtension) {
+                extensions.append(format.fileExtension)
+            }
+        }
+        for fileExtension in extensions {
             try await self.client.delete(Self.objectName(key, fileExtension))
         }
         return existed
