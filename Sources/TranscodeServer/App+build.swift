@@ -97,7 +97,7 @@ func buildApplication(
         ],
         idleTimeout: nil)
     let hits = MediaHitHandler.Source(
-        cache: cache, shared: shared, metrics: metrics, logger: logger,
+        results: transcodes.results, metrics: metrics, logger: logger,
         cacheControl: MediaController<AppRequestContext>.cacheControl(
             maxAgeSeconds: configuration.http.mediaMaxAgeSeconds),
         signedRoute: configuration.http.sourceAnswer != .bytes
@@ -145,8 +145,8 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         encoded: services.encodedResults, resolved: services.resolvedBodies
     ).addRoutes(to: router, authenticator: authenticator)
     let media = MediaController<AppRequestContext>(
-        cache: services.cache, bytesServed: { services.transcodes.metrics.served(bytes: $0) },
-        shared: services.transcodes.shared, maxAgeSeconds: configuration.http.mediaMaxAgeSeconds)
+        results: services.transcodes.results, bytesServed: { services.transcodes.metrics.served(bytes: $0) },
+        maxAgeSeconds: configuration.http.mediaMaxAgeSeconds)
     media.addRoutes(to: router)
     SourceController<AppRequestContext>(
         service: services.transcodes, signer: signer, media: media, links: links,
@@ -161,7 +161,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         service: services.transcodes, links: links, maxBodyBytes: configuration.rewrite.maxBodyBytes,
         maxGIFs: configuration.rewrite.maxGIFs
     ).addRoutes(to: router, authenticator: authenticator)
-    PurgeController<AppRequestContext>(cache: services.cache, service: services.transcodes).addRoutes(
+    PurgeController<AppRequestContext>(service: services.transcodes).addRoutes(
         to: router, authenticator: authenticator)
     DemoPageController<AppRequestContext>().addRoutes(to: router)
     PlayerScriptController<AppRequestContext>().addRoutes(to: router)

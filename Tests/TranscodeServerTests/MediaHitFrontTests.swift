@@ -596,7 +596,8 @@ import Testing
         try pipeline.addHandler(timeouts)
         let hits = MediaHitHandler(
             source: .init(
-                cache: cache, shared: nil, metrics: ServiceMetrics(), logger: Logger(label: "test"),
+                results: ReadThroughResults(local: cache, shared: nil), metrics: ServiceMetrics(),
+                logger: Logger(label: "test"),
                 cacheControl: "public"))
         try pipeline.addHandler(hits)
         let collector = Collector()

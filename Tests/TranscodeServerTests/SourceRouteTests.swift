@@ -354,7 +354,8 @@ import Transcoder
             let etag = try #require(whole.headers.first(name: "ETag"))
             let key = try #require(ObjectKey(etag.dropFirst().prefix(64)))
 
-            let media = MediaController<AppRequestContext>(cache: harness.services.cache, bytesServed: { _ in })
+            let media = MediaController<AppRequestContext>(
+                results: harness.services.transcodes.results, bytesServed: { _ in })
             let request = Request(
                 head: .init(method: .get, scheme: "http", authority: "127.0.0.1", path: "/media/\(key).mp4"),
                 body: .init(buffer: ByteBuffer()))

@@ -8,12 +8,13 @@ import NIOPosix
 /// wrote are served (`DiskCache.verifiedObject`), read from the descriptor that was checked, so a link
 /// planted after the check changes nothing.
 struct MediaController<Context: RequestContext>: Sendable {
-    let cache: DiskCache
+    /// This node's disk, read through to the fleet's shared store: what the disk lacks is pulled from it (or
+    /// redirected to it).
+    let results: ReadThroughResults
     let bytesServed: @Sendable (Int) -> Void
-    /// In a fleet, the shared store: what the local disk lacks is pulled from it (or redirected to it).
-    var shared: SharedResults? = nil
+    var cache: DiskCache { self.results.local }
     /// Whether an object may be served: the one takedown rule.
-    var takedowns: Takedowns { Takedowns(cache: self.cache, shared: self.shared) }
+    var takedowns: Takedowns { self.results.takedowns }
     /// `Cache-Control` of `/media`: content-addressed, so immutable (`http.mediaMaxAgeSeconds`).
     var maxAgeSeconds = 31_536_000
     /// `Cache-Control` of `/media`.
@@ -59,7 +60,7 @@ struct MediaController<Context: RequestContext>: Sendable {
     ) async throws -> Response {
         guard self.cache.beginServing(key) else {
             if self.cache.isBuried(.object(key)) { throw ServiceError.takenDown("this media was taken down") }
-            guard let shared = self.shared else { throw ServiceError.notFound("no such media") }
+            guard let shared = self.results.shared else { throw ServiceError.notFound("no such media") }
             return try await self.respondFromShared(
                 shared, key: key, fileExtension: fileExtension, contentType: contentType, request: request,
                 includeBody: includeBody, cacheControl: cacheControl)
@@ -177,7 +178,7 @@ extension MediaController {
                     .cacheControl: "private, max-age=\(redirect.cacheSeconds)",
                 ])
         }
-        guard try await shared.pull(key) != nil, self.cache.beginServing(key) else {
+        guard try await self.results.object(key) != nil, self.cache.beginServing(key) else {
             throw ServiceError.notFound("no such media")
         }
         self.cache.endServing(key)

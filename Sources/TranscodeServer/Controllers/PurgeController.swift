@@ -8,8 +8,7 @@ import Hummingbird
 /// are never converted or served again: those requests answer 451 (`taken-down`). A response already
 /// streaming a purged file finishes (it reads from an open descriptor).
 struct PurgeController<Context: RequestContext>: Sendable {
-    let cache: DiskCache
-    /// Purges reach the shared store too, in a fleet.
+    /// Its results: purges reach the shared store too, in a fleet.
     let service: TranscodeService
 
     func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
@@ -23,10 +22,7 @@ struct PurgeController<Context: RequestContext>: Sendable {
             throw ServiceError.badRequest("an object key is 64 lowercase hex digits")
         }
         let reason = try Self.takedownReason(request, allowed: [])
-        var report = try self.cache.purge(key: key, takedown: reason)
-        if let shared = self.service.shared {
-            try await shared.purge(objects: [key], links: [], source: nil, takedown: reason, into: &report)
-        }
+        let report = try await self.service.results.purge(key: key, takedown: reason)
         return try TranscodeController<Context>.json(report)
     }
 
@@ -36,15 +32,8 @@ struct PurgeController<Context: RequestContext>: Sendable {
             throw ServiceError.badRequest("give the source URL: DELETE /v1/sources?url=...")
         }
         let normalized = NormalizedURL(try Downloader.validate(text))
-        var report = try self.cache.purge(url: normalized, takedown: reason)
-        if let shared = self.service.shared {
-            // The links this node knew of, and the default options' link, which any node may have made.
-            let defaultLink = URLKey(normalized, options: self.service.defaultOptions)
-            try await shared.purge(
-                objects: report.objects,
-                links: Array(Set(report.linkKeys + [defaultLink])).sorted(),
-                source: SourceHash(normalized), takedown: reason, into: &report)
-        }
+        let report = try await self.service.results.purge(
+            url: normalized, defaultLink: URLKey(normalized, options: self.service.defaultOptions), takedown: reason)
         return try TranscodeController<Context>.json(report)
     }
 

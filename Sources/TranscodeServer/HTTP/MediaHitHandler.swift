@@ -39,11 +39,12 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// What the handler needs of the application; one per server, shared by every connection.
     struct Source: Sendable {
-        let cache: DiskCache
-        let shared: SharedResults?
+        /// This node's disk, read through to the fleet's shared store.
+        let results: ReadThroughResults
         let metrics: ServiceMetrics
+        var cache: DiskCache { self.results.local }
         /// Whether a request is a hit: the one rule (`HitLookup`).
-        var lookup: HitLookup { HitLookup(cache: self.cache, shared: self.shared) }
+        var lookup: HitLookup { HitLookup(results: self.results) }
         let logger: Logger
         /// `Cache-Control` of `/media`.
         let cacheControl: String

@@ -10,9 +10,9 @@ struct HitLookup: Sendable {
     let cache: DiskCache
     let takedowns: Takedowns
 
-    init(cache: DiskCache, shared: SharedResults?) {
-        self.cache = cache
-        self.takedowns = Takedowns(cache: cache, shared: shared)
+    init(results: ReadThroughResults) {
+        self.cache = results.local
+        self.takedowns = results.takedowns
     }
 
     /// A file answerable from memory: the object's metadata, the identity (and size) of the file, and the bytes

@@ -16,11 +16,9 @@ enum Resolution: Sendable {
 /// the revalidation policy (the URL TTL, stale-if-error, the backoff after a failing origin). It decides on
 /// typed error codes; it downloads and converts nothing (`TranscodeWork` does).
 struct SourceResolver: Sendable {
-    let cache: DiskCache
-    /// The results a fleet shares (S3), nil on a single node.
-    let shared: SharedResults?
+    /// This node's disk, read through to the fleet's shared store.
+    let results: ReadThroughResults
     let downloader: Downloader
-    let takedowns: Takedowns
     /// How long a URL's result is served before the origin is asked again (`cache.urlTTLSeconds`).
     let urlTTLSeconds: Double
     /// How long past its TTL a URL's result may still be served while its origin fails
@@ -31,6 +29,9 @@ struct SourceResolver: Sendable {
 
     /// After a failed revalidation, the stored result is served without asking the origin for this long.
     static var revalidationBackoffSeconds: Double { 60 }
+
+    var cache: DiskCache { self.results.local }
+    var takedowns: Takedowns { self.results.takedowns }
 
     /// What this node's link for `url` leads to. A fresh result comes with its files checked and held open.
     /// - Throws: `taken-down` when the URL or its object is buried; the destination policy's refusal of a URL
@@ -45,7 +46,7 @@ struct SourceResolver: Sendable {
         try await self.takedowns.check(key, metadata: object.metadata, recently: true)
         // The policy of today decides, not the one the URL was fetched under.
         try await self.downloader.checkCachedDestination(url)
-        try await self.shared?.publishIfPending(key)
+        try await self.results.publishIfPending(key)
         if let age = self.cache.linkAge(urlKey: keys.urlKey), age < self.urlTTLSeconds {
             return .fresh(TranscodeOutcome(key: key, metadata: object.metadata, object: object))
         }
@@ -55,7 +56,7 @@ struct SourceResolver: Sendable {
     /// What the shared store's link for `url` leads to, adopted onto this disk: another node (or this one,
     /// before a restart) converted it. `.miss` on a single node, without a link, or when its object is gone.
     func resolveShared(_ url: URL, keys: SourceKeys) async throws -> Resolution {
-        guard let shared = self.shared, let link = try await shared.link(urlKey: keys.urlKey) else { return .miss }
+        guard let link = try await self.results.sharedLink(urlKey: keys.urlKey) else { return .miss }
         // Another node fetched it under its policy; this node's decides here too.
         try await self.downloader.checkCachedDestination(url)
         guard let outcome = try await self.adopt(link, urlKey: keys.urlKey) else { return .miss }
@@ -68,13 +69,11 @@ struct SourceResolver: Sendable {
     /// Follows a link of the shared store: the object onto the local disk, the link beside it.
     /// - Returns: nil when the object is gone from the store.
     func adopt(_ link: ResultLink, urlKey: URLKey) async throws -> TranscodeOutcome? {
-        guard let shared = self.shared else { return nil }
+        guard self.results.shared != nil else { return nil }
         if try await self.takedowns.isBuried([.object(link.key)]) {
             throw ServiceError.takenDown("this was taken down")
         }
-        var metadata = self.cache.metadata(link.key)
-        if metadata == nil { metadata = try await shared.pull(link.key) }
-        guard let metadata else { return nil }
+        guard let metadata = try await self.results.object(link.key) else { return nil }
         try await self.takedowns.check(link.key, metadata: metadata)
         try self.cache.link(urlKey: urlKey, to: link.key, source: link.source)
         return TranscodeOutcome(key: link.key, metadata: metadata)
@@ -84,8 +83,7 @@ struct SourceResolver: Sendable {
     func notModified(_ stale: TranscodeOutcome, urlKey: URLKey, record: DiskCache.SourceRecord?) async {
         if var record {
             record.validatedAt = Date().timeIntervalSince1970
-            try? self.cache.writeSource(record, urlKey: urlKey, key: stale.key)
-            try? await self.shared?.putLink(urlKey: urlKey, ResultLink(key: stale.key, source: record))
+            await self.results.revalidated(urlKey: urlKey, key: stale.key, record: record)
         }
         self.cache.renewLink(urlKey: urlKey)
         self.metrics.revalidated(.notModified)
@@ -112,8 +110,7 @@ struct SourceResolver: Sendable {
             self.cache.renewLink(urlKey: urlKey, age: self.urlTTLSeconds - backoff)
             return stale
         case .originNotFound, .originRefused:
-            self.cache.removeLink(urlKey: urlKey)
-            try? await self.shared?.deleteLink(urlKey: urlKey)
+            await self.results.dropLink(urlKey: urlKey)
             throw error
         default:
             throw error

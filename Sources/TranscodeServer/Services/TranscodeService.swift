@@ -70,9 +70,8 @@ struct ServiceCounters: Sendable {
 /// key. Jobs are identified by their request key, so `GET /jobs/{id}` needs no table of its own beyond
 /// the recent failures.
 final class TranscodeService: Sendable {
-    let cache: DiskCache
-    /// The results a fleet shares (S3), nil on a single node.
-    let shared: SharedResults?
+    /// This node's disk, read through to the fleet's shared store.
+    let results: ReadThroughResults
     let downloader: Downloader
     let pool: TranscodePool
     let defaultOptions: TranscodeOptions
@@ -91,25 +90,27 @@ final class TranscodeService: Sendable {
         syncWaitSeconds: Double, urlTTLSeconds: Double, staleIfErrorSeconds: Double,
         shared: SharedResults? = nil, metrics: ServiceMetrics, logger: Logger
     ) {
-        self.shared = shared
-        self.takedowns = Takedowns(cache: cache, shared: shared)
+        self.results = ReadThroughResults(local: cache, shared: shared)
+        self.takedowns = self.results.takedowns
         self.metrics = metrics
-        self.cache = cache
         self.downloader = downloader
         self.pool = pool
         self.defaultOptions = defaultOptions
         self.syncWaitSeconds = syncWaitSeconds
         self.logger = logger
         self.resolver = SourceResolver(
-            cache: cache, shared: shared, downloader: downloader, takedowns: self.takedowns,
-            urlTTLSeconds: urlTTLSeconds, staleIfErrorSeconds: staleIfErrorSeconds, metrics: metrics, logger: logger)
+            results: self.results, downloader: downloader, urlTTLSeconds: urlTTLSeconds,
+            staleIfErrorSeconds: staleIfErrorSeconds, metrics: metrics, logger: logger)
         let work = TranscodeWork(
-            cache: cache, shared: shared, downloader: downloader, pool: pool, resolver: self.resolver,
+            results: self.results, downloader: downloader, pool: pool, resolver: self.resolver,
             metrics: metrics, logger: logger)
         self.jobs = InProcessJobs(pool: pool, performer: work, metrics: metrics)
     }
 
     var counters: ServiceCounters { self.metrics.counters }
+
+    /// This node's disk.
+    var cache: DiskCache { self.results.local }
 
     /// How long a URL's result is served before the origin is asked again (`cache.urlTTLSeconds`).
     var urlTTLSeconds: Double { self.resolver.urlTTLSeconds }
@@ -162,8 +163,7 @@ final class TranscodeService: Sendable {
             if try await self.takedowns.isBuried([.gif(keys.source), .object(key)], recently: true) {
                 throw ServiceError.takenDown("this GIF was taken down")
             }
-            if let metadata = self.cache.metadata(key) {
-                try await self.shared?.publishIfPending(key)
+            if let metadata = try await self.results.localObject(key) {
                 self.metrics.cacheHit()
                 return .done(TranscodeOutcome(key: key, metadata: metadata), cacheHit: true)
             }
@@ -203,15 +203,13 @@ final class TranscodeService: Sendable {
         }
         if let failure = self.jobs.failure(of: id) { return .failed(failure) }
         // A job another node ran: its URL link or its object in the shared store.
-        if let shared = self.shared {
-            if let link = try? await shared.link(urlKey: urlKey),
-                let outcome = try? await self.resolver.adopt(link, urlKey: urlKey)
-            {
-                return .done(outcome)
-            }
-            if let metadata = try? await shared.pull(objectKey) {
-                return .done(TranscodeOutcome(key: objectKey, metadata: metadata))
-            }
+        if let link = try? await self.results.sharedLink(urlKey: urlKey),
+            let outcome = try? await self.resolver.adopt(link, urlKey: urlKey)
+        {
+            return .done(outcome)
+        }
+        if let metadata = try? await self.results.object(objectKey) {
+            return .done(TranscodeOutcome(key: objectKey, metadata: metadata))
         }
         return nil
     }
@@ -230,7 +228,7 @@ final class TranscodeService: Sendable {
     func freshHitKey(keys: SourceKeys) -> ObjectKey? {
         guard self.takedowns.isURLClearNow(keys.sourceHash),
             let (key, age) = self.cache.freshLink(urlKey: keys.urlKey), age < self.urlTTLSeconds,
-            self.downloader.isRememberedAllowed(host: keys.host), self.shared?.isUnpublished(key) != true
+            self.downloader.isRememberedAllowed(host: keys.host), !self.results.isUnpublished(key)
         else { return nil }
         return key
     }

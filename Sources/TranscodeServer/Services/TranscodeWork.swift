@@ -7,9 +7,8 @@ import Transcoder
 /// to the object and publish both; for an upload, convert it. The same bytes are converted once however many
 /// jobs (URLs, uploads) bring them. Runs inside a job; whether to run one is the caller's business.
 struct TranscodeWork: JobPerformer {
-    let cache: DiskCache
-    /// The results a fleet shares (S3), nil on a single node.
-    let shared: SharedResults?
+    /// This node's disk, read through to the fleet's shared store.
+    let results: ReadThroughResults
     let downloader: Downloader
     let pool: TranscodePool
     let resolver: SourceResolver
@@ -18,11 +17,10 @@ struct TranscodeWork: JobPerformer {
     private let contents = SingleFlight<String, TranscodeMetadata>()
 
     init(
-        cache: DiskCache, shared: SharedResults?, downloader: Downloader, pool: TranscodePool,
-        resolver: SourceResolver, metrics: ServiceMetrics, logger: Logger
+        results: ReadThroughResults, downloader: Downloader, pool: TranscodePool, resolver: SourceResolver,
+        metrics: ServiceMetrics, logger: Logger
     ) {
-        self.cache = cache
-        self.shared = shared
+        self.results = results
         self.downloader = downloader
         self.pool = pool
         self.resolver = resolver
@@ -30,7 +28,8 @@ struct TranscodeWork: JobPerformer {
         self.logger = logger
     }
 
-    var takedowns: Takedowns { self.resolver.takedowns }
+    var takedowns: Takedowns { self.results.takedowns }
+    var cache: DiskCache { self.results.local }
 
     func perform(_ job: TranscodeJob, upload: [UInt8]?) async throws -> TranscodeOutcome {
         switch job.source {
@@ -96,19 +95,14 @@ struct TranscodeWork: JobPerformer {
         // A takedown of the URL that arrived while this job downloaded and converted: what it made goes
         // too, and is refused from now on.
         if try await self.takedowns.isBuried([.source(keys.sourceHash)]) {
-            let reason = "taken down while being converted"
-            if var report = try? self.cache.purge(key: outcome.key, takedown: reason) {
-                // Published already: the fleet's copy goes too.
-                try? await self.shared?.purge(
-                    objects: [outcome.key], links: [], source: keys.sourceHash, takedown: reason, into: &report)
-            }
+            await self.results.purgeConverted(
+                outcome.key, source: keys.sourceHash, takedown: "taken down while being converted")
             throw ServiceError.takenDown("this URL was taken down")
         }
         let source = DiskCache.SourceRecord(
             url: keys.normalized.text, etag: file.etag, lastModified: file.lastModified,
             validatedAt: Date().timeIntervalSince1970)
-        try self.cache.link(urlKey: urlKey, to: outcome.key, source: source)
-        try await self.shared?.putLink(urlKey: urlKey, ResultLink(key: outcome.key, source: source))
+        try await self.results.link(urlKey: urlKey, to: outcome.key, source: source)
         return outcome
     }
 
@@ -117,13 +111,12 @@ struct TranscodeWork: JobPerformer {
     private func store(
         _ gif: [UInt8], key: ObjectKey, options: TranscodeOptions, requestKey: String
     ) async throws -> TranscodeOutcome {
-        if let metadata = self.cache.metadata(key) {
-            try await self.shared?.publishIfPending(key)
+        if let metadata = try await self.results.localObject(key) {
             return TranscodeOutcome(key: key, metadata: metadata)
         }
         let (task, _) = try await self.contents.task(for: key.rawValue, admit: {}) { _ in
             // In a fleet, the same bytes may have come to another node (an upload, another URL).
-            if let metadata = try await self.shared?.pull(key) { return metadata }
+            if let metadata = try await self.results.object(key) { return metadata }
             let started = ContinuousClock.now
             let metadata = try await self.pool.run {
                 // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
@@ -148,7 +141,7 @@ struct TranscodeWork: JobPerformer {
                     "source.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
                 ])
             // Published before anyone is answered: a result the fleet cannot find is no result.
-            try await self.shared?.publish(key)
+            try await self.results.publish(key)
             return metadata
         }
         return TranscodeOutcome(key: key, metadata: try await task.value)
