@@ -74,6 +74,18 @@ public enum ObjectFiles {
     /// The order to delete them in: the manifest first, so the object is a miss from then on.
     public static let deleteOrder: [OutputFormat] = [manifest] + media
 
+    /// The files of `metadata`'s list a store keeps, each with its format, in the list's order (the video and
+    /// the poster first). A store names a file by its format (`<key>.<fileExtension>`), so an entry of a format
+    /// this build does not know (a newer node's object), or a second entry of one format, is not stored here:
+    /// the manifest still lists it, and the store it came from still has it; this node serves the rest.
+    public static func stored(in metadata: TranscodeMetadata) -> [(entry: ManifestEntry, format: OutputFormat)] {
+        var seen: Set<OutputFormat> = []
+        return metadata.artifacts.compactMap { entry in
+            guard let format = OutputFormat.named(entry.format), seen.insert(format).inserted else { return nil }
+            return (entry, format)
+        }
+    }
+
     /// The size of the `format` file that `metadata`'s artifact list records (nil for the manifest itself).
     public static func recordedSize(of format: OutputFormat, in metadata: TranscodeMetadata) -> Int? {
         format == self.manifest ? nil : metadata.artifacts.first { $0.format == format.name }?.bytes

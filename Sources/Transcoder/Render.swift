@@ -20,17 +20,13 @@ public struct RenderResult: Sendable {
 
     /// The artifacts of an object whose files are `directory/name.<extension>` and whose manifest is `metadata`
     /// (a render's output, or an object copied out of another store): the files the manifest lists, then the
-    /// manifest. Their sizes and digests are the manifest's; whether the files agree is for the store to check
-    /// before it commits them.
-    /// - Throws: `TranscodeError` `.io` when the manifest file is missing or lists a format this build does
-    ///   not know (a newer node's object: not taken rather than taken in part).
+    /// manifest (`ObjectFiles.stored`: those of a format this build does not know are left out). Their sizes and
+    /// digests are the manifest's; whether the files agree is for the store to check before it commits them.
+    /// - Throws: `TranscodeError` `.io` when the manifest file is missing.
     public init(metadata: TranscodeMetadata, directory: String, name: String) throws {
         self.metadata = metadata
         var artifacts: [Artifact] = []
-        for entry in metadata.artifacts {
-            guard let format = OutputFormat.named(entry.format) else {
-                throw TranscodeError(.io, "object \(name) lists a file of an unknown format, \(entry.format)")
-            }
+        for (entry, format) in ObjectFiles.stored(in: metadata) {
             let path = directory + "/" + name + "." + format.fileExtension
             artifacts.append(Artifact(format: format, path: path, bytes: entry.bytes, sha256: entry.sha256))
         }

@@ -55,15 +55,28 @@ enum ResultStoreContract {
         #expect(try await store.metadata(key) == nil)
         #expect(try await store.deleteObject(key) == false)
 
-        // A manifest listing a file of a format this build does not know (a newer node's object) is refused
-        // whole: no object half taken.
+        // A newer node's object: its manifest lists a file of a format this build does not know and a second
+        // file of a known one. This store keeps the files it can name (the video, the poster) and the whole
+        // manifest, and serves them; nothing collides with the video.
         let future = scratch + "/future"
-        try FileManager.default.createDirectory(atPath: future, withIntermediateDirectories: true)
+        let again = scratch + "/again"
+        for directory in [future, again] {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
         var newer = try self.makeObject(in: future).metadata
-        newer.otherArtifacts = [ManifestEntry(role: "still", format: "heic", bytes: 3, sha256: nil)]
+        newer.otherArtifacts = [
+            ManifestEntry(role: "still", format: "heic", bytes: 3, sha256: nil),
+            ManifestEntry(role: "mp4-480", format: "mp4", bytes: 5, sha256: nil),
+        ]
         try JSONEncoder().encode(newer).write(to: URL(fileURLWithPath: "\(future)/\(key).json"))
         FileManager.default.createFile(atPath: "\(future)/\(key).heic", contents: Data([1, 2, 3]))
-        await #expect(throws: TranscodeError.self) { try await store.putObject(key, from: future) }
+        try await store.putObject(key, from: future)
+        #expect(try await store.metadata(key)?.otherArtifacts == newer.otherArtifacts)
+        let copied = try await store.getObject(key, into: again)
+        #expect(copied?.otherArtifacts == newer.otherArtifacts)
+        #expect(FileManager.default.contents(atPath: "\(again)/\(key).mp4") == video)
+        #expect(!FileManager.default.fileExists(atPath: "\(again)/\(key).heic"))
+        #expect(try await store.deleteObject(key))
         #expect(try await store.metadata(key) == nil)
     }
 }
@@ -124,7 +137,7 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
                     }
                     try await self.disk.putObject(key, from: staging)
                 }
-                func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { self.disk.metadata(key) }
+                func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { try self.disk.metadata(key) }
                 func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
                     try await self.disk.getObject(key, into: directory)
                 }

@@ -42,7 +42,7 @@ struct S3ResultStore: ResultStore {
         }
     }
 
-    /// Reads the manifest first, then each file it lists, checked against it (size and SHA-256): a store that
+    /// Reads the manifest first, then each file it lists (`ObjectFiles.stored`), checked against it (size and SHA-256): a store that
     /// lost or mangled a file yields a miss, never a broken video.
     func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
         guard let json = try await self.client.get(Self.objectName(key, ObjectFiles.manifest.fileExtension)) else {
@@ -50,10 +50,7 @@ struct S3ResultStore: ResultStore {
         }
         let metadata = try Self.decodeMetadata(key, json.bytes)
         var files: [(String, [UInt8])] = []
-        for entry in metadata.artifacts {
-            guard let format = OutputFormat.named(entry.format) else {
-                throw TranscodeError(.io, "object \(key) lists a file of an unknown format, \(entry.format)")
-            }
+        for (entry, format) in ObjectFiles.stored(in: metadata) {
             guard let object = try await self.client.get(Self.objectName(key, format.fileExtension)),
                 object.bytes.count == entry.bytes,
                 entry.sha256 == nil || HexDigest.encode(SHA256.hash(data: object.bytes)) == entry.sha256
@@ -78,14 +75,12 @@ struct S3ResultStore: ResultStore {
         let listed = json.flatMap { try? Self.decodeMetadata(key, $0.bytes) }
         let existed = json != nil
         try await self.client.delete(manifest)
-        var extensions = ObjectFiles.media.map(\.fileExtension)
-        for entry in listed?.artifacts ?? [] {
-            if let format = OutputFormat.named(entry.format), !extensions.contains(format.fileExtension) {
-                extensions.append(format.fileExtension)
-            }
+        var formats = ObjectFiles.media
+        for stored in listed.map(ObjectFiles.stored(in:)) ?? [] where !formats.contains(stored.format) {
+            formats.append(stored.format)
         }
-        for fileExtension in extensions {
-            try await self.client.delete(Self.objectName(key, fileExtension))
+        for format in formats {
+            try await self.client.delete(Self.objectName(key, format.fileExtension))
         }
         return existed
     }
