@@ -100,7 +100,7 @@ import Transcoder
             #expect(symlink("/etc/hostname", shard + "/\(key).mp4") == 0)
             let reopened = try DiskCache(root: directory, maxBytes: 1 << 30)
             #expect(reopened.usage.objects == 0)
-            #expect(reopened.verifiedObject(key)?.file("mp4") == nil)
+            #expect(try reopened.verifiedObject(key)?.file("mp4") == nil)
         }
     }
 }

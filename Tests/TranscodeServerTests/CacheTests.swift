@@ -49,7 +49,7 @@ import Transcoder
             func advance(_ seconds: TimeInterval) { clock.withLock { $0 += seconds } }
 
             // Kept in memory the way the /media route keeps what it reads.
-            let checked = try #require(cache.verifiedObject(key))
+            let checked = try #require(try cache.verifiedObject(key))
             let poster = try #require(checked.file("jpg"))
             var bytes = ByteBuffer()
             bytes.writeWithUnsafeMutableBytes(minimumWritableBytes: poster.size) {
@@ -68,12 +68,12 @@ import Transcoder
             advance(30)
             #expect(cache.memoryHit(key, fileExtension: "jpg") == nil, "due: left to the long way")
             #expect(try written() == before)
-            _ = try #require(cache.verifiedObject(key))
+            _ = try #require(try cache.verifiedObject(key))
             #expect(abs(try written() - 90) < 1)
             // Its new modification time makes the JSON another file to a memory hit (it is read again once).
             advance(30)
             #expect(cache.memoryHit(key, fileExtension: "jpg") == nil)
-            _ = try #require(cache.verifiedObject(key))
+            _ = try #require(try cache.verifiedObject(key))
             #expect(abs(try written() - 90) < 1)
             #expect(cache.memoryHit(key, fileExtension: "jpg") != nil)
         }

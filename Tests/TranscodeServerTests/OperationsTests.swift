@@ -107,21 +107,26 @@ import Transcoder
 
     /// Runs `body` while the debug binary serves on a loopback port over a fresh cache directory (`DIRECTORY/cache`),
     /// once its `/healthz` answers; the process is killed afterwards, whatever `body` did to it.
+    /// - Parameter descriptorLimit: the process's limit on open files, soft and hard (so it cannot raise it).
     static func withServingBinary(
+        descriptorLimit: Int? = nil,
         _ body: (_ process: ChildProcess, _ client: URLSessionlessClient, _ port: Int, _ directory: String)
             async throws -> Void
     ) async throws {
         let binary = try Self.debugBinary()
         try await withTemporaryDirectory { directory in
             let port = Int.random(in: 20_000..<40_000)
-            let process = try ChildProcess(
-                binary,
-                [
-                    "serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning",
-                    // The debug binary beside the whole suite can take longer than the default 30 s on a job these
-                    // tests wait for; they need its 200, not a 202.
-                    "--transcode-sync-wait-seconds", "600",
-                ])
+            let arguments = [
+                "serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning",
+                // The debug binary beside the whole suite can take longer than the default 30 s on a job these
+                // tests wait for; they need its 200, not a 202.
+                "--transcode-sync-wait-seconds", "600",
+            ]
+            let process =
+                try descriptorLimit.map { limit in
+                    // dash's `ulimit -n` sets both limits; `exec` keeps the process id.
+                    try ChildProcess("/bin/sh", ["-c", "ulimit -n \(limit) && exec \"$0\" \"$@\"", binary] + arguments)
+                } ?? ChildProcess(binary, arguments)
             defer {
                 process.send(SIGKILL)
                 _ = process.waitUntilExit()
@@ -225,6 +230,64 @@ import Transcoder
             #expect(!process.isRunning)
             #expect(process.exit == .exited(0))
         }
+    }
+
+    /// Out of file descriptors (idle connections holding every one the process may have), a request for a
+    /// stored object answers 503 `overloaded` with `Retry-After`: the object is not taken for damaged (not
+    /// quarantined), and is served again once the connections close.
+    @Test func runningOutOfDescriptorsQuarantinesNothing() async throws {
+        let limit = 128
+        try await Self.withServingBinary(descriptorLimit: limit) { process, client, port, directory in
+            let (status, body) = try await client.post(
+                "/transcode", contentType: "image/gif", body: try corpusBytes("loop_1.gif"))
+            #expect(status == 200)
+            let answer = try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any]
+            let key = try #require(answer?["key"] as? String)
+            let media = "GET /media/\(key).mp4 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            // A connection made before the descriptors run out, kept open for the request that needs some.
+            let kept = try RawSocket(port: port)
+            #expect(kept.send(Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)))
+            #expect(try await Self.answer(on: kept).hasPrefix("HTTP/1.1 200"))
+
+            func openDescriptors() -> Int {
+                (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process.processIdentifier)/fd"))?.count
+                    ?? 0
+            }
+            // Idle connections: those accepted take the descriptors, the rest wait in the listen backlog.
+            var idle: [RawSocket] = []
+            for _ in 0..<(limit + 60) { idle.append(try RawSocket(port: port)) }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while openDescriptors() < limit, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            try #require(openDescriptors() >= limit, "the server never ran out of descriptors")
+
+            #expect(kept.send(Array(media.utf8)))
+            let refused = try await Self.answer(on: kept)
+            #expect(refused.hasPrefix("HTTP/1.1 503"), "\(refused.prefix(300))")
+            #expect(refused.lowercased().contains("x-error-code: overloaded"), "\(refused.prefix(300))")
+            #expect(refused.lowercased().contains("retry-after:"), "\(refused.prefix(300))")
+
+            idle.removeAll()
+            let quarantine = directory + "/cache/quarantine"
+            #expect((try? FileManager.default.contentsOfDirectory(atPath: quarantine))?.isEmpty ?? true)
+            var served = 0
+            for _ in 0..<100 where served != 200 {
+                served = (try? await client.get("/media/\(key).mp4")) ?? 0
+                if served != 200 { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            #expect(served == 200)
+        }
+    }
+
+    /// The first answer that arrives on `socket` within 10 s, as text.
+    static func answer(on socket: RawSocket) async throws -> String {
+        for _ in 0..<200 {
+            let text = UploadTests.received(socket)
+            if !text.isEmpty { return text }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return ""
     }
 }
 

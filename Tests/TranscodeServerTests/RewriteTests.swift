@@ -143,7 +143,7 @@ import Transcoder
             #expect(output.contains(missing))
             #expect(output.contains(kept))
             let metadata = try #require(
-                harness.services.transcodes.cachedMetadata(
+                try harness.services.transcodes.cachedMetadata(
                     url: URL(string: harness.originURL("/corpus/cartoon_hotdog.gif"))!, options: TranscodeOptions()))
             #expect(videos[0].contains(#"width="\#(metadata.sourceWidth)" height="\#(metadata.sourceHeight)""#))
             #expect(videos[0].contains(" loop ") == metadata.loopsForever)

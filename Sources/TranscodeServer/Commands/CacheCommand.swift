@@ -37,12 +37,18 @@ struct CacheCommand: ParsableCommand {
             var sound = 0
             var unhashed = 0
             var damaged = 0
+            var unreadable = 0
             for key in cache.indexedKeys {
                 switch cache.verify(key) {
                 case .sound:
                     sound += 1
                 case .unhashed:
                     unhashed += 1
+                case .unreadable(let reason):
+                    // Out of descriptors: nothing is known of the object, so it is neither counted sound nor
+                    // quarantined; the run fails and is worth repeating.
+                    unreadable += 1
+                    print("\(key): not checked: \(reason)")
                 case .damaged(let reason):
                     damaged += 1
                     print("\(key): damaged: \(reason)\(self.repair ? " (quarantined)" : "")")
@@ -53,7 +59,8 @@ struct CacheCommand: ParsableCommand {
                 "\(sound + unhashed + damaged) objects: \(sound) sound, \(damaged) damaged"
                     + (unhashed > 0 ? ", \(unhashed) without recorded hashes (sizes and files checked)" : "")
                     + (self.repair && damaged > 0 ? "; damaged objects moved to quarantine/" : ""))
-            if damaged > 0, !self.repair { throw ExitCode.failure }
+            if unreadable > 0 { print("\(unreadable) objects could not be opened (out of descriptors or memory)") }
+            if (damaged > 0 && !self.repair) || unreadable > 0 { throw ExitCode.failure }
         }
     }
 

@@ -35,10 +35,36 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.log.format == "json"
             ? Logger(label: "transcode-server") { JSONLogHandler(label: $0) } : Logger(label: "transcode-server")
         logger.logLevel = configuration.log.level
+        let descriptors = Self.raiseDescriptorLimit()
+        logger.info(
+            "file descriptor limit",
+            metadata: ["limit.soft": "\(descriptors.soft)", "limit.hard": "\(descriptors.hard)"])
         if configuration.storage.createBucket, let s3 = configuration.storage.s3 {
             try await S3Client(configuration: s3).createBucket()
         }
         let (application, _) = try buildApplication(configuration: configuration, logger: logger)
         try await application.runService()
     }
+
+    /// Raises the soft limit on open files to the hard one: the usual soft limit (1,024 from a shell or a systemd
+    /// unit without `LimitNOFILE`) is a few hundred idle connections, and every request needs descriptors beyond
+    /// its socket (the object's files, a download, a callback). - Returns: the limits now in force.
+    static func raiseDescriptorLimit() -> (soft: UInt64, hard: UInt64) {
+        var limit = rlimit()
+        guard getrlimit(RLIMIT_NOFILE_RESOURCE, &limit) == 0 else { return (0, 0) }
+        // An unlimited hard limit is not a number a soft limit may take on Linux (nr_open caps it).
+        let target = limit.rlim_max == rlim_t.max ? max(limit.rlim_cur, 1 << 20) : limit.rlim_max
+        if limit.rlim_cur < target {
+            var raised = limit
+            raised.rlim_cur = target
+            if setrlimit(RLIMIT_NOFILE_RESOURCE, &raised) == 0 { limit = raised }
+        }
+        return (UInt64(limit.rlim_cur), UInt64(limit.rlim_max))
+    }
+
+    #if canImport(Glibc)
+        private static let RLIMIT_NOFILE_RESOURCE = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+    #else
+        private static let RLIMIT_NOFILE_RESOURCE = RLIMIT_NOFILE
+    #endif
 }

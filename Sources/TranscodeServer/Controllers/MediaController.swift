@@ -72,7 +72,9 @@ struct MediaController<Context: RequestContext>: Sendable {
         if let checked {
             object = checked
         } else {
-            guard let verified = self.cache.verifiedObject(key) else { throw ServiceError.notFound("no such media") }
+            guard let verified = try self.cache.verifiedObject(key) else {
+                throw ServiceError.notFound("no such media")
+            }
             try await self.takedowns.check(key, metadata: verified.metadata, recently: true)
             object = verified
         }

@@ -134,7 +134,9 @@ struct RewriteController<Context: RequestContext>: Sendable {
         switch mode {
         case .lazy:
             var known: [URL: TranscodeMetadata] = [:]
-            for url in urls { known[url] = self.service.cachedMetadata(url: url, options: options) }
+            // A GIF whose object cannot be checked now (out of descriptors) is left as it is, like one not
+            // converted yet: the page loses nothing.
+            for url in urls { known[url] = try? self.service.cachedMetadata(url: url, options: options) }
             return known
         case .eager:
             return await withTaskGroup(of: (URL, TranscodeMetadata?).self) { group in

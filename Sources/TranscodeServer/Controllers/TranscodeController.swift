@@ -124,7 +124,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
 
     @Sendable func job(_ request: Request, context: Context) async throws -> Response {
         let id = try context.parameters.require("id")
-        guard let state = await self.service.job(id) else {
+        guard let state = try await self.service.job(id) else {
             throw ServiceError.notFound("no job \(id)")
         }
         switch state {

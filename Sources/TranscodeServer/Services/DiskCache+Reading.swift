@@ -29,6 +29,14 @@ extension DiskCache {
         case missing
         /// A link, a directory, a device, a file with other names (a hard link): not written by the cache.
         case foreign
+        /// Not opened for want of descriptors or memory (`ServiceError.isShortage`): says nothing of the file.
+        case unavailable(CInt)
+    }
+
+    /// What a failed `open` of a path says of the file there.
+    private static func failedOpen(_ code: CInt) -> Opened {
+        if code == ENOENT { return .missing }
+        return ServiceError.isShortage(errno: code) ? .unavailable(code) : .foreign
     }
 
     /// Opens `objects/ab/<key>.json`, `.mp4` and `.jpg`, following no symbolic link at the files or their
@@ -39,10 +47,10 @@ extension DiskCache {
             Dictionary(uniqueKeysWithValues: extensions.map { ($0, opened) })
         }
         let objects = open(self.objectsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard objects >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
+        guard objects >= 0 else { return all(Self.failedOpen(errno)) }
         defer { close(objects) }
         let shard = openat(objects, String(key.shard), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard shard >= 0 else { return all(errno == ENOENT ? .missing : .foreign) }
+        guard shard >= 0 else { return all(Self.failedOpen(errno)) }
         defer { close(shard) }
         var files: [String: Opened] = [:]
         for fileExtension in extensions {
@@ -50,11 +58,17 @@ extension DiskCache {
             let descriptor = openat(
                 shard, "\(key).\(fileExtension)", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
             guard descriptor >= 0 else {
-                files[fileExtension] = errno == ENOENT ? .missing : .foreign
+                files[fileExtension] = Self.failedOpen(errno)
                 continue
             }
             var info = stat()
-            guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
+            guard fstat(descriptor, &info) == 0 else {
+                let code = errno
+                close(descriptor)
+                files[fileExtension] = ServiceError.isShortage(errno: code) ? .unavailable(code) : .foreign
+                continue
+            }
+            guard info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
                 close(descriptor)
                 files[fileExtension] = .foreign
                 continue
@@ -87,16 +101,23 @@ extension DiskCache {
         case missing
         case damaged(String)
         case sound(CheckedObject)
+        /// Not checked: the process is short of descriptors or memory. Nothing is known of the object.
+        case unavailable(String)
     }
 
     /// Checks the object `key` without changing anything: its JSON, video and poster are files the cache
     /// wrote and the sizes agree with the metadata.
     private func inspect(_ key: ObjectKey) -> Inspection {
         let files = self.openObjectFiles(key)
+        // Out of descriptors, some files could not be opened: the object is not judged on what was.
+        for case (let fileExtension, .unavailable(let code)) in files {
+            return .unavailable("cannot open the .\(fileExtension) now: \(String(cString: strerror(code)))")
+        }
         let json: OpenFile
         switch files[ObjectFiles.manifest.fileExtension] {
         case .missing, nil: return .missing
         case .foreign: return .damaged("the metadata is a link, not a regular file, or has other names")
+        case .unavailable: return .unavailable("cannot open the metadata now")
         case .file(let file): json = file
         }
         guard let metadata = self.decodedMetadata(key, json) else { return .damaged("the metadata does not read") }
@@ -106,6 +127,7 @@ extension DiskCache {
             switch files[fileExtension] {
             case .missing, nil: return .damaged("the .\(fileExtension) is missing")
             case .foreign: return .damaged("the .\(fileExtension) is a link, not a regular file, or has other names")
+            case .unavailable: return .unavailable("cannot open the .\(fileExtension) now")
             case .file(let file):
                 guard file.size == size else {
                     return .damaged("the .\(fileExtension) is \(file.size) bytes; the metadata says \(size)")
@@ -118,10 +140,14 @@ extension DiskCache {
 
     /// The object `key`, checked (`inspect`), its files held open. A damaged object is quarantined and
     /// reported missing.
-    func verifiedObject(_ key: ObjectKey) -> CheckedObject? {
+    /// - Throws: `overloaded` when the files cannot be opened for want of descriptors or memory: the object is
+    ///   neither damaged nor missing, and is left alone.
+    func verifiedObject(_ key: ObjectKey) throws -> CheckedObject? {
         switch self.inspect(key) {
         case .missing:
             return nil
+        case .unavailable(let reason):
+            throw ServiceError.overloaded("object \(key.rawValue.prefix(16)): \(reason)")
         case .damaged:
             self.quarantine(key)
             return nil
@@ -137,6 +163,8 @@ extension DiskCache {
         /// Sound as far as can be told: written before content hashes were recorded.
         case unhashed
         case damaged(String)
+        /// Not checked: the process is short of descriptors or memory (never quarantined for it).
+        case unreadable(String)
     }
 
     /// Checks the object `key` byte for byte: everything `inspect` checks, then the SHA-256 of the video and
@@ -147,6 +175,8 @@ extension DiskCache {
             return .damaged("the object is gone")
         case .damaged(let reason):
             return .damaged(reason)
+        case .unavailable(let reason):
+            return .unreadable(reason)
         case .sound(let object):
             guard let mp4 = object.metadata.mp4Sha256, let poster = object.metadata.posterSha256 else {
                 return .unhashed

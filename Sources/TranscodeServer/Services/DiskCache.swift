@@ -149,9 +149,9 @@ final class DiskCache: Sendable {
     }
 
     /// The stored metadata of `key`, marking it used; `nil` when the object is missing or fails the checks
-    /// (then it is quarantined).
-    func metadata(_ key: ObjectKey) -> TranscodeMetadata? {
-        self.verifiedObject(key)?.metadata
+    /// (then it is quarantined). - Throws: `overloaded` when it cannot be checked now (`verifiedObject`).
+    func metadata(_ key: ObjectKey) throws -> TranscodeMetadata? {
+        try self.verifiedObject(key)?.metadata
     }
 
     /// The keys of the objects indexed.

@@ -43,6 +43,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
     case storageUnavailable = "storage-unavailable"
     case originTimeout = "origin-timeout"
     case insufficientStorage = "insufficient-storage"
+    case overloaded
 
     var description: String { self.rawValue }
 
@@ -69,7 +70,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .internal, .encodeFailed, .io: .internalServerError
         case .signingNotConfigured, .webhooksNotConfigured: .notImplemented
         case .originError, .originRefused: .badGateway
-        case .shuttingDown, .cacheNotWritable, .storageUnavailable: .serviceUnavailable
+        case .shuttingDown, .cacheNotWritable, .storageUnavailable, .overloaded: .serviceUnavailable
         case .originTimeout: .gatewayTimeout
         case .insufficientStorage: Self.insufficientStorageStatus
         }
@@ -79,7 +80,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
     /// service's state rather than the request.
     var retryAfterSeconds: Int? {
         switch self {
-        case .queueFull: 2
+        case .queueFull, .overloaded: 2
         case .shuttingDown, .storageUnavailable: 5
         case .insufficientStorage: 60
         default: nil
@@ -126,6 +127,8 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .storageUnavailable: "the shared result store (S3) failed or cannot be reached"
         case .originTimeout: "the origin did not answer in time"
         case .insufficientStorage: "the disk or quota is full (`/readyz`: free space under `cache.minFreeBytes`)"
+        case .overloaded:
+            "the process ran short of file descriptors or memory for a moment; nothing was lost or marked damaged"
         }
     }
 

@@ -22,7 +22,7 @@ struct ReadThroughResults: Sendable {
     /// Object `key` when this disk has it. One converted here whose publish failed is published first: a
     /// result the fleet cannot find is no result. - Throws: `storage-unavailable` when that publish fails.
     func localObject(_ key: ObjectKey) async throws -> TranscodeMetadata? {
-        guard let metadata = self.local.metadata(key) else { return nil }
+        guard let metadata = try self.local.metadata(key) else { return nil }
         try await self.publishIfPending(key)
         return metadata
     }

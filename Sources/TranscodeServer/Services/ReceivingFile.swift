@@ -10,7 +10,8 @@ final class ReceivingFile: Sendable {
     private let descriptor: CInt
 
     /// Creates `directory/prefix-<random><suffix>`.
-    /// - Throws: `internal` when the file cannot be created (`insufficient-storage` when the disk is full).
+    /// - Throws: `internal` when the file cannot be created (`insufficient-storage` when the disk is full,
+    ///   `overloaded` when the process is out of descriptors).
     init(in directory: String, prefix: String, suffix: String = "") throws {
         self.path = "\(directory)/\(prefix)-\(UInt64.random(in: 0...UInt64.max))\(suffix)"
         self.descriptor = open(self.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
@@ -43,6 +44,9 @@ final class ReceivingFile: Sendable {
     private static func failure(_ message: String) -> ServiceError {
         let code = errno
         if code == ENOSPC || code == EDQUOT { return ServiceError.insufficientStorage("the disk is full") }
+        if ServiceError.isShortage(errno: code) {
+            return ServiceError.overloaded("\(message): \(String(cString: strerror(code)))")
+        }
         return ServiceError.internal("\(message): \(String(cString: strerror(code)))")
     }
 }

@@ -9,7 +9,7 @@ import Transcoder
 typealias ResultStore = ObjectStore & LinkStore & TombstoneStore
 
 /// Immutable, content-addressed objects: a manifest (`TranscodeMetadata`) and the files it lists
-/// (`TranscodeMetadata.artifacts`, each named `<key>.<fileExtension>` of its `OutputFormat`).
+/// (`ObjectFiles.stored`: each named `<key>.<fileExtension>` of its `OutputFormat`).
 ///
 /// Every implementation writes an object's manifest last and deletes it first, so an object exists exactly
 /// when its manifest does; a write cut short leaves no object, only files nothing refers to.
@@ -67,9 +67,9 @@ extension DiskCache: ResultStore {
     }
 
     func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
-        guard let object = self.verifiedObject(key) else { return nil }
-        for entry in object.metadata.artifacts {
-            guard let format = OutputFormat.named(entry.format), let file = object.file(format.fileExtension) else {
+        guard let object = try self.verifiedObject(key) else { return nil }
+        for (entry, format) in ObjectFiles.stored(in: object.metadata) {
+            guard let file = object.file(format.fileExtension) else {
                 throw TranscodeError(.io, "object \(key) lists a \(entry.format) file this store does not keep")
             }
             try file.copy(to: "\(directory)/" + key.fileName(format))

@@ -1,4 +1,6 @@
+import Foundation
 import HTTPTypes
+import NIOCore
 import Transcoder
 
 /// A failure the API reports: a stable `code` (also the metric label), the HTTP status it maps to, and
@@ -60,6 +62,15 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
 
     /// The shared result store (S3) failed or cannot be reached: nothing was lost, try again shortly.
     static func storageUnavailable(_ message: String) -> ServiceError { .init(.storageUnavailable, message) }
+    /// The process ran short of a resource (file descriptors, memory) for a moment: nothing was lost, try again.
+    static func overloaded(_ message: String) -> ServiceError { .init(.overloaded, message) }
+
+    /// Whether `errno` value `code` says the process ran short of something for a moment (descriptors of its
+    /// own or the system's, memory, buffers), not that a file or a peer is at fault: such a failure answers
+    /// `overloaded` (503, `Retry-After`) and never marks a stored object damaged.
+    static func isShortage(errno code: CInt) -> Bool {
+        [EMFILE, ENFILE, ENOMEM, ENOBUFS, EAGAIN].contains(code)
+    }
 
     /// The transcoder's errors: bad input is 422 (413 for size), our own failures 500 (`ErrorCode.status`).
     init(_ error: TranscodeError) {
@@ -72,6 +83,8 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
         case let error as ServiceError: return error
         case let error as TranscodeError: return ServiceError(error)
         case let error as S3Error: return .storageUnavailable("the shared result store failed: \(error)")
+        case let error as IOError where Self.isShortage(errno: error.errnoCode):
+            return .overloaded("\(error)")
         default: return .internal("\(error)")
         }
     }

@@ -40,7 +40,7 @@ struct SourceResolver: Sendable {
         if try await self.takedowns.isBuried([.source(keys.sourceHash)], recently: true) {
             throw ServiceError.takenDown("this URL was taken down")
         }
-        guard let key = self.cache.lookup(urlKey: keys.urlKey), let object = self.cache.verifiedObject(key) else {
+        guard let key = self.cache.lookup(urlKey: keys.urlKey), let object = try self.cache.verifiedObject(key) else {
             return .miss
         }
         try await self.takedowns.check(key, metadata: object.metadata, recently: true)

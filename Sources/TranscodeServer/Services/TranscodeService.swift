@@ -192,12 +192,13 @@ final class TranscodeService: Sendable {
     }
 
     /// Where job `id` stands.
-    func job(_ id: String) async -> JobState? {
+    /// - Throws: `overloaded` when this node's object cannot be checked now.
+    func job(_ id: String) async throws -> JobState? {
         // A job's id is its request key: a URL key or, for an upload, an object key (both a SHA-256).
         guard let urlKey = URLKey(id), let objectKey = ObjectKey(id) else { return nil }
         if await self.jobs.isRunning(id) { return .pending }
         if let key = self.cache.lookup(urlKey: urlKey) ?? (self.cache.contains(objectKey) ? objectKey : nil),
-            let metadata = self.cache.metadata(key)
+            let metadata = try self.cache.metadata(key)
         {
             return .done(TranscodeOutcome(key: key, metadata: metadata))
         }
@@ -215,9 +216,10 @@ final class TranscodeService: Sendable {
     }
 
     /// The metadata of `url`'s result when this node has it already (a rewrite's sizes and loop counts).
-    func cachedMetadata(url: URL, options: TranscodeOptions) -> TranscodeMetadata? {
+    /// - Throws: `overloaded` when it cannot be checked now.
+    func cachedMetadata(url: URL, options: TranscodeOptions) throws -> TranscodeMetadata? {
         let keys = SourceKeys(url: url, options: options)
-        return self.cache.lookup(urlKey: keys.urlKey).flatMap { self.cache.metadata($0) }
+        return try self.cache.lookup(urlKey: keys.urlKey).flatMap { try self.cache.metadata($0) }
     }
 
     /// The object the URL of `keys` leads to, when a hit needs no `await` (`MediaHitHandler`): the URL not

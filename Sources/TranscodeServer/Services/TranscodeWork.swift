@@ -120,7 +120,7 @@ struct TranscodeWork: JobPerformer {
             let started = ContinuousClock.now
             let metadata = try await self.pool.run {
                 // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
-                if let existing = self.cache.metadata(key) { return existing }
+                if let existing = try self.cache.metadata(key) { return existing }
                 // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
                 let scratch = try self.cache.makeScratchDirectory("render")
                 defer { try? FileManager.default.removeItem(atPath: scratch) }
