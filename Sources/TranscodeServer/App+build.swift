@@ -79,7 +79,8 @@ func buildApplication(
     let webhooks = WebhookDispatcher(
         signer: WebhookSigner(secrets: configuration.webhooks.secrets) ?? WebhookSigner(decoded: []),
         downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhooks.firstRetrySeconds,
-        maxRetrySeconds: configuration.webhooks.maxRetrySeconds, logger: logger)
+        maxRetrySeconds: configuration.webhooks.maxRetrySeconds,
+        maxConcurrentDeliveries: configuration.webhooks.maxConcurrentDeliveries, logger: logger)
     let batches = try BatchRunner(
         directory: cache.root + "/batches", service: transcodes, links: PublicLinks(configuration: configuration),
         webhooks: webhooks, logger: logger)

@@ -15,17 +15,28 @@ final class WebhookReceiver: Sendable {
     }
 
     let failures: Int
+    /// How long each answer is held back (a receiver that hangs).
+    let hold: Duration
     private let received = Mutex<[Delivery]>([])
+    /// Requests being answered now, and the most there were at once.
+    private let inFlight = Mutex<(now: Int, most: Int)>((0, 0))
 
-    init(failures: Int = 0) {
+    init(failures: Int = 0, hold: Duration = .zero) {
         self.failures = failures
+        self.hold = hold
     }
+
+    /// The most deliveries that were being answered at once.
+    var mostAtOnce: Int { self.inFlight.withLock { $0.most } }
 
     var deliveries: [Delivery] { self.received.withLock { $0 } }
 
     func router() -> Router<BasicRequestContext> {
         let router = Router()
         router.post("hook") { request, _ -> Response in
+            self.inFlight.withLock { $0 = ($0.now + 1, max($0.most, $0.now + 1)) }
+            defer { self.inFlight.withLock { $0.now -= 1 } }
+            if self.hold > .zero { try await Task.sleep(for: self.hold) }
             let body = try await request.body.collect(upTo: 1 << 20)
             var headers: [String: String] = [:]
             for field in request.headers { headers[field.name.canonicalName] = field.value }
@@ -186,6 +197,27 @@ final class WebhookReceiver: Sendable {
                 body: try corpusBytes("loop_1.gif"))
             #expect(reply.status == 501)
             #expect(reply.errorCode == "webhooks-not-configured")
+        }
+    }
+
+    /// Receivers that hang do not take a socket each: no more than `webhooks.maxConcurrentDeliveries` attempts
+    /// are under way at once, and the others are made as places free up.
+    @Test func concurrentDeliveriesAreCapped() async throws {
+        let receiver = WebhookReceiver(hold: .milliseconds(300))
+        try await withReceiver(receiver) { port in
+            try await withHarness(configure: {
+                Self.configure(&$0)
+                $0.webhooks.maxConcurrentDeliveries = 2
+            }) { harness in
+                let hook = try #require(URL(string: "http://127.0.0.1:\(port)/hook"))
+                for _ in 0..<8 {
+                    harness.services.webhooks.enqueue(
+                        WebhookDelivery(url: hook) { ("test.event", Array(#"{"n":1}"#.utf8)) })
+                }
+                try await receiver.wait(for: 8)
+                #expect(receiver.deliveries.count == 8)
+                #expect(receiver.mostAtOnce == 2)
+            }
         }
     }
 

@@ -10,6 +10,9 @@ struct WebhookConfiguration: Sendable, Equatable {
     var firstRetrySeconds: Double = 1
     /// A delivery is retried until this long after its first attempt. `webhooks.maxRetrySeconds`, default 3600.
     var maxRetrySeconds: Double = 3600
+    /// Delivery attempts under way at once; the others wait their turn. Each holds a socket (a descriptor), so
+    /// receivers that hang cannot exhaust the process. `webhooks.maxConcurrentDeliveries`, default 64.
+    var maxConcurrentDeliveries = 64
 }
 
 extension WebhookConfiguration {
@@ -27,5 +30,8 @@ extension WebhookConfiguration {
         section.check("firstRetrySeconds", self.firstRetrySeconds > 0, "positive")
         self.maxRetrySeconds = reader.double(forKey: "maxRetrySeconds", default: self.maxRetrySeconds)
         section.check("maxRetrySeconds", self.maxRetrySeconds >= 0, "0 or more")
+        self.maxConcurrentDeliveries = reader.int(
+            forKey: "maxConcurrentDeliveries", default: self.maxConcurrentDeliveries)
+        section.check("maxConcurrentDeliveries", self.maxConcurrentDeliveries >= 1, "1 or more")
     }
 }

@@ -78,13 +78,17 @@ final class WebhookDispatcher: Service, Sendable {
     let firstRetrySeconds: Double
     let maxRetrySeconds: Double
     let logger: Logger
+    /// Attempts under way at once (`webhooks.maxConcurrentDeliveries`): each holds a socket, and a receiver that
+    /// hangs must not take every descriptor the process has. Deliveries waiting for their event hold none.
+    let sending: AsyncLimit
     private let stream: AsyncStream<WebhookDelivery>
     private let continuation: AsyncStream<WebhookDelivery>.Continuation
 
     init(
         signer: WebhookSigner, downloader: Downloader, metrics: ServiceMetrics, firstRetrySeconds: Double = 1,
-        maxRetrySeconds: Double = 3600, logger: Logger
+        maxRetrySeconds: Double = 3600, maxConcurrentDeliveries: Int = 64, logger: Logger
     ) {
+        self.sending = AsyncLimit(maxConcurrentDeliveries)
         self.signer = signer
         self.downloader = downloader
         self.metrics = metrics
@@ -137,7 +141,12 @@ final class WebhookDispatcher: Service, Sendable {
             let now = Date()
             let timestamp = Int(now.timeIntervalSince1970)
             let body = Self.payload(type: type, data: data, at: now)
-            let outcome = await self.attempt(delivery.url, id: id, timestamp: timestamp, body: body)
+            // nil: shutting down while waiting for a place.
+            guard
+                let outcome = await self.sending.run({
+                    await self.attempt(delivery.url, id: id, timestamp: timestamp, body: body)
+                })
+            else { return }
             switch outcome {
             case .delivered:
                 self.metrics.webhook("delivered")
