@@ -321,6 +321,29 @@ import Transcoder
         }
     }
 
+    /// A takedown by URL after its object is gone (purged here; evicted alike) still buries the bytes the URL was
+    /// fetched as, from the URL's record: the same bytes uploaded or found at another URL answer 451.
+    @Test func urlTakedownAfterTheObjectIsGone() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let first = try await harness.request(.GET, Self.signed(url))
+            let etag = try #require(first.headers.first(name: "ETag"))
+            let key = try #require(ObjectKey(etag.dropFirst().prefix(64)))
+            #expect(try await harness.request(.DELETE, "/v1/objects/\(key)", headers: self.auth).status == 200)
+            let encoded = url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let takedown = try await harness.request(
+                .DELETE, "/v1/sources?url=\(encoded)&takedown=true", headers: self.auth)
+            #expect(takedown.status == 200, "\(takedown.text)")
+            let digest = ObjectKey.derive(source: try corpusBytes("cartoon_hotdog.gif"), options: TranscodeOptions())
+                .source
+            #expect((try takedown.json()["tombstones"] as? [String] ?? []).contains("gif-\(digest)"))
+            #expect(try await harness.upload(try corpusBytes("cartoon_hotdog.gif"), headers: self.auth).status == 451)
+            #expect(
+                try await harness.request(.GET, Self.signed(harness.originURL("/copy/cartoon_hotdog.gif"))).status
+                    == 451)
+        }
+    }
+
     /// A takedown by URL reaches every object the URL led to, also the ones a revalidation moved it off.
     @Test func urlTakedownAfterTheContentChanged() async throws {
         try await withSigningHarness(configure: { $0.cache.urlTTLSeconds = 0 }) { harness in

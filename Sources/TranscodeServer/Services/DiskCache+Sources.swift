@@ -13,6 +13,12 @@ extension DiskCache {
         var lastModified: String?
         /// When the origin last confirmed these bytes (a download or a 304), seconds since 1970.
         var validatedAt: Double? = nil
+        /// The SHA-256 of the bytes fetched (lower-case hex): what a takedown of the URL buries, even once the
+        /// object made from them is gone. Nil in records written before it was kept.
+        var sourceSha256: String? = nil
+
+        /// The digest of the bytes fetched, when the record keeps it.
+        var contentDigest: ContentDigest? { self.sourceSha256.flatMap(ContentDigest.init(rawValue:)) }
     }
 
     var sourcesDirectory: String { self.root + "/sources" }
@@ -25,9 +31,10 @@ extension DiskCache {
 
     // MARK: Freshness
 
-    /// Writes the record of `urlKey` (temporary name, renamed over) and indexes, under the URL, the link and
-    /// the object `key` it is about to point to: every object a URL ever led to is found by a purge of the
-    /// URL, also after a revalidation moved the link on. - Throws: when the index cannot be written (a link
+    /// Writes the record of `urlKey` (temporary name, renamed over) and indexes, under the URL, the link, the
+    /// object `key` it is about to point to and the digest of the bytes fetched: every object a URL ever led to,
+    /// and the bytes it was made from, are found by a purge of the URL, also after a revalidation moved the link
+    /// on or the object was evicted. - Throws: when the index cannot be written (a link
     /// a purge could not find must not exist).
     func writeSource(_ source: SourceRecord, urlKey: URLKey, key: ObjectKey) throws {
         let data = try JSONEncoder().encode(source)
@@ -39,7 +46,7 @@ extension DiskCache {
         }
         let index = self.sourceIndexDirectory(SourceHash(NormalizedURL(normalized: source.url)))
         try? FileManager.default.createDirectory(atPath: index, withIntermediateDirectories: true)
-        for name in [urlKey.rawValue, "object-\(key)"] {
+        for name in [urlKey.rawValue, "object-\(key)"] + (source.contentDigest.map { ["gif-\($0)"] } ?? []) {
             let descriptor = open("\(index)/\(name)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             guard descriptor >= 0 else {
                 throw TranscodeError(.io, "cannot index \(index)/\(name): \(String(cString: strerror(errno)))")
@@ -129,6 +136,9 @@ extension DiskCache {
         for name in (try? FileManager.default.contentsOfDirectory(atPath: index)) ?? [] {
             if name.hasPrefix("object-"), let key = ObjectKey(name.dropFirst(7)) {
                 objectKeys.insert(key)
+            } else if name.hasPrefix("gif-"), let hash = ContentDigest(String(name.dropFirst(4))) {
+                // The bytes of a fetch, whether or not their object is still stored.
+                if !report.gifHashes.contains(hash) { report.gifHashes.append(hash) }
             } else if let urlKey = URLKey(name) {
                 // A link's current object (links indexed before objects were).
                 if let target = Self.readLink(self.urlLinkPath(urlKey)),
@@ -145,7 +155,7 @@ extension DiskCache {
         for key in sortedKeys {
             let removed = try self.purge(key: key)
             report.objects += removed.objects
-            report.gifHashes += removed.gifHashes
+            for hash in removed.gifHashes where !report.gifHashes.contains(hash) { report.gifHashes.append(hash) }
         }
         try? FileManager.default.removeItem(atPath: index)
         if let reason {

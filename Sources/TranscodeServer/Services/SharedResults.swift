@@ -159,9 +159,12 @@ final class SharedResults: Sendable {
         into report: inout DiskCache.PurgeReport
     ) async throws {
         var keys = Set(objects)
+        var gifHashes = Set(report.gifHashes)
         for urlKey in links {
             if let link = try await self.link(urlKey: urlKey) {
                 keys.insert(link.key)
+                // The bytes the link's URL was fetched as: buried even when their object is gone.
+                if let hash = link.source?.contentDigest { gifHashes.insert(hash) }
                 try await self.deleteLink(urlKey: urlKey)
                 if !report.linkKeys.contains(urlKey) {
                     report.links += 1
@@ -169,7 +172,6 @@ final class SharedResults: Sendable {
                 }
             }
         }
-        var gifHashes = Set(report.gifHashes)
         for key in keys.sorted() {
             guard let metadata = try await self.metadata(key) else { continue }
             try await self.deleteObject(key)

@@ -101,7 +101,7 @@ struct TranscodeWork: JobPerformer {
         }
         let source = DiskCache.SourceRecord(
             url: keys.normalized.text, etag: file.etag, lastModified: file.lastModified,
-            validatedAt: Date().timeIntervalSince1970)
+            validatedAt: Date().timeIntervalSince1970, sourceSha256: content.source.rawValue)
         try await self.results.link(urlKey: urlKey, to: outcome.key, source: source)
         return outcome
     }
