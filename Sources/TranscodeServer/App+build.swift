@@ -111,10 +111,15 @@ func buildApplication(
             resolved: services.resolvedBodies, encoded: services.encodedResults, service: transcodes,
             baseURL: PublicLinks(configuration: configuration).baseURL,
             tokens: BearerAuthenticator<AppRequestContext>(tokens: configuration.authTokens)))
+    let connections = ConnectionLimit(
+        limit: configuration.http.maxConnections > 0
+            ? configuration.http.maxConnections
+            : ConnectionLimit.automatic(descriptors: ServeCommand.descriptorLimit()))
     let application = Application(
         router: router,
         server: HTTPServerBuilder { responder in
-            MediaHitChannel(http1: HTTP1Channel(responder: responder, configuration: http1), source: hits)
+            MediaHitChannel(
+                http1: HTTP1Channel(responder: responder, configuration: http1), source: hits, connections: connections)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
         services: [pool, webhooks, batches],

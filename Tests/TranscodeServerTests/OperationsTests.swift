@@ -109,19 +109,20 @@ import Transcoder
     /// once its `/healthz` answers; the process is killed afterwards, whatever `body` did to it.
     /// - Parameter descriptorLimit: the process's limit on open files, soft and hard (so it cannot raise it).
     static func withServingBinary(
-        descriptorLimit: Int? = nil,
+        descriptorLimit: Int? = nil, arguments extra: [String] = [],
         _ body: (_ process: ChildProcess, _ client: URLSessionlessClient, _ port: Int, _ directory: String)
             async throws -> Void
     ) async throws {
         let binary = try Self.debugBinary()
         try await withTemporaryDirectory { directory in
             let port = Int.random(in: 20_000..<40_000)
-            let arguments = [
-                "serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning",
-                // The debug binary beside the whole suite can take longer than the default 30 s on a job these
-                // tests wait for; they need its 200, not a 202.
-                "--transcode-sync-wait-seconds", "600",
-            ]
+            let arguments =
+                [
+                    "serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning",
+                    // The debug binary beside the whole suite can take longer than the default 30 s on a job these
+                    // tests wait for; they need its 200, not a 202.
+                    "--transcode-sync-wait-seconds", "600",
+                ] + extra
             let process =
                 try descriptorLimit.map { limit in
                     // dash's `ulimit -n` sets both limits; `exec` keeps the process id.
@@ -237,7 +238,9 @@ import Transcoder
     /// quarantined), and is served again once the connections close.
     @Test func runningOutOfDescriptorsQuarantinesNothing() async throws {
         let limit = 128
-        try await Self.withServingBinary(descriptorLimit: limit) { process, client, port, directory in
+        // No bound on connections (whose default leaves a quarter of the descriptors free): they take them all.
+        try await Self.withServingBinary(descriptorLimit: limit, arguments: ["--http-max-connections", "100000"]) {
+            process, client, port, directory in
             let (status, body) = try await client.post(
                 "/transcode", contentType: "image/gif", body: try corpusBytes("loop_1.gif"))
             #expect(status == 200)
@@ -277,6 +280,44 @@ import Transcoder
                 if served != 200 { try await Task.sleep(for: .milliseconds(100)) }
             }
             #expect(served == 200)
+        }
+    }
+
+    /// Connections past `http.maxConnections` (by default three quarters of the descriptor limit) are answered
+    /// 503 `overloaded` and closed at once, so those already open keep the descriptors their requests need: an
+    /// object is served over one while idle connections crowd the server.
+    @Test func connectionsOverTheLimitAreRefused() async throws {
+        try await Self.withServingBinary(descriptorLimit: 128) { process, client, port, directory in
+            let (status, body) = try await client.post(
+                "/transcode", contentType: "image/gif", body: try corpusBytes("loop_1.gif"))
+            #expect(status == 200)
+            let answer = try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any]
+            let key = try #require(answer?["key"] as? String)
+            let kept = try RawSocket(port: port)
+            #expect(kept.send(Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)))
+            #expect(try await Self.answer(on: kept).hasPrefix("HTTP/1.1 200"))
+
+            // ConnectionLimit.automatic(descriptors: 128) is 64: of 100 more, 37 or so are refused (the event
+            // loops take connections in turns, so not necessarily the last ones).
+            let idle = try (0..<100).map { _ in try RawSocket(port: port) }
+            var answers = [String](repeating: "", count: idle.count)
+            for _ in 0..<50 where answers.filter({ !$0.isEmpty }).count < 30 {
+                try await Task.sleep(for: .milliseconds(100))
+                for (index, socket) in idle.enumerated() where answers[index].isEmpty {
+                    answers[index] = UploadTests.received(socket)
+                }
+            }
+            let refused = answers.filter {
+                $0.hasPrefix("HTTP/1.1 503") && $0.contains("X-Error-Code: overloaded") && $0.contains("Retry-After: 2")
+            }
+            #expect((30...40).contains(refused.count), "\(refused.count) refused")
+            #expect(refused.count == answers.filter { !$0.isEmpty }.count)
+            #expect(kept.send(Array("GET /media/\(key).mp4 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)))
+            let served = try await Self.answer(on: kept)
+            #expect(served.hasPrefix("HTTP/1.1 200"), "\(served.prefix(300))")
+            #expect(process.isRunning)
+            let quarantine = directory + "/cache/quarantine"
+            #expect((try? FileManager.default.contentsOfDirectory(atPath: quarantine))?.isEmpty ?? true)
         }
     }
 

@@ -62,6 +62,13 @@ struct ServeCommand: AsyncParsableCommand {
         return (UInt64(limit.rlim_cur), UInt64(limit.rlim_max))
     }
 
+    /// The soft limit on open files now in force.
+    static func descriptorLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(RLIMIT_NOFILE_RESOURCE, &limit) == 0 else { return 1024 }
+        return limit.rlim_cur >= rlim_t(Int.max) ? Int.max : Int(limit.rlim_cur)
+    }
+
     #if canImport(Glibc)
         private static let RLIMIT_NOFILE_RESOURCE = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
     #else

@@ -25,6 +25,9 @@ struct HTTPConfiguration: Sendable, Equatable {
     var sourceMaxAgeSeconds = 3600
     /// `bytes` (the file itself) or `redirect` (302 to `/media/...`) on `GET /v1/...`. `http.sourceAnswer`.
     var sourceAnswer = SourceController<AppRequestContext>.Answer.bytes
+    /// Connections held open at once; one more is answered 503 `overloaded` and closed. 0: three quarters of
+    /// the process's descriptor limit (`ConnectionLimit.automatic`). `http.maxConnections`, default 0.
+    var maxConnections = 0
 }
 
 extension HTTPConfiguration {
@@ -53,6 +56,8 @@ extension HTTPConfiguration {
         section.check("mediaMaxAgeSeconds", self.mediaMaxAgeSeconds >= 0, "0 or more")
         self.sourceMaxAgeSeconds = reader.int(forKey: "sourceMaxAgeSeconds", default: self.sourceMaxAgeSeconds)
         section.check("sourceMaxAgeSeconds", self.sourceMaxAgeSeconds >= 0, "0 or more")
+        self.maxConnections = reader.int(forKey: "maxConnections", default: self.maxConnections)
+        section.check("maxConnections", self.maxConnections >= 0, "0 (automatic) or more")
         let answer = reader.string(forKey: "sourceAnswer", default: self.sourceAnswer.rawValue)
         if let parsed = SourceController<AppRequestContext>.Answer(rawValue: answer) {
             self.sourceAnswer = parsed

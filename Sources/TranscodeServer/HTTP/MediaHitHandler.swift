@@ -477,11 +477,14 @@ struct MediaHitChannel: ServerChildChannel, HTTPChannelHandler {
 
     let http1: HTTP1Channel
     let source: MediaHitHandler.Source
+    /// The bound on connections open at once.
+    let connections: ConnectionLimit
 
     var responder: HTTPChannelHandler.Responder { self.http1.responder }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        self.http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
+        let admitted = self.connections.admit(channel)
+        return self.http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let pipeline = channel.pipeline.syncOperations
             let state = try pipeline.handler(type: HTTPConnectionStateHandler.self)
             let hits = MediaHitHandler(source: self.source)
@@ -490,6 +493,8 @@ struct MediaHitChannel: ServerChildChannel, HTTPChannelHandler {
             // First: it reads the bytes off the socket (the server speaks plain HTTP/1.1; a TLS handler would
             // have to come before it).
             try pipeline.addHandler(MediaHitFront(hits: hits, timeouts: timeouts), position: .first)
+            // Over the connection limit: answered 503 and closed before a byte is read.
+            if !admitted { try pipeline.addHandler(ConnectionLimit.Refusal(), position: .first) }
             return value
         }
     }
