@@ -74,7 +74,11 @@ func buildApplication(
     let transcodes = TranscodeService(
         cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcode.options,
         syncWaitSeconds: configuration.transcode.syncWaitSeconds, urlTTLSeconds: configuration.cache.urlTTLSeconds,
-        staleIfErrorSeconds: configuration.cache.staleIfErrorSeconds, shared: shared, metrics: metrics,
+        staleIfErrorSeconds: configuration.cache.staleIfErrorSeconds,
+        originFailureTTL: SourceResolver.OriginFailureTTL(
+            notFoundSeconds: configuration.download.notFoundTTLSeconds,
+            failureSeconds: configuration.download.failureTTLSeconds),
+        shared: shared, metrics: metrics,
         logger: logger)
     let webhooks = WebhookDispatcher(
         signer: WebhookSigner(secrets: configuration.webhooks.secrets) ?? WebhookSigner(decoded: []),

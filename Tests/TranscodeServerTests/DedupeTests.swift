@@ -46,6 +46,38 @@ import Testing
         }
     }
 
+    /// An origin's failure is answered again without asking it, for its TTL (`download.failureTTLSeconds`,
+    /// `download.notFoundTTLSeconds`): concurrent and later requests for a failing URL make one fetch. With
+    /// the TTL at 0 every request asks the origin again.
+    @Test func originFailuresAreAnsweredAgainWithoutAsking() async throws {
+        try await withHarness { harness in
+            for (path, status, code) in [
+                ("/status/500", 502, "origin-error"), ("/corpus/gone.gif", 404, "origin-not-found"),
+            ] {
+                let url = harness.originURL(path)
+                for _ in 0..<3 {
+                    let replies = try await withThrowingTaskGroup(of: Reply.self) { group in
+                        for _ in 0..<10 { group.addTask { try await harness.transcode(url: url) } }
+                        var replies: [Reply] = []
+                        for try await reply in group { replies.append(reply) }
+                        return replies
+                    }
+                    #expect(replies.allSatisfy { $0.status == status && $0.errorCode == code }, "\(path)")
+                }
+                #expect(harness.origin.count(path) == 1, "\(path)")
+            }
+        }
+        try await withHarness(configure: {
+            $0.download.failureTTLSeconds = 0
+            $0.download.notFoundTTLSeconds = 0
+        }) { harness in
+            for path in ["/status/500", "/corpus/gone.gif"] {
+                for _ in 0..<3 { _ = try await harness.transcode(url: harness.originURL(path)) }
+                #expect(harness.origin.count(path) == 3, "\(path)")
+            }
+        }
+    }
+
     /// The same bytes at two URLs are encoded once; both URLs answer with the same object.
     @Test func twoURLsWithTheSameBytesTranscodeOnce() async throws {
         try await withHarness { harness in

@@ -101,7 +101,7 @@ import Transcoder
             #expect(Self.code(await subscriber.end()) == .originNotFound)
             #expect(await !jobs.isRunning("job"))
             #expect(pool.load == 0)
-            #expect(jobs.failure(of: "job")?.code == .originNotFound)
+            #expect(jobs.failure(of: "job")?.error.code == .originNotFound)
         }
         #expect(gate.calls.load(ordering: .relaxed) == 1)
         try await pool.stop()

@@ -17,6 +17,12 @@ struct DownloadConfiguration: Sendable, Equatable {
     /// When not empty, only these host names (exact, case-insensitive) may be fetched.
     /// `download.allowedHosts`.
     var allowedHosts: [String] = []
+    /// A URL whose origin answered 404 or 410 is answered so again, without asking it, for this long.
+    /// `download.notFoundTTLSeconds`, default 60; 0 asks every time.
+    var notFoundTTLSeconds: Double = 60
+    /// A URL whose origin failed (5xx, a timeout, a transport or DNS failure) is answered so again, without
+    /// asking it, for this long. `download.failureTTLSeconds`, default 30; 0 asks every time.
+    var failureTTLSeconds: Double = 30
 }
 
 extension DownloadConfiguration {
@@ -36,5 +42,9 @@ extension DownloadConfiguration {
         self.allowedHosts = reader.stringArray(forKey: "allowedHosts", default: self.allowedHosts).filter {
             !$0.isEmpty
         }
+        self.notFoundTTLSeconds = reader.double(forKey: "notFoundTTLSeconds", default: self.notFoundTTLSeconds)
+        section.check("notFoundTTLSeconds", self.notFoundTTLSeconds >= 0, "0 or more")
+        self.failureTTLSeconds = reader.double(forKey: "failureTTLSeconds", default: self.failureTTLSeconds)
+        section.check("failureTTLSeconds", self.failureTTLSeconds >= 0, "0 or more")
     }
 }

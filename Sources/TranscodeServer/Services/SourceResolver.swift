@@ -24,6 +24,8 @@ struct SourceResolver: Sendable {
     /// How long past its TTL a URL's result may still be served while its origin fails
     /// (`cache.staleIfErrorSeconds`).
     let staleIfErrorSeconds: Double
+    /// How long an origin's failure is answered again without asking it.
+    var originFailureTTL = OriginFailureTTL()
     let metrics: ServiceMetrics
     let logger: Logger
 
@@ -31,6 +33,28 @@ struct SourceResolver: Sendable {
     static var revalidationBackoffSeconds: Double { 60 }
 
     var cache: DiskCache { self.results.local }
+
+    /// How long a URL's origin failure is answered again without asking the origin: a 404 or 410
+    /// (`download.notFoundTTLSeconds`) and a 5xx, timeout or transport failure (`download.failureTTLSeconds`)
+    /// separately; 0 asks every time. Other failures (the bytes are not a GIF, a takedown) are the bytes' and
+    /// stay with the object key.
+    struct OriginFailureTTL: Sendable, Equatable {
+        var notFoundSeconds: Double = 0
+        var failureSeconds: Double = 0
+    }
+
+    /// `failure` (a URL job's last), when it is an origin's failure still within its TTL.
+    func cachedFailure(_ failure: JobFailure?) -> ServiceError? {
+        guard let failure else { return nil }
+        let ttl: Double
+        switch failure.error.code {
+        case .originNotFound: ttl = self.originFailureTTL.notFoundSeconds
+        case .originError, .originTimeout: ttl = self.originFailureTTL.failureSeconds
+        default: return nil
+        }
+        guard Date().timeIntervalSince(failure.at) < ttl else { return nil }
+        return failure.error
+    }
     var takedowns: Takedowns { self.results.takedowns }
 
     /// What this node's link for `url` leads to. A fresh result comes with its files checked and held open.

@@ -88,7 +88,8 @@ final class TranscodeService: Sendable {
     init(
         cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
         syncWaitSeconds: Double, urlTTLSeconds: Double, staleIfErrorSeconds: Double,
-        shared: SharedResults? = nil, metrics: ServiceMetrics, logger: Logger
+        originFailureTTL: SourceResolver.OriginFailureTTL = .init(), shared: SharedResults? = nil,
+        metrics: ServiceMetrics, logger: Logger
     ) {
         self.results = ReadThroughResults(local: cache, shared: shared)
         self.takedowns = self.results.takedowns
@@ -100,7 +101,8 @@ final class TranscodeService: Sendable {
         self.logger = logger
         self.resolver = SourceResolver(
             results: self.results, downloader: downloader, urlTTLSeconds: urlTTLSeconds,
-            staleIfErrorSeconds: staleIfErrorSeconds, metrics: metrics, logger: logger)
+            staleIfErrorSeconds: staleIfErrorSeconds, originFailureTTL: originFailureTTL, metrics: metrics,
+            logger: logger)
         let work = TranscodeWork(
             results: self.results, downloader: downloader, pool: pool, resolver: self.resolver,
             metrics: metrics, logger: logger)
@@ -137,6 +139,12 @@ final class TranscodeService: Sendable {
             if case .fresh(let outcome) = try await self.resolver.resolve(url, keys: keys) {
                 self.metrics.cacheHit()
                 return .done(outcome, cacheHit: true)
+            }
+            // The origin failed this URL a moment ago: its answer again, without asking it (a failing origin is
+            // not asked once per request).
+            if let failure = self.resolver.cachedFailure(self.jobs.failure(of: keys.urlKey.rawValue)) {
+                self.metrics.cacheMiss()
+                throw failure
             }
             self.metrics.cacheMiss()
             let job = TranscodeJob(id: keys.urlKey.rawValue, source: .url(url.absoluteString), options: options)
@@ -202,7 +210,7 @@ final class TranscodeService: Sendable {
         {
             return .done(TranscodeOutcome(key: key, metadata: metadata))
         }
-        if let failure = self.jobs.failure(of: id) { return .failed(failure) }
+        if let failure = self.jobs.failure(of: id) { return .failed(failure.error) }
         // A job another node ran: its URL link or its object in the shared store.
         if let link = try? await self.results.sharedLink(urlKey: urlKey),
             let outcome = try? await self.resolver.adopt(link, urlKey: urlKey)

@@ -8,7 +8,7 @@ final class InProcessJobs: TranscodeJobs {
     let performer: any JobPerformer
     let metrics: ServiceMetrics
     private let flights = SingleFlight<String, TranscodeOutcome>()
-    private let failures = Mutex<[String: (error: ServiceError, at: Date)]>([:])
+    private let failures = Mutex<[String: JobFailure]>([:])
 
     init(pool: TranscodePool, performer: any JobPerformer, metrics: ServiceMetrics) {
         self.pool = pool
@@ -56,8 +56,8 @@ final class InProcessJobs: TranscodeJobs {
         await self.flights.isRunning(id)
     }
 
-    func failure(of id: String) -> ServiceError? {
-        self.failures.withLock { $0[id]?.error }
+    func failure(of id: String) -> JobFailure? {
+        self.failures.withLock { $0[id] }
     }
 
     /// The task's result, or nil when `seconds` pass first. Waiting ends at the deadline even though the
@@ -96,7 +96,7 @@ final class InProcessJobs: TranscodeJobs {
                 let newer = failures.sorted { $0.value.at > $1.value.at }.prefix(Self.maxRecordedFailures / 2)
                 failures = Dictionary(uniqueKeysWithValues: newer.map { ($0.key, $0.value) })
             }
-            failures[key] = (error, now)
+            failures[key] = JobFailure(error: error, at: now)
         }
     }
 

@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 import Transcoder
 
@@ -50,8 +51,15 @@ protocol TranscodeJobs: Sendable {
     ) async throws -> TranscodeAnswer
     /// Whether job `id` is running.
     func isRunning(_ id: String) async -> Bool
-    /// How job `id` failed, when it did recently.
-    func failure(of id: String) -> ServiceError?
+    /// How job `id` failed, and when, when it did recently.
+    func failure(of id: String) -> JobFailure?
+}
+
+/// A job's failure as recorded: for `GET /jobs/{id}`, and for answering again without asking the origin
+/// (`SourceResolver.cachedFailure`).
+struct JobFailure: Sendable {
+    let error: ServiceError
+    let at: Date
 }
 
 /// Does the work of a job: what a queue's worker runs.
