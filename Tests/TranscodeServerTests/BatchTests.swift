@@ -142,6 +142,30 @@ import Testing
         }
     }
 
+    /// An item given back for a passing reason (here the shared store refusing its publish) is run again, and
+    /// the items after it that are still running are not handed out a second time: one line per URL.
+    @Test func anItemGivenBackDoesNotRerunTheOnesStillRunning() async throws {
+        try await withTemporaryDirectory { directory in
+            let sharedDisk = try DiskCache(root: directory + "/shared", maxBytes: 1 << 30)
+            let store = FailingPuts(CopyingDiskStore(sharedDisk), failures: 1)
+            try await withHarness(sharedStore: store, configure: { $0.transcode.workers = 3 }) { harness in
+                // Item 0 fails its publish at once and goes back; item 1 is still downloading when it does.
+                let urls = [
+                    harness.originURL("/corpus/loop_1.gif"), harness.originURL("/delayed/4000/cartoon_hotdog.gif"),
+                    harness.originURL("/corpus/loop_0_infinite.gif"),
+                ]
+                let id = try await Self.submit(harness, urls)
+                let status = try await Self.wait(harness, id) { $0["complete"] as? Bool == true }
+                #expect(status["failed"] as? Int == 0)
+                // A second run of an item would end with its first (they share one flight).
+                try await Task.sleep(for: .seconds(1))
+                let lines = try await Self.results(harness, id, limit: 100)
+                #expect(lines.compactMap { $0["index"] as? Int }.sorted() == [0, 1, 2])
+                #expect(harness.origin.count("/delayed/4000/cartoon_hotdog.gif") == 1)
+            }
+        }
+    }
+
     @Test func aBatchSurvivesARestart() async throws {
         try await withTemporaryDirectory { directory in
             let cache = directory + "/cache"

@@ -81,6 +81,38 @@ enum ResultStoreContract {
     }
 }
 
+/// A second disk cache as a shared store. Copies, not moves: the disk's putObject moves the files it is given.
+final class CopyingDiskStore: ResultStore, @unchecked Sendable {
+    let disk: DiskCache
+    init(_ disk: DiskCache) { self.disk = disk }
+    func putObject(_ key: ObjectKey, from directory: String) async throws {
+        let staging = self.disk.temporaryDirectory + "/put-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: staging) }
+        for ext in ["mp4", "jpg", "json"] {
+            try FileManager.default.copyItem(
+                atPath: "\(directory)/\(key).\(ext)", toPath: "\(staging)/\(key).\(ext)")
+        }
+        try await self.disk.putObject(key, from: staging)
+    }
+    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { try self.disk.metadata(key) }
+    func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
+        try await self.disk.getObject(key, into: directory)
+    }
+    func deleteObject(_ key: ObjectKey) async throws -> Bool { self.disk.remove(key) }
+    func link(urlKey: URLKey) async throws -> ResultLink? { try await self.disk.link(urlKey: urlKey) }
+    func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
+        try await self.disk.putLink(urlKey: urlKey, link)
+    }
+    func deleteLink(urlKey: URLKey) async throws { try await self.disk.deleteLink(urlKey: urlKey) }
+    func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
+        try await self.disk.isBuried(tombstones)
+    }
+    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
+        try self.disk.bury(tombstones, reason: reason)
+    }
+}
+
 /// A shared store whose object writes fail the first `failures` times, as an S3 store answering 500 would.
 final class FailingPuts: ResultStore, @unchecked Sendable {
     let inner: any ResultStore
@@ -123,39 +155,8 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
     /// SharedResults works with any ResultStore.)
     @Test func aFailedPublishIsPublishedOnTheNextRequest() async throws {
         try await withTemporaryDirectory { directory in
-            // Copies, not moves: the shared disk's putObject moves the files it is given.
-            final class Copying: ResultStore, @unchecked Sendable {
-                let disk: DiskCache
-                init(_ disk: DiskCache) { self.disk = disk }
-                func putObject(_ key: ObjectKey, from directory: String) async throws {
-                    let staging = self.disk.temporaryDirectory + "/put-\(UUID().uuidString)"
-                    try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
-                    defer { try? FileManager.default.removeItem(atPath: staging) }
-                    for ext in ["mp4", "jpg", "json"] {
-                        try FileManager.default.copyItem(
-                            atPath: "\(directory)/\(key).\(ext)", toPath: "\(staging)/\(key).\(ext)")
-                    }
-                    try await self.disk.putObject(key, from: staging)
-                }
-                func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { try self.disk.metadata(key) }
-                func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
-                    try await self.disk.getObject(key, into: directory)
-                }
-                func deleteObject(_ key: ObjectKey) async throws -> Bool { self.disk.remove(key) }
-                func link(urlKey: URLKey) async throws -> ResultLink? { try await self.disk.link(urlKey: urlKey) }
-                func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
-                    try await self.disk.putLink(urlKey: urlKey, link)
-                }
-                func deleteLink(urlKey: URLKey) async throws { try await self.disk.deleteLink(urlKey: urlKey) }
-                func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
-                    try await self.disk.isBuried(tombstones)
-                }
-                func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
-                    try self.disk.bury(tombstones, reason: reason)
-                }
-            }
             let sharedDisk = try DiskCache(root: directory + "/shared", maxBytes: 1 << 30)
-            let store = FailingPuts(Copying(sharedDisk), failures: 1)
+            let store = FailingPuts(CopyingDiskStore(sharedDisk), failures: 1)
             try await withHarness(sharedStore: store) { harness in
                 let gif = try corpusBytes("loop_1.gif")
                 let key = ObjectKey.derive(source: gif, options: harness.services.configuration.transcode.options).key

@@ -192,7 +192,13 @@ final class BatchRunner: Service, Sendable {
             if let until = state.pausedUntil, ContinuousClock.now < until { return nil }
             for id in state.order {
                 guard var batch = state.batches[id] else { continue }
-                while batch.next < batch.request.urls.count, batch.finished.contains(batch.next) { batch.next += 1 }
+                // Past what is finished and what is running: an item given back (`release`) rewinds `next` to
+                // itself, behind items after it that may still run.
+                while batch.next < batch.request.urls.count,
+                    batch.finished.contains(batch.next) || batch.running.contains(batch.next)
+                {
+                    batch.next += 1
+                }
                 guard batch.next < batch.request.urls.count else {
                     state.batches[id] = batch
                     continue
@@ -250,6 +256,16 @@ final class BatchRunner: Service, Sendable {
     }
 
     private func record(_ result: BatchResult, batch id: String) {
+        // One line per item: an item already recorded, or a batch deleted meanwhile, records nothing more.
+        let recordable = self.state.withLock { state -> Bool in
+            guard let batch = state.batches[id], !batch.finished.contains(result.index) else {
+                state.batches[id]?.running.remove(result.index)
+                state.running -= 1
+                return false
+            }
+            return true
+        }
+        guard recordable else { return }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         if var line = try? encoder.encode(result) {
@@ -296,11 +312,11 @@ final class BatchRunner: Service, Sendable {
     /// Gives an unfinished item back to the queue.
     private func release(id: String, index: Int) {
         self.state.withLock { state in
+            state.running -= 1
             guard var batch = state.batches[id] else { return }
             batch.running.remove(index)
             batch.next = min(batch.next, index)
             state.batches[id] = batch
-            state.running -= 1
         }
     }
 
