@@ -87,7 +87,7 @@ func buildApplication(
         maxConcurrentDeliveries: configuration.webhooks.maxConcurrentDeliveries, logger: logger)
     let batches = try BatchRunner(
         directory: cache.root + "/batches", service: transcodes, links: PublicLinks(configuration: configuration),
-        webhooks: webhooks, logger: logger)
+        webhooks: webhooks, retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
     let services = AppServices(
         cache: cache, pool: pool, transcodes: transcodes, webhooks: webhooks, batches: batches,
         configuration: configuration)

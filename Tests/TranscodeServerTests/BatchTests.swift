@@ -227,6 +227,48 @@ import Testing
         }
     }
 
+    /// A complete batch is deleted once past `batch.retentionSeconds` (also after a restart), and at once by
+    /// `DELETE /v1/batches/{id}`; what it converted stays in the cache.
+    @Test func batchesExpireAndCanBeDeleted() async throws {
+        try await withTemporaryDirectory { directory in
+            let cache = directory + "/cache"
+            let (deletedID, keptID) = (ResultBox(), ResultBox())
+            try await withHarness(cacheDirectory: cache) { harness in
+                var ids: [String] = []
+                for name in ["loop_1.gif", "loop_0_infinite.gif"] {
+                    let id = try await Self.submit(harness, [harness.originURL("/corpus/\(name)")])
+                    _ = try await Self.wait(harness, id) { $0["complete"] as? Bool == true }
+                    ids.append(id)
+                }
+                deletedID.set(ids[0])
+                keptID.set(ids[1])
+                let deleted = try await harness.request(.DELETE, "/v1/batches/\(ids[0])")
+                #expect(deleted.status == 204)
+                #expect(try await harness.request(.GET, "/v1/batches/\(ids[0])").status == 404)
+                #expect(try await harness.request(.GET, "/v1/batches/\(ids[0])/results").status == 404)
+                #expect(try await harness.request(.DELETE, "/v1/batches/\(ids[0])").status == 404)
+                #expect(!FileManager.default.fileExists(atPath: harness.services.batches.directory + "/\(ids[0])"))
+                // Kept while within its retention.
+                #expect(try await harness.request(.GET, "/v1/batches/\(ids[1])").status == 200)
+            }
+            // Past its retention after a restart: gone within a second or two, and its results with it.
+            let kept = try #require(keptID.value)
+            #expect(deletedID.value != nil)
+            try await withHarness(cacheDirectory: cache, configure: { $0.batchRetentionSeconds = 0.001 }) { harness in
+                var status = 200
+                for _ in 0..<50 where status == 200 {
+                    status = try await harness.request(.GET, "/v1/batches/\(kept)").status
+                    if status == 200 { try await Task.sleep(for: .milliseconds(100)) }
+                }
+                #expect(status == 404)
+                #expect(!FileManager.default.fileExists(atPath: harness.services.batches.directory + "/\(kept)"))
+                #expect(harness.services.batches.count == 0)
+                // The conversions stay.
+                #expect(harness.services.cache.indexedKeys.count == 2)
+            }
+        }
+    }
+
     @Test func limitsAndBadRequests() async throws {
         try await withHarness(configure: { $0.batchMaxURLs = 3 }) { harness in
             func post(_ body: String, _ type: String = "application/json") async throws -> Reply {

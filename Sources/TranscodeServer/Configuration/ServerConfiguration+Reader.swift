@@ -177,6 +177,9 @@ extension ServerConfiguration {
         self.webhooks = WebhookConfiguration(root.section("webhooks"))
         self.batchMaxURLs = reader.int(forKey: "batch.maxUrls", default: self.batchMaxURLs)
         root.check("batch.maxUrls", self.batchMaxURLs > 0, "positive")
+        self.batchRetentionSeconds = reader.double(
+            forKey: "batch.retentionSeconds", default: self.batchRetentionSeconds)
+        root.check("batch.retentionSeconds", self.batchRetentionSeconds > 0, "positive")
         self.rewrite = RewriteConfiguration(root.section("rewrite"))
         self.storage = StorageConfiguration(root.section("storage"), environment: environment)
 

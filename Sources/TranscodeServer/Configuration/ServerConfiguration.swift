@@ -38,4 +38,7 @@ struct ServerConfiguration: Sendable, Equatable {
     var shutdownGraceSeconds: Double = 30
     /// Most URLs in one `POST /v1/batches`. `batch.maxUrls`, default 10000.
     var batchMaxURLs = 10_000
+    /// A complete batch (its results, its status) is deleted this long after it was created.
+    /// `batch.retentionSeconds`, default 604800 (7 days).
+    var batchRetentionSeconds: Double = 604_800
 }

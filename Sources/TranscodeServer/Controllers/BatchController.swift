@@ -2,8 +2,8 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 
-/// `POST /v1/batches`, `GET /v1/batches/{id}` and `GET /v1/batches/{id}/results` (bearer token when tokens
-/// are configured): backfilling many GIFs (`BatchRunner`).
+/// `POST /v1/batches`, `GET /v1/batches/{id}`, `GET /v1/batches/{id}/results` and `DELETE /v1/batches/{id}`
+/// (bearer token when tokens are configured): backfilling many GIFs (`BatchRunner`).
 struct BatchController<Context: RequestContext>: Sendable {
     let runner: BatchRunner
     let webhooks: WebhookDispatcher
@@ -17,6 +17,14 @@ struct BatchController<Context: RequestContext>: Sendable {
         group.post(use: self.create)
         group.get("{id}", use: self.status)
         group.get("{id}/results", use: self.results)
+        group.delete("{id}", use: self.delete)
+    }
+
+    /// Deletes a batch now (its status and results; what it converted stays in the cache): 204.
+    @Sendable func delete(_ request: Request, context: Context) async throws -> Response {
+        let id = try context.parameters.require("id")
+        guard self.runner.delete(id) else { throw ServiceError.notFound("no batch \(id)") }
+        return Response(status: .noContent, headers: [.cacheControl: "no-store"])
     }
 
     private struct Body: Decodable {

@@ -46,6 +46,10 @@ struct BatchStatus: Encodable, Sendable {
 /// without a result line are queued again; a line cut short by a crash is ignored (that URL runs again, and
 /// its result comes from the cache).
 ///
+/// A complete batch is kept `retentionSeconds` after it was created, then deleted; `delete` removes one at once.
+/// In memory a complete batch is its counts only (its URLs and item set are dropped), so memory does not grow
+/// with the batches kept on disk.
+///
 /// Batch jobs take only idle workers: an item starts only while fewer jobs are admitted than there are
 /// workers, and batches hold at most `workers - 1` of them (one, with a single worker), so an interactive
 /// request always finds a worker or, with one worker, waits for at most one batch item.
@@ -54,17 +58,45 @@ final class BatchRunner: Service, Sendable {
     let service: TranscodeService
     let links: PublicLinks
     let webhooks: WebhookDispatcher
+    /// How long a complete batch is kept after it was created (`batch.retentionSeconds`).
+    let retentionSeconds: Double
     let logger: Logger
     private let state = Mutex(State())
     private let pendingNotifications: [String]
 
     private struct Batch {
+        /// Its URLs are dropped once it is complete (`compact`).
         var request: BatchRequest
+        let total: Int
+        /// The items recorded; emptied once all are (`finishedCount` goes on counting).
         var finished: Set<Int> = []
+        var finishedCount = 0
         var running: Set<Int> = []
         var counts: [String: Int] = [:]
         var next = 0
-        var complete: Bool { self.finished.count == self.request.urls.count }
+        var complete: Bool { self.finishedCount == self.total }
+
+        init(request: BatchRequest) {
+            self.request = request
+            self.total = request.urls.count
+        }
+
+        /// Records item `index` with `status`. - Returns: false when it was recorded before.
+        mutating func finish(_ index: Int, status: String) -> Bool {
+            guard !self.complete, self.finished.insert(index).inserted else { return false }
+            self.finishedCount += 1
+            self.counts[status, default: 0] += 1
+            if self.complete { self.compact() }
+            return true
+        }
+
+        func isFinished(_ index: Int) -> Bool { self.complete || self.finished.contains(index) }
+
+        /// A complete batch keeps its counts only.
+        mutating func compact() {
+            self.request.urls = []
+            self.finished = []
+        }
     }
 
     private struct State {
@@ -79,12 +111,13 @@ final class BatchRunner: Service, Sendable {
     /// Reads back every batch in `directory` (created if missing). - Throws: when it cannot be created.
     init(
         directory: String, service: TranscodeService, links: PublicLinks, webhooks: WebhookDispatcher,
-        logger: Logger
+        retentionSeconds: Double = 604_800, logger: Logger
     ) throws {
         self.directory = directory
         self.service = service
         self.links = links
         self.webhooks = webhooks
+        self.retentionSeconds = retentionSeconds
         self.logger = logger
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var loaded: [(String, Batch)] = []
@@ -94,10 +127,8 @@ final class BatchRunner: Service, Sendable {
             else { continue }
             var batch = Batch(request: request)
             Self.dropPartialLine("\(directory)/\(id)/results.ndjson")
-            for result in Self.readResults("\(directory)/\(id)/results.ndjson")
-            where !batch.finished.contains(result.index) {
-                batch.finished.insert(result.index)
-                batch.counts[result.status, default: 0] += 1
+            for result in Self.readResults("\(directory)/\(id)/results.ndjson") where result.index < batch.total {
+                _ = batch.finish(result.index, status: result.status)
             }
             loaded.append((id, batch))
         }
@@ -145,7 +176,7 @@ final class BatchRunner: Service, Sendable {
             guard let batch = state.batches[id] else { return nil }
             let formatter = ISO8601DateFormatter()
             return BatchStatus(
-                id: id, total: batch.request.urls.count, pending: batch.request.urls.count - batch.finished.count,
+                id: id, total: batch.total, pending: batch.total - batch.finishedCount,
                 done: batch.counts["done"] ?? 0, failed: batch.counts["failed"] ?? 0,
                 keptGif: batch.counts["kept-gif"] ?? 0, complete: batch.complete,
                 createdAt: formatter.string(from: Date(timeIntervalSince1970: batch.request.createdAt)))
@@ -168,8 +199,13 @@ final class BatchRunner: Service, Sendable {
     /// Starts batch items whenever a worker is idle, until shutdown.
     func run() async throws {
         for id in self.pendingNotifications { self.notify(id) }
+        var swept = ContinuousClock.now
         await withDiscardingTaskGroup { group in
             while !Task.isCancelled, !Task.isShuttingDownGracefully, self.service.pool.isAccepting {
+                if ContinuousClock.now - swept > .seconds(1) {
+                    self.deleteExpired()
+                    swept = ContinuousClock.now
+                }
                 if let (id, index) = self.nextItem() {
                     group.addTask { await self.runItem(id: id, index: index) }
                 }
@@ -194,12 +230,10 @@ final class BatchRunner: Service, Sendable {
                 guard var batch = state.batches[id] else { continue }
                 // Past what is finished and what is running: an item given back (`release`) rewinds `next` to
                 // itself, behind items after it that may still run.
-                while batch.next < batch.request.urls.count,
-                    batch.finished.contains(batch.next) || batch.running.contains(batch.next)
-                {
+                while batch.next < batch.total, batch.isFinished(batch.next) || batch.running.contains(batch.next) {
                     batch.next += 1
                 }
-                guard batch.next < batch.request.urls.count else {
+                guard batch.next < batch.total else {
                     state.batches[id] = batch
                     continue
                 }
@@ -215,7 +249,9 @@ final class BatchRunner: Service, Sendable {
     }
 
     private func runItem(id: String, index: Int) async {
-        guard let request = self.state.withLock({ $0.batches[id]?.request }) else { return }
+        guard let request = self.state.withLock({ $0.batches[id]?.request }), index < request.urls.count else {
+            return
+        }
         let text = request.urls[index]
         var result = BatchResult(index: index, url: text, status: "failed")
         do {
@@ -258,7 +294,7 @@ final class BatchRunner: Service, Sendable {
     private func record(_ result: BatchResult, batch id: String) {
         // One line per item: an item already recorded, or a batch deleted meanwhile, records nothing more.
         let recordable = self.state.withLock { state -> Bool in
-            guard let batch = state.batches[id], !batch.finished.contains(result.index) else {
+            guard let batch = state.batches[id], !batch.isFinished(result.index) else {
                 state.batches[id]?.running.remove(result.index)
                 state.running -= 1
                 return false
@@ -287,10 +323,9 @@ final class BatchRunner: Service, Sendable {
             guard var batch = state.batches[id] else { return nil }
             batch.running.remove(result.index)
             state.running -= 1
-            let wasComplete = batch.complete
-            if batch.finished.insert(result.index).inserted { batch.counts[result.status, default: 0] += 1 }
+            let recorded = batch.finish(result.index, status: result.status)
             state.batches[id] = batch
-            return !wasComplete && batch.complete ? batch.request : nil
+            return recorded && batch.complete ? batch.request : nil
         }
         if completed != nil { self.notify(id) }
     }
@@ -307,6 +342,32 @@ final class BatchRunner: Service, Sendable {
                 let data = (try? JSONEncoder().encode(status)).map { [UInt8]($0) } ?? Array("{}".utf8)
                 return ("batch.done", data)
             })
+    }
+
+    /// Deletes batch `id`: its record on disk and in memory. Items of it still running finish and record
+    /// nothing. - Returns: whether there was such a batch.
+    @discardableResult
+    func delete(_ id: String) -> Bool {
+        guard Self.isValidID(id) else { return false }
+        let existed = self.state.withLock { state in
+            state.order.removeAll { $0 == id }
+            return state.batches.removeValue(forKey: id) != nil
+        }
+        if existed { try? FileManager.default.removeItem(atPath: "\(self.directory)/\(id)") }
+        return existed
+    }
+
+    /// Deletes the complete batches created more than `retentionSeconds` ago.
+    func deleteExpired(now: Date = Date()) {
+        let expired = self.state.withLock { state in
+            state.batches.filter { _, batch in
+                batch.complete && now.timeIntervalSince1970 - batch.request.createdAt > self.retentionSeconds
+            }.map(\.key)
+        }
+        for id in expired {
+            self.delete(id)
+            self.logger.info("batch deleted after its retention", metadata: ["batch.id": "\(id)"])
+        }
     }
 
     /// Gives an unfinished item back to the queue.
