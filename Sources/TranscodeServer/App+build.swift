@@ -126,7 +126,7 @@ func buildApplication(
                 http1: HTTP1Channel(responder: responder, configuration: http1), source: hits, connections: connections)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        services: [pool, webhooks, batches],
+        services: [pool, webhooks, batches] + (shared.map { [$0] } ?? []),
         onServerRunning: onServerRunning,
         logger: logger
     )

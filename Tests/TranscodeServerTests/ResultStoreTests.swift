@@ -150,6 +150,32 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
 }
 
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct ResultStoreTests {
+    /// An object whose publish failed is published after its node restarts, without anyone asking for it:
+    /// the list of unpublished objects is on disk, and the node publishes them at startup.
+    @Test func aFailedPublishIsPublishedAfterARestart() async throws {
+        try await withTemporaryDirectory { directory in
+            let sharedDisk = try DiskCache(root: directory + "/shared", maxBytes: 1 << 30)
+            let gif = try corpusBytes("loop_1.gif")
+            let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
+            let cache = directory + "/node"
+            let failing = FailingPuts(CopyingDiskStore(sharedDisk), failures: 1)
+            try await withHarness(cacheDirectory: cache, sharedStore: failing) { harness in
+                let reply = try await harness.upload(gif)
+                #expect(reply.errorCode == "storage-unavailable")
+                #expect(harness.services.cache.contains(key))
+            }
+            #expect(!sharedDisk.contains(key))
+            #expect(FileManager.default.fileExists(atPath: cache + "/unpublished/\(key)"))
+            try await withHarness(cacheDirectory: cache, sharedStore: CopyingDiskStore(sharedDisk)) { harness in
+                for _ in 0..<100 where !sharedDisk.contains(key) { try await Task.sleep(for: .milliseconds(50)) }
+                #expect(sharedDisk.contains(key))
+                #expect(harness.services.transcodes.counters.storage["publish"] == 1)
+                #expect(harness.services.transcodes.counters.transcodes == 0)
+            }
+            #expect(!FileManager.default.fileExists(atPath: cache + "/unpublished/\(key)"))
+        }
+    }
+
     /// A conversion whose publish fails answers 503 and keeps the object on this disk; the next request for it
     /// publishes it, so the fleet is not left without it. (The shared store here is a second disk cache:
     /// SharedResults works with any ResultStore.)

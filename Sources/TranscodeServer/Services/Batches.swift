@@ -338,7 +338,7 @@ final class BatchRunner: Service, Sendable {
         else { return }
         let marker = "\(self.directory)/\(id)/notified"
         self.webhooks.enqueue(
-            WebhookDelivery(url: url, onEnd: { FileManager.default.createFile(atPath: marker, contents: nil) }) {
+            WebhookDelivery(url: url, onEnd: { _ = FileManager.default.createFile(atPath: marker, contents: nil) }) {
                 let data = (try? JSONEncoder().encode(status)).map { [UInt8]($0) } ?? Array("{}".utf8)
                 return ("batch.done", data)
             })

@@ -1,4 +1,5 @@
 import Foundation
+import ServiceLifecycle
 import Synchronization
 import Transcoder
 
@@ -9,7 +10,11 @@ import Transcoder
 /// Takedowns recorded by any node are tombstones in the shared store; a node asks the store on every local
 /// miss, and on a local hit at most once per `tombstoneCheckSeconds` per name. A tombstone found there is
 /// also written locally, so it is never asked again.
-final class SharedResults: Sendable {
+///
+/// An object converted here whose publish failed is recorded on disk (`<cache>/unpublished/<key>`): the next
+/// request for it publishes it first, and as a service this publishes every one of them at startup and every
+/// `republishSeconds` while any is left, so the fleet gets it even if no one asks this node again.
+final class SharedResults: Service, Sendable {
     let store: any ResultStore
     let cache: DiskCache
     /// How long a "not buried" answer of the shared store is trusted for a cache hit.
@@ -19,8 +24,10 @@ final class SharedResults: Sendable {
     let redirect: Redirect?
     private let checked = Mutex<[String: ContinuousClock.Instant]>([:])
     private let downUntil = Mutex<ContinuousClock.Instant?>(nil)
-    /// Objects converted here whose publish failed: published again when next asked for.
+    /// Objects converted here whose publish failed: published again when next asked for, and by `run`. Each
+    /// is also an empty file in `unpublishedDirectory`, so a restart knows them.
     private let unpublished = Mutex<Set<ObjectKey>>([])
+    private var unpublishedDirectory: String { self.cache.root + "/unpublished" }
     private let metrics: ServiceMetrics
 
     /// How clients are sent to the shared store.
@@ -40,6 +47,31 @@ final class SharedResults: Sendable {
         self.cache = cache
         self.tombstoneCheckSeconds = tombstoneCheckSeconds
         self.metrics = metrics
+        try? FileManager.default.createDirectory(atPath: self.unpublishedDirectory, withIntermediateDirectories: true)
+        let recorded = (try? FileManager.default.contentsOfDirectory(atPath: self.unpublishedDirectory)) ?? []
+        // Only objects still on this disk: one evicted or purged meanwhile has nothing to publish.
+        let pending = recorded.compactMap(ObjectKey.init).filter { cache.contains($0) }
+        for name in recorded where !pending.contains(where: { $0.rawValue == name }) {
+            unlink("\(self.unpublishedDirectory)/\(name)")
+        }
+        self.unpublished.withLock { $0 = Set(pending) }
+    }
+
+    /// How often objects whose publish failed are published again while any is left.
+    static var republishSeconds: Double { 30 }
+
+    /// Publishes what earlier publishes left behind (after a restart too), then again every `republishSeconds`
+    /// while any is left, until shutdown.
+    func run() async throws {
+        while !Task.isShuttingDownGracefully, !Task.isCancelled {
+            for key in self.unpublished.withLock({ $0.sorted() }) where self.cache.contains(key) {
+                guard (try? await self.publish(key)) != nil else { break }
+            }
+            // Until the next round, or shutdown if it comes first.
+            try? await cancelWhenGracefulShutdown {
+                try await Task.sleep(for: .milliseconds(Int64(Self.republishSeconds * 1000)))
+            }
+        }
     }
 
     /// Copies object `key` from the shared store into the local cache.
@@ -65,10 +97,13 @@ final class SharedResults: Sendable {
         } catch {
             // The object is complete on this disk: the next request for it publishes it (a retry must not find
             // it locally and leave the fleet without it).
-            self.unpublished.withLock { _ = $0.insert(key) }
+            if self.unpublished.withLock({ $0.insert(key).inserted }) {
+                // Best effort: without the file a restart forgets it, and the next request publishes it still.
+                _ = FileManager.default.createFile(atPath: "\(self.unpublishedDirectory)/\(key)", contents: nil)
+            }
             throw error
         }
-        self.unpublished.withLock { _ = $0.remove(key) }
+        if self.unpublished.withLock({ $0.remove(key) != nil }) { unlink("\(self.unpublishedDirectory)/\(key)") }
         self.metrics.storage("publish")
     }
 
