@@ -76,6 +76,7 @@ import Testing
             let port = harness.originPort
             let urls = [
                 "http://127.0.0.1:\(port)/corpus/loop_1.gif", "http://localhost:\(port)/corpus/loop_1.gif",
+                "http://localhost.:\(port)/corpus/loop_1.gif", "http://LOCALHOST.:\(port)/corpus/loop_1.gif",
                 "http://2130706433:\(port)/corpus/loop_1.gif", "http://0177.0.0.1:\(port)/corpus/loop_1.gif",
                 "http://127.1:\(port)/corpus/loop_1.gif", "http://0x7f.0.0.1:\(port)/corpus/loop_1.gif",
                 "http://[::1]:\(port)/corpus/loop_1.gif", "http://[::ffff:127.0.0.1]:\(port)/corpus/loop_1.gif",

@@ -40,6 +40,12 @@ import Transcoder
 
         """
 
+    /// A `src` surrounded by spaces (or tabs, newlines) is the GIF browsers show: found, its URL without them.
+    @Test func aSourceSurroundedBySpacesIsAGIF() throws {
+        let html = Array("<p><img src=\" /a/spaced.gif \" alt=a><img src=\"\n\t/b/tabbed.gif\t\"></p>".utf8)
+        #expect(HTMLGIFScanner.scan(html).elements.map(\.source) == ["/a/spaced.gif", "/b/tabbed.gif"])
+    }
+
     @Test func theScannerFindsTheGIFsAndOnlyThem() throws {
         let html = Array(Self.document.utf8)
         let scan = HTMLGIFScanner.scan(html)

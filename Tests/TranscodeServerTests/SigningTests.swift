@@ -12,6 +12,17 @@ import Transcoder
         let path = "/rs:fill:300:400:0/g:sm/aHR0cDovL2V4YW1w/bGUuY29tL2ltYWdl/cy9jdXJpb3NpdHku/anBn.png"
         #expect(signer.signature(of: path) == "oKfUtW34Dvo2BGQehJFR4Nr0_rIjOtdtzJ3QFsUcXH8")
         #expect(signer.isValid(signature: "oKfUtW34Dvo2BGQehJFR4Nr0_rIjOtdtzJ3QFsUcXH8", path: path))
+        // Other spellings of the same bytes (padding; the last character's two unused bits set) are refused:
+        // one URL, one name.
+        for other in [
+            "oKfUtW34Dvo2BGQehJFR4Nr0_rIjOtdtzJ3QFsUcXH8=", "oKfUtW34Dvo2BGQehJFR4Nr0_rIjOtdtzJ3QFsUcXH9",
+            "oKfUtW34Dvo2BGQehJFR4Nr0_rIjOtdtzJ3QFsUcXH-", "oKfUtW34Dvo2BGQehJFR4Nr0_rIjOtdtzJ3QFsUcXH_",
+        ] {
+            #expect(
+                URLSigner.decodeBase64URL(other)
+                    == URLSigner.decodeBase64URL("oKfUtW34Dvo2BGQehJFR4Nr0_rIjOtdtzJ3QFsUcXH8"))
+            #expect(!signer.isValid(signature: other, path: path), "\(other)")
+        }
     }
 
     /// Every configured pair is accepted; the first signs; a removed pair no longer works.

@@ -214,7 +214,9 @@ import Testing
     @Test func bearerTokensGuardTranscodeButNotMedia() async throws {
         try await withHarness(configure: { $0.authTokens = ["old-token", "new-token"] }) { harness in
             let url = harness.originURL("/corpus/loop_1.gif")
-            #expect(try await harness.transcode(url: url).status == 401)
+            let refused = try await harness.transcode(url: url)
+            #expect(refused.status == 401)
+            #expect(refused.headers.first(name: "WWW-Authenticate") == #"Bearer realm="transcode-server""#)
             #expect(try await harness.transcode(url: url, headers: [("Authorization", "Bearer wrong")]).status == 401)
             #expect(
                 try await harness.transcode(url: url, headers: [("Authorization", "Bearer new-token")]).status == 200)

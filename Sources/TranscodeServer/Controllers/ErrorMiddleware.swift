@@ -60,6 +60,8 @@ extension ServiceError {
         if let retryAfter = self.retryAfterSeconds {
             headers[.retryAfter] = String(retryAfter)
         }
+        // RFC 9110 §11.6.1: a 401 names the scheme it wants.
+        if self.code == .unauthorized { headers[.wwwAuthenticate] = #"Bearer realm="transcode-server""# }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let data = (try? encoder.encode(Body(error: .init(code: self.code.rawValue, message: self.message)))) ?? Data()

@@ -243,10 +243,13 @@ struct Downloader: Sendable {
                 lastModified: response.headers.first(name: "Last-Modified")))
     }
 
-    /// The URL's host without IPv6 brackets.
+    /// The URL's host without IPv6 brackets, and without the root's dot of a fully qualified name
+    /// (`localhost.` is `localhost`: the allow-list and the policy judge one name, and a name that only resolves
+    /// with the dot is not a way around them).
     static func bareHost(_ url: URL) -> String {
         var host = url.host ?? ""
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        while host.hasSuffix("."), host.count > 1 { host.removeLast() }
         return host
     }
 

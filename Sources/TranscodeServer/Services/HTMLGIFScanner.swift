@@ -202,11 +202,16 @@ enum HTMLGIFScanner {
             guard let range else { return nil }
             let attributes = Self.attributes(element)
             func value(_ name: String) -> String? { attributes.first { $0.name == name }?.value }
+            // A URL attribute as browsers read it: leading and trailing ASCII whitespace stripped ("a valid URL
+            // potentially surrounded by spaces"), so `src=" a.gif "` is the GIF it shows.
+            func url(_ name: String) -> String? {
+                value(name)?.trimmingCharacters(in: CharacterSet(charactersIn: " \t\n\r\u{0C}"))
+            }
             let source: String
             if let marker = value("data-gif") {
                 let named = marker.trimmingCharacters(in: .whitespaces)
-                source = named.isEmpty ? (value("src") ?? "") : named
-            } else if let src = value("src"), HTMLGIFScanner.isGIFPath(src) {
+                source = named.isEmpty ? (url("src") ?? "") : named
+            } else if let src = url("src"), HTMLGIFScanner.isGIFPath(src) {
                 source = src
             } else if let srcset = value("srcset"), let candidate = HTMLGIFScanner.gifCandidate(srcset: srcset) {
                 source = candidate

@@ -49,7 +49,11 @@ struct URLSigner: Sendable {
     /// Every pair is tried, each comparison constant-time (`HMAC.isValidAuthenticationCode`).
     func isValid(signature: some StringProtocol, path: String) -> Bool {
         if self.disabled { return true }
-        guard let mac = Self.decodeBase64URL(signature), mac.count == SHA256.byteCount else { return false }
+        // The one spelling only: padding, or other values of the last character's unused bits, decode to the same
+        // bytes and would give every URL several names (split CDN cache keys and a balancer's hash).
+        guard let mac = Self.decodeBase64URL(signature), mac.count == SHA256.byteCount,
+            Self.base64URL(mac) == signature
+        else { return false }
         var valid = false
         for pair in self.pairs {
             // No early exit: the time taken does not tell which pair matched.
