@@ -292,6 +292,36 @@ import Transcoder
         }
     }
 
+    /// The depth scan reads tags as the HTML tokenizer does: spellings that once hid 4,000 levels from it (a
+    /// hostile audit's) are seen, and markup that does not nest is not counted.
+    @Test(arguments: [
+        ("stray end tags", String(repeating: "<div></x>", count: 4_000), true),
+        ("title closed in capitals", "<title>t</TITLE>" + String(repeating: "<div>", count: 4_000), true),
+        ("the empty comment", "<!-->" + String(repeating: "<div>", count: 4_000), true),
+        ("the other empty comment", "<!--->" + String(repeating: "<div>", count: 4_000), true),
+        ("a comment closed by --!>", "<!-- a --!>" + String(repeating: "<div>", count: 4_000), true),
+        ("a quote inside an unquoted value", String(repeating: #"<div a=b"c>"#, count: 4_000), true),
+        ("style inside SVG", "<svg><style>" + String(repeating: "<g>", count: 4_000), true),
+        ("an HTML element written self-closing", String(repeating: "<div/>", count: 4_000), true),
+        ("self-closing SVG elements", "<svg>" + String(repeating: "<path/>", count: 4_000) + "</svg>", false),
+        ("misnested formatting", String(repeating: "<b><i>x</b></i>", count: 4_000), false),
+        ("quoted values with > and quotes", String(repeating: #"<div a="x>'y" b='"'></div>"#, count: 4_000), false),
+    ])
+    func depthScan(_ name: String, _ document: String, _ deeper: Bool) {
+        #expect(HTMLGIFScanner.nestsDeeper(Array(document.utf8), than: HTMLGIFScanner.maxDepth) == deeper, "\(name)")
+    }
+
+    /// The audit's slowest document (288 KB of stray end tags, 42 s to parse before) is refused at once.
+    @Test func strayEndTagsAreRefused() async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let document = String(repeating: "<div></x>", count: 32_000) + #"<img src="https://example.com/a.gif">"#
+            let reply = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(document.utf8))
+            #expect(reply.status == 422)
+            #expect(reply.errorCode == "too-deep")
+        }
+    }
+
     @Test func limitsAndBadRequests() async throws {
         try await withHarness(configure: {
             Self.configure(&$0)

@@ -56,9 +56,9 @@ struct RewriteController<Context: RequestContext>: Sendable {
         }
         let body = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
         let html = Array(body.readableBytesView)
-        // Parsing is CPU work: on the I/O pool, not the executor; and never of a document nested so deep that
-        // the parser's quadratic cost would hold a thread for minutes.
-        let scan = try await NIOThreadPool.singleton.runIfActive {
+        // Parsing is CPU work: on threads of its own, not the executor or the shared I/O pool; and never of a
+        // document nested so deep that the parser's quadratic cost would hold a thread for minutes.
+        let scan = try await HTMLGIFScanner.parsing.runIfActive {
             if HTMLGIFScanner.nestsDeeper(html, than: HTMLGIFScanner.maxDepth) {
                 throw ServiceError(
                     .tooDeep,

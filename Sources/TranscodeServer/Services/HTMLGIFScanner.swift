@@ -1,5 +1,7 @@
 import CGumbo
 import Foundation
+import NIOCore
+import NIOPosix
 
 /// A GIF a document shows: an `<img>` whose source is a GIF, or a `<picture>` with a GIF among its sources.
 struct GIFElement: Sendable, Equatable {
@@ -29,6 +31,15 @@ struct GIFElement: Sendable, Equatable {
 /// wrote it), `<noscript>` contents (the fallback for pages without scripts, usually twin of an element we
 /// rewrite anyway) and anything inside SVG or MathML.
 enum HTMLGIFScanner {
+    /// Where documents are parsed (`RewriteController`): threads of their own, so that a slow document holds up
+    /// other rewrites and nothing else (the shared I/O pool resolves download destinations, reads uploads and
+    /// serves files).
+    static let parsing: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: max(1, System.coreCount / 2))
+        pool.start()
+        return pool
+    }()
+
     /// The GIF elements of `html`, in document order, and the document's `<base href>` if any.
     static func scan(_ html: [UInt8]) -> (elements: [GIFElement], baseHref: String?) {
         html.withUnsafeBufferPointer { buffer -> ([GIFElement], String?) in
@@ -36,6 +47,9 @@ enum HTMLGIFScanner {
             let base = UnsafeRawPointer(start)
             return start.withMemoryRebound(to: CChar.self, capacity: buffer.count) { text in
                 var options = kGumboDefaultOptions
+                // No error records: gumbo copies the stack of open elements into each, which made a stray end
+                // tag cost as much as the nesting is deep (`<div></x>` x 32,000 took 42 s); none is read here.
+                options.max_errors = 0
                 guard let output = gumbo_parse_with_options(&options, text, buffer.count) else { return ([], nil) }
                 defer { gumbo_destroy_output(&options, output) }
                 var scanner = Walker(base: base, count: buffer.count)
@@ -49,9 +63,13 @@ enum HTMLGIFScanner {
     /// took 34 s; 1,024 deep, 3 ms); Chromium's own parser stops nesting at 512.
     static var maxDepth: Int { 1024 }
 
-    /// Whether `html` may nest deeper than `limit` elements, by a quick scan of its tags: start tags of elements
-    /// that need an end tag open a level, end tags close one; void elements, `/>`, elements that close implicitly
-    /// (`p`, `li`, `td`…), comments and the contents of `script`, `style`, `textarea` and `title` do not count. An
+    /// Whether `html` may nest deeper than `limit` elements, by one linear scan of its tags as the HTML
+    /// tokenizer reads them: start tags of elements that need an end tag open a level; an end tag closes the
+    /// levels down to the element it names, and nothing when that element is not open (a stray end tag); void
+    /// elements, `/>` of SVG and MathML elements (an HTML `<div/>` is a `<div>`), elements that close implicitly
+    /// (`p`, `li`, `td`…), comments (`<!-->` and `--!>` too) and
+    /// the contents of `script`, `style`, `textarea`, `title`… (their end tag found in any case; outside SVG and
+    /// MathML, where they are ordinary elements) do not count; quotes count only around attribute values. An
     /// upper bound of the parser's depth, except for markup it would nest on its own.
     static func nestsDeeper(_ html: [UInt8], than limit: Int) -> Bool {
         let lt = UInt8(ascii: "<"), gt = UInt8(ascii: ">"), slash = UInt8(ascii: "/"), bang = UInt8(ascii: "!")
@@ -61,19 +79,29 @@ enum HTMLGIFScanner {
             "tfoot", "rb", "rt", "rp", "colgroup", "caption",
         ]
         let raw: Set<String> = ["script", "style", "textarea", "title", "xmp", "plaintext", "noembed", "iframe"]
-        var depth = 0
+        let foreign: Set<String> = ["svg", "math"]
+        var stack: [String] = []
+        var open: [String: Int] = [:]
+        var foreignDepth = 0
         var index = 0
         let count = html.count
+        func lower(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte | 0x20 : byte }
+        /// The first `needle` (lower-case ASCII) at or after `start`, in any case.
         func find(_ needle: [UInt8], from start: Int) -> Int? {
             guard needle.count <= count else { return nil }
             var position = start
             while position + needle.count <= count {
-                if html[position] == needle[0], html[position..<(position + needle.count)].elementsEqual(needle) {
-                    return position
+                if lower(html[position]) == needle[0] {
+                    var offset = 1
+                    while offset < needle.count, lower(html[position + offset]) == needle[offset] { offset += 1 }
+                    if offset == needle.count { return position }
                 }
                 position += 1
             }
             return nil
+        }
+        func isSpace(_ byte: UInt8) -> Bool {
+            byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0C || byte == 0x0D
         }
         while index < count {
             guard html[index] == lt, index + 1 < count else {
@@ -81,49 +109,73 @@ enum HTMLGIFScanner {
                 continue
             }
             let next = html[index + 1]
-            if next == bang {  // a comment or a doctype
-                let end =
-                    html[index...].starts(with: Array("<!--".utf8))
-                    ? find(Array("-->".utf8), from: index + 4) : find([gt], from: index)
-                index = (end ?? count) + 1
+            if next == bang {
+                if html[index...].starts(with: Array("<!--".utf8)) {
+                    // `<!-->` and `<!--->` are whole (empty) comments; otherwise the first `-->` or `--!>`.
+                    let after = index + 4
+                    if after < count, html[after] == gt {
+                        index = after + 1
+                    } else if after + 1 < count, html[after] == UInt8(ascii: "-"), html[after + 1] == gt {
+                        index = after + 2
+                    } else {
+                        let close = find(Array("-->".utf8), from: after).map { $0 + 3 } ?? count
+                        let bangClose = find(Array("--!>".utf8), from: after).map { $0 + 4 } ?? count
+                        index = min(close, bangClose)
+                    }
+                } else {
+                    // A doctype, CDATA or a bogus comment: to the first `>`.
+                    index = (find([gt], from: index) ?? count) + 1
+                }
                 continue
             }
             let closing = next == slash
             var nameEnd = index + (closing ? 2 : 1)
-            while nameEnd < count,
-                (0x41...0x5A).contains(html[nameEnd]) || (0x61...0x7A).contains(html[nameEnd])
-                    || (0x30...0x39).contains(html[nameEnd]) || html[nameEnd] == UInt8(ascii: "-")
-            {
+            while nameEnd < count, !isSpace(html[nameEnd]), html[nameEnd] != gt, html[nameEnd] != slash {
                 nameEnd += 1
             }
-            let name = String(decoding: html[(index + (closing ? 2 : 1))..<nameEnd], as: UTF8.self).lowercased()
-            guard !name.isEmpty, let first = name.unicodeScalars.first, first.properties.isAlphabetic else {
+            let nameStart = index + (closing ? 2 : 1)
+            guard nameStart < nameEnd,
+                (0x41...0x5A).contains(html[nameStart]) || (0x61...0x7A).contains(html[nameStart])
+            else {
                 index += 1
                 continue
             }
-            // The end of the tag, quotes respected.
+            let name = String(decoding: html[nameStart..<nameEnd].map(lower), as: UTF8.self)
+            // The end of the tag: quotes only around attribute values (after `=`).
             var end = nameEnd
-            var quote: UInt8?
-            while end < count {
+            var afterEquals = false
+            while end < count, html[end] != gt {
                 let byte = html[end]
-                if let open = quote {
-                    if byte == open { quote = nil }
-                } else if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "'") {
-                    quote = byte
-                } else if byte == gt {
-                    break
+                if byte == UInt8(ascii: "=") {
+                    afterEquals = true
+                } else if afterEquals, byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "'") {
+                    afterEquals = false
+                    end = html[(end + 1)...].firstIndex(of: byte) ?? count
+                    if end == count { break }
+                } else if !isSpace(byte) {
+                    afterEquals = false
                 }
                 end += 1
             }
-            let selfClosing = end > nameEnd && html[end - 1] == slash
+            let selfClosing = end > nameEnd && end <= count && html[end - 1] == slash
             index = end + 1
             if closing {
-                if !flat.contains(name) { depth = max(0, depth - 1) }
-            } else if raw.contains(name) {
+                // Closes what it names, and everything opened inside it; a stray end tag closes nothing.
+                guard open[name, default: 0] > 0 else { continue }
+                while let last = stack.popLast() {
+                    open[last, default: 0] -= 1
+                    if foreign.contains(last) { foreignDepth -= 1 }
+                    if last == name { break }
+                }
+            } else if raw.contains(name), foreignDepth == 0 {
+                if name == "plaintext" { return false }  // the rest is text
                 index = find(Array("</\(name)".utf8), from: index) ?? count
-            } else if !flat.contains(name), !selfClosing {
-                depth += 1
-                if depth > limit { return true }
+            } else if !flat.contains(name), !selfClosing || (foreignDepth == 0 && !foreign.contains(name)) {
+                // `/>` closes only foreign elements: `<div/>` opens a `div` as `<div>` does.
+                stack.append(name)
+                open[name, default: 0] += 1
+                if foreign.contains(name) { foreignDepth += 1 }
+                if stack.count > limit { return true }
             }
         }
         return false
