@@ -216,7 +216,9 @@ final class WebhookReceiver: Sendable {
                 }
                 try await receiver.wait(for: 8)
                 #expect(receiver.deliveries.count == 8)
-                #expect(receiver.mostAtOnce == 2)
+                // Never more than the cap (without it, all 8 arrive at once); exactly 2 is not asserted: under
+                // the whole suite the attempts may happen not to overlap.
+                #expect((1...2).contains(receiver.mostAtOnce), "\(receiver.mostAtOnce) at once")
             }
         }
     }
