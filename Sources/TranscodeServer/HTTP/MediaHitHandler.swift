@@ -300,7 +300,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let (identity, kept) = (hit.identity, hit.kept)
         let answer = MediaAnswer(
             key: key, fileExtension: fileExtension, contentType: contentType, size: identity.size,
-            range: fields.range, ifRange: fields.ifRange, ifNoneMatch: fields.ifNoneMatch, cacheControl: cacheControl)
+            digest: MediaAnswer.digest(of: fileExtension, in: hit.metadata), range: fields.range,
+            ifRange: fields.ifRange, ifNoneMatch: fields.ifNoneMatch, cacheControl: cacheControl)
         var body: ByteBuffer?
         var file: FileRegion?
         var release: (() -> Void)?
