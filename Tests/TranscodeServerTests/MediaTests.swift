@@ -75,6 +75,10 @@ import Transcoder
             }
             let json = try await harness.request(.GET, "/media/\(key).json")
             #expect(try json.json()["mp4Bytes"] as? Int == mp4.count)
+            // One URL per file: other spellings of the path are not it.
+            for path in ["/media/\(key).mp4/", "//media/\(key).mp4", "/media//\(key).mp4"] {
+                #expect(try await harness.request(.GET, path).status == 404, "\(path)")
+            }
         }
     }
 

@@ -41,7 +41,10 @@ struct MediaController<Context: RequestContext>: Sendable {
     }
 
     private func serve(_ request: Request, context: Context, includeBody: Bool) async throws -> Response {
-        guard let file = MediaAnswer.File(name: Substring(try context.parameters.require("file"))) else {
+        let name = try context.parameters.require("file")
+        // The one spelling of a file's URL: the router also matches `//media/…` and `/media/…/` (it skips empty
+        // path segments), which would give a file several URLs (split caches, and a second name to purge).
+        guard request.uri.path == "/media/" + name, let file = MediaAnswer.File(name: Substring(name)) else {
             throw ServiceError.notFound("no such media")
         }
         return try await self.respond(
