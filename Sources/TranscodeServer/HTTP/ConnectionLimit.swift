@@ -3,8 +3,9 @@ import Synchronization
 
 /// The connections a server holds open at once (`http.maxConnections`). Each holds a descriptor, and the process
 /// has a fixed number: connections that send nothing must not take the ones the work needs (an object's files,
-/// a download, a webhook). A connection over the limit is answered `503` with `Retry-After` and closed before any
-/// handler is added; those already open are served as before.
+/// a download, a webhook). A connection over the limit is answered `503` with `Retry-After` and closed by a
+/// `Refusal` handler put first in its pipeline, before any of its bytes is read; those already open are served as
+/// before.
 final class ConnectionLimit: Sendable {
     let limit: Int
     private let open = Atomic<Int>(0)

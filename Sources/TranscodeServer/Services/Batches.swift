@@ -250,6 +250,8 @@ final class BatchRunner: Service, Sendable {
 
     private func runItem(id: String, index: Int) async {
         guard let request = self.state.withLock({ $0.batches[id]?.request }), index < request.urls.count else {
+            // Deleted since it was claimed: its place is given back.
+            self.release(id: id, index: index)
             return
         }
         let text = request.urls[index]
@@ -281,7 +283,8 @@ final class BatchRunner: Service, Sendable {
             let failure = ServiceError.from(error)
             // Not the URL's failure: shutting down (it runs again after the restart), the shared store down, the
             // queue full. The item goes back, and no item starts for a while.
-            if [.shuttingDown, .storageUnavailable, .queueFull].contains(failure.code) || Task.isCancelled {
+            if [.shuttingDown, .storageUnavailable, .queueFull, .overloaded].contains(failure.code) || Task.isCancelled
+            {
                 self.release(id: id, index: index)
                 self.state.withLock { $0.pausedUntil = ContinuousClock.now + .seconds(2) }
                 return
@@ -320,9 +323,9 @@ final class BatchRunner: Service, Sendable {
             }
         }
         let completed = self.state.withLock { state -> BatchRequest? in
+            state.running -= 1
             guard var batch = state.batches[id] else { return nil }
             batch.running.remove(result.index)
-            state.running -= 1
             let recorded = batch.finish(result.index, status: result.status)
             state.batches[id] = batch
             return recorded && batch.complete ? batch.request : nil

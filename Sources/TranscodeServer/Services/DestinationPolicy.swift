@@ -106,13 +106,26 @@ struct DestinationPolicy: Sendable {
 
     /// Resolves `host` with the system resolver (which also reads numeric spellings such as `2130706433`,
     /// `0177.0.0.1` or `127.1` the way `inet_aton` does, so they are judged by the address they mean).
-    /// Blocking: call it from a thread pool.
+    /// Blocking: call it from a thread pool. - Returns: no address when the name does not resolve.
     static func resolve(_ host: String) -> [IPAddress] {
+        (try? self.lookup(host)) ?? []
+    }
+
+    /// `resolve`, telling the process's own shortage from the name's failure.
+    /// - Throws: `overloaded` when the resolver ran out of memory or descriptors (not the name's failure: it
+    ///   must not be remembered as the origin's).
+    static func lookup(_ host: String) throws -> [IPAddress] {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, nil, &hints, &list) == 0, let first = list else { return [] }
+        let status = getaddrinfo(host, nil, &hints, &list)
+        guard status == 0, let first = list else {
+            if status == EAI_MEMORY || (status == EAI_SYSTEM && ServiceError.isShortage(errno: errno)) {
+                throw ServiceError.overloaded("cannot resolve \(host) now: out of memory or descriptors")
+            }
+            return []
+        }
         defer { freeaddrinfo(list) }
         var addresses: [IPAddress] = []
         var node: UnsafeMutablePointer<addrinfo>? = first

@@ -112,7 +112,7 @@ struct Downloader: Sendable {
         guard self.policy.allowsHost(host) else {
             throw ServiceError.destinationNotAllowed("\(host) is not on the host allow-list")
         }
-        let addresses = try await NIOThreadPool.singleton.runIfActive { DestinationPolicy.resolve(host) }
+        let addresses = try await NIOThreadPool.singleton.runIfActive { try DestinationPolicy.lookup(host) }
         guard let address = addresses.first else {
             throw ServiceError.originError("\(host) does not resolve")
         }
@@ -255,6 +255,10 @@ struct Downloader: Sendable {
 
     private static func map(_ error: any Error, url: URL) -> any Error {
         if error is ServiceError || error is CancellationError { return error }
+        // This process short of descriptors or memory (a socket it could not open): not the origin's failure.
+        if let error = error as? IOError, ServiceError.isShortage(errno: error.errnoCode) {
+            return ServiceError.from(error)
+        }
         if let error = error as? HTTPClientError {
             switch error {
             case .deadlineExceeded, .readTimeout, .connectTimeout, .getConnectionFromPoolTimeout:

@@ -64,7 +64,20 @@ final class SharedResults: Service, Sendable {
     /// while any is left, until shutdown.
     func run() async throws {
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
-            for key in self.unpublished.withLock({ $0.sorted() }) where self.cache.contains(key) {
+            for key in self.unpublished.withLock({ $0.sorted() }) {
+                // Gone from this disk, or taken down here or on another node since: nothing to publish.
+                guard let metadata = try? self.cache.metadata(key),
+                    case let tombstones = DiskCache.Tombstone.of(key, metadata: metadata),
+                    !self.cache.isBuried(anyOf: tombstones)
+                else {
+                    self.forgetUnpublished(key)
+                    continue
+                }
+                guard let buried = try? await self.isBuried(tombstones) else { break }  // the store is down
+                if buried {
+                    self.forgetUnpublished(key)
+                    continue
+                }
                 guard (try? await self.publish(key)) != nil else { break }
             }
             // Until the next round, or shutdown if it comes first.
@@ -103,8 +116,13 @@ final class SharedResults: Service, Sendable {
             }
             throw error
         }
-        if self.unpublished.withLock({ $0.remove(key) != nil }) { unlink("\(self.unpublishedDirectory)/\(key)") }
+        self.forgetUnpublished(key)
         self.metrics.storage("publish")
+    }
+
+    /// Removes `key` from the objects waiting to be published, here and on disk.
+    private func forgetUnpublished(_ key: ObjectKey) {
+        if self.unpublished.withLock({ $0.remove(key) != nil }) { unlink("\(self.unpublishedDirectory)/\(key)") }
     }
 
     /// Publishes `key` if an earlier publish of it failed. - Throws: `storage-unavailable` when it fails again.
@@ -193,35 +211,46 @@ final class SharedResults: Service, Sendable {
         objects: [ObjectKey], links: [URLKey], source: SourceHash?, takedown reason: String?,
         into report: inout DiskCache.PurgeReport
     ) async throws {
+        // What to delete, and what it was made from, read first; with a takedown the tombstones are written
+        // before anything is deleted, so a takedown cut short can be retried and still finds the GIF's digest.
         var keys = Set(objects)
         var gifHashes = Set(report.gifHashes)
+        var foundLinks: [URLKey] = []
         for urlKey in links {
             if let link = try await self.link(urlKey: urlKey) {
                 keys.insert(link.key)
                 // The bytes the link's URL was fetched as: buried even when their object is gone.
                 if let hash = link.source?.contentDigest { gifHashes.insert(hash) }
-                try await self.deleteLink(urlKey: urlKey)
-                if !report.linkKeys.contains(urlKey) {
-                    report.links += 1
-                    report.linkKeys.append(urlKey)
-                }
+                foundLinks.append(urlKey)
             }
         }
+        var stored: [ObjectKey] = []
         for key in keys.sorted() {
             guard let metadata = try await self.metadata(key) else { continue }
-            try await self.deleteObject(key)
-            if !report.objects.contains(key) { report.objects.append(key) }
+            stored.append(key)
             if let hash = metadata.sourceSha256.flatMap(ContentDigest.init(rawValue:)) { gifHashes.insert(hash) }
         }
-        guard let reason else { return }
-        var tombstones: [DiskCache.Tombstone] = source.map { [.source($0)] } ?? []
-        tombstones +=
-            keys.sorted().map { .object($0) }
-            + gifHashes.sorted().map { .gif($0) }
-        try await self.bury(tombstones, reason: reason)
-        try self.cache.bury(tombstones, reason: reason)
-        for tombstone in tombstones where !report.tombstones.contains(tombstone.fileName) {
-            report.tombstones.append(tombstone.fileName)
+        if let reason {
+            var tombstones: [DiskCache.Tombstone] = source.map { [.source($0)] } ?? []
+            tombstones +=
+                keys.sorted().map { .object($0) }
+                + gifHashes.sorted().map { .gif($0) }
+            try await self.bury(tombstones, reason: reason)
+            try self.cache.bury(tombstones, reason: reason)
+            for tombstone in tombstones where !report.tombstones.contains(tombstone.fileName) {
+                report.tombstones.append(tombstone.fileName)
+            }
+        }
+        for urlKey in foundLinks {
+            try await self.deleteLink(urlKey: urlKey)
+            if !report.linkKeys.contains(urlKey) {
+                report.links += 1
+                report.linkKeys.append(urlKey)
+            }
+        }
+        for key in stored {
+            try await self.deleteObject(key)
+            if !report.objects.contains(key) { report.objects.append(key) }
         }
     }
 

@@ -142,7 +142,10 @@ final class TranscodeService: Sendable {
             }
             // The origin failed this URL a moment ago: its answer again, without asking it (a failing origin is
             // not asked once per request).
-            if let failure = self.resolver.cachedFailure(self.jobs.failure(of: keys.urlKey.rawValue)) {
+            // In a fleet another node may have converted it since: then the job below adopts that result.
+            if let failure = self.resolver.cachedFailure(self.jobs.failure(of: keys.urlKey.rawValue)),
+                case .miss = try await self.resolver.resolveShared(url, keys: keys)
+            {
                 self.metrics.cacheMiss()
                 throw failure
             }
