@@ -304,7 +304,9 @@ import Transcoder
             let gif = try corpusBytes("cartoon_hotdog.gif")
             let first = try await harness.upload(gif, headers: self.auth)
             let key = try #require(ObjectKey(try first.json()["key"] as? String ?? ""))
-            // Rewrite the metadata as an older version wrote it: no source hash under either name.
+            // Rewrite the metadata as an older version wrote it: no source hash under either name (and no ledger
+            // of sources, which came later).
+            unlink(harness.services.cache.sourceLedgerPath)
             let path = harness.services.cache.objectPath(key, "json")
             var metadata = try #require(
                 try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
@@ -341,6 +343,27 @@ import Transcoder
             #expect(
                 try await harness.request(.GET, Self.signed(harness.originURL("/copy/cartoon_hotdog.gif"))).status
                     == 451)
+        }
+    }
+
+    /// A takedown by object key after the object is gone still buries the bytes it was made from (the ledger of
+    /// sources): the same GIF uploaded again, with other options too, answers 451.
+    @Test func objectTakedownAfterTheObjectIsGone() async throws {
+        try await withSigningHarness { harness in
+            let gif = try corpusBytes("cartoon_hotdog.gif")
+            let first = try await harness.upload(gif, headers: self.auth)
+            let key = try #require(ObjectKey(try first.json()["key"] as? String ?? ""))
+            #expect(try await harness.request(.DELETE, "/v1/objects/\(key)", headers: self.auth).status == 200)
+            #expect(!harness.services.cache.contains(key))
+            let takedown = try await harness.request(.DELETE, "/v1/objects/\(key)?takedown=true", headers: self.auth)
+            #expect(takedown.status == 200)
+            let digest = ObjectKey.derive(source: gif, options: TranscodeOptions()).source
+            #expect((try takedown.json()["tombstones"] as? [String] ?? []).contains("gif-\(digest)"))
+            #expect(try await harness.upload(gif, headers: self.auth).status == 451)
+            let other = try await harness.request(
+                .POST, "/transcode?background=%23102030", headers: [("Content-Type", "image/gif")] + self.auth,
+                body: gif)
+            #expect(other.status == 451)
         }
     }
 

@@ -113,12 +113,14 @@ extension DiskCache {
 
     /// Deletes the object `key`. With a takedown `reason` (may be empty), also buries the key and the
     /// GIF's SHA-256, so neither is served or converted again.
+    /// An object gone already (purged, evicted) still has its GIF's SHA-256 buried, from the ledger of sources
+    /// (`recordSource`).
     func purge(key: ObjectKey, takedown reason: String? = nil) throws -> PurgeReport {
         var report = PurgeReport()
-        let gifHash = self.storedMetadata(key)?.sourceSha256.flatMap(ContentDigest.init(rawValue:))
-        if self.remove(key) {
-            report.objects.append(key)
-            if let gifHash { report.gifHashes.append(gifHash) }
+        let stored = self.storedMetadata(key)?.sourceSha256.flatMap(ContentDigest.init(rawValue:))
+        if self.remove(key) { report.objects.append(key) }
+        if let gifHash = stored ?? (reason == nil ? nil : self.recordedSource(of: key)) {
+            report.gifHashes.append(gifHash)
         }
         if let reason {
             try self.bury([.object(key)] + report.gifHashes.map { .gif($0) }, reason: reason, into: &report)
@@ -155,6 +157,12 @@ extension DiskCache {
         for key in sortedKeys {
             let removed = try self.purge(key: key)
             report.objects += removed.objects
+            // Gone already: what it was made from, from the ledger, for the takedown.
+            if reason != nil, removed.gifHashes.isEmpty, let hash = self.recordedSource(of: key),
+                !report.gifHashes.contains(hash)
+            {
+                report.gifHashes.append(hash)
+            }
             for hash in removed.gifHashes where !report.gifHashes.contains(hash) { report.gifHashes.append(hash) }
         }
         try? FileManager.default.removeItem(atPath: index)
@@ -165,6 +173,32 @@ extension DiskCache {
             try self.bury(tombstones, reason: reason, into: &report)
         }
         return report
+    }
+
+    /// The ledger of what each object was made from: one line `<object key> <source SHA-256>` appended per object
+    /// stored, never rewritten, so a takedown by key can name the bytes after the object is gone. About 130 bytes
+    /// per conversion; read only by a takedown.
+    var sourceLedgerPath: String { self.sourcesDirectory + "/objects.log" }
+
+    /// Appends `key`'s line to the ledger (one `write` with `O_APPEND`: lines never interleave). Best effort: a
+    /// line lost to a full disk costs only a later takedown of a gone object its digest.
+    func recordSource(of key: ObjectKey, _ digest: ContentDigest) {
+        let line = Array("\(key.rawValue) \(digest.rawValue)\n".utf8)
+        let descriptor = open(self.sourceLedgerPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { return }
+        _ = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        close(descriptor)
+    }
+
+    /// The source digest the ledger records for `key` (its last line for it), nil when it has none.
+    func recordedSource(of key: ObjectKey) -> ContentDigest? {
+        guard let data = FileManager.default.contents(atPath: self.sourceLedgerPath) else { return nil }
+        let prefix = Array(key.rawValue.utf8) + [UInt8(ascii: " ")]
+        var found: ContentDigest?
+        for line in data.split(separator: UInt8(ascii: "\n")) where line.count == 129 && line.starts(with: prefix) {
+            found = ContentDigest(String(decoding: line.suffix(64), as: UTF8.self)) ?? found
+        }
+        return found
     }
 
     private func bury(_ tombstones: [Tombstone], reason: String, into report: inout PurgeReport) throws {

@@ -227,6 +227,9 @@ final class DiskCache: Sendable {
             }
         }
         self.indexStored(key, bytes: rendered.artifacts.reduce(0) { $0 + Int64($1.bytes) })
+        if let digest = rendered.metadata.sourceSha256.flatMap(ContentDigest.init(rawValue:)) {
+            self.recordSource(of: key, digest)
+        }
     }
 
     /// Moves object `key`'s files from `directory` (on the cache's file system, e.g. under `tmp/`) into
