@@ -88,11 +88,21 @@ public enum ObjectFiles {
 
     /// The size of the `format` file that `metadata`'s artifact list records (nil for the manifest itself).
     public static func recordedSize(of format: OutputFormat, in metadata: TranscodeMetadata) -> Int? {
-        format == self.manifest ? nil : metadata.artifacts.first { $0.format == format.name }?.bytes
+        self.recorded(format, in: metadata)?.bytes
     }
 
     /// The SHA-256 of the `format` file that `metadata`'s artifact list records (nil when it records none).
     public static func recordedSha256(of format: OutputFormat, in metadata: TranscodeMetadata) -> String? {
-        format == self.manifest ? nil : metadata.artifacts.first { $0.format == format.name }?.sha256
+        self.recorded(format, in: metadata)?.sha256
+    }
+
+    /// The entry of `metadata.artifacts` for `format`, without building the list: the checks of every request
+    /// (a media hit's ETag, the anti-tamper sizes) ask this, and the list is an array made on each call.
+    private static func recorded(_ format: OutputFormat, in metadata: TranscodeMetadata) -> ManifestEntry? {
+        switch format {
+        case self.manifest: nil
+        case self.video, self.poster: metadata.namedArtifact(format == self.video ? .video : .poster)
+        default: metadata.otherArtifacts.first { $0.format == format.name }
+        }
     }
 }

@@ -109,13 +109,23 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     /// The object's media files, as the manifest lists them: the video and the poster (from their fields), then
     /// the others.
     public var artifacts: [ManifestEntry] {
-        [
+        [self.namedArtifact(.video), self.namedArtifact(.poster)] + self.otherArtifacts
+    }
+
+    /// The files every object has, recorded in fields of their own.
+    public enum NamedArtifact: Sendable { case video, poster }
+
+    /// The entry of the video or the poster, from its fields.
+    public func namedArtifact(_ which: NamedArtifact) -> ManifestEntry {
+        switch which {
+        case .video:
             ManifestEntry(
                 role: ObjectFiles.video.name, format: ObjectFiles.video.name, bytes: self.mp4Bytes,
-                sha256: self.mp4Sha256),
+                sha256: self.mp4Sha256)
+        case .poster:
             ManifestEntry(
-                role: "poster", format: ObjectFiles.poster.name, bytes: self.posterBytes, sha256: self.posterSha256),
-        ] + self.otherArtifacts
+                role: "poster", format: ObjectFiles.poster.name, bytes: self.posterBytes, sha256: self.posterSha256)
+        }
     }
 
     public init(

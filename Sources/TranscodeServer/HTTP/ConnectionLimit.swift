@@ -20,9 +20,6 @@ final class ConnectionLimit: Sendable {
         max(16, descriptors - max(64, descriptors / 4))
     }
 
-    /// Connections open now.
-    var count: Int { self.open.load(ordering: .relaxed) }
-
     /// Counts `channel` in when there is room, until it closes. - Returns: false when it is over the limit (then
     /// it is not counted: the caller refuses it, `Refusal`).
     func admit(_ channel: any Channel) -> Bool {

@@ -65,7 +65,7 @@ extension DiskCache {
             guard fstat(descriptor, &info) == 0 else {
                 let code = errno
                 close(descriptor)
-                files[fileExtension] = ServiceError.isShortage(errno: code) ? .unavailable(code) : .foreign
+                files[fileExtension] = Self.failedOpen(code)
                 continue
             }
             guard info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
