@@ -71,6 +71,8 @@ import Transcoder
             // Paired by position: one without the other is refused.
             if key == "signing.keys" { environment["TRANSCODE_SIGNING_SALTS"] = String(repeating: "f0", count: 32) }
             if key == "signing.salts" { environment["TRANSCODE_SIGNING_KEYS"] = String(repeating: "0f", count: 32) }
+            // Callbacks need a token.
+            if key == "webhooks.secrets" { environment["TRANSCODE_AUTH_TOKENS"] = "a-bearer-token-of-some-length" }
             let changed = try await ServerConfiguration.load(filePath: path, arguments: [], environment: environment)
             #expect(changed != (s3Only.contains(key) ? s3Baseline : disk), "\(key)=\(other) changed nothing")
             checked += 1
@@ -272,6 +274,27 @@ import Transcoder
                 #expect(!error.description.contains("NSCocoaErrorDomain"), "\(error)")
             }
         }
+    }
+
+    /// A callback is a request the server makes where its client says: webhooks without tokens would let anyone
+    /// have it send requests. With a token they start.
+    @Test func callbacksNeedATokenToo() async throws {
+        let secret = "whsec_" + Data(repeating: 7, count: 24).base64EncodedString()
+        do {
+            _ = try await ServerConfiguration.load(
+                filePath: nil, arguments: [], environment: ["TRANSCODE_WEBHOOKS_SECRETS": secret])
+            Issue.record("webhook secrets without a token were accepted")
+        } catch let error as ConfigurationError {
+            #expect(
+                error.problems.count == 1
+                    && error.problems[0].hasPrefix("webhooks.secrets: callbacks need auth.tokens"), "\(error)")
+        }
+        let configuration = try await ServerConfiguration.load(
+            filePath: nil, arguments: [],
+            environment: [
+                "TRANSCODE_WEBHOOKS_SECRETS": secret, "TRANSCODE_AUTH_TOKENS": "a-bearer-token-of-some-length",
+            ])
+        #expect(configuration.webhooks.secrets == [secret])
     }
 
     @Test func versionPrintsAndExits() throws {

@@ -175,6 +175,13 @@ extension ServerConfiguration {
         self.shutdownGraceSeconds = reader.double(forKey: "shutdown.graceSeconds", default: self.shutdownGraceSeconds)
         root.check("shutdown.graceSeconds", self.shutdownGraceSeconds >= 0, "0 or more")
         self.webhooks = WebhookConfiguration(root.section("webhooks"))
+        // A callback is a request the server makes to an address its client names: only for clients that
+        // authenticated (the SSRF policy and the delivery cap bound the rest).
+        if !self.webhooks.secrets.isEmpty, self.authTokens.isEmpty {
+            root.refuse(
+                "webhooks.secrets",
+                "callbacks need auth.tokens: without a token anyone who reaches the server could have it send requests")
+        }
         self.batchMaxURLs = reader.int(forKey: "batch.maxUrls", default: self.batchMaxURLs)
         root.check("batch.maxUrls", self.batchMaxURLs > 0, "positive")
         self.batchRetentionSeconds = reader.double(
