@@ -159,6 +159,32 @@ import Testing
         }
     }
 
+    /// A head over the bound, on a live server: a hit first, then a request line (or a field) too long gets its
+    /// JSON error, never cached, and the connection closes; the server goes on serving. Past 80 KB the decoder
+    /// alone would have answered a bare 400.
+    @Test func aHeadTooLongGetsItsErrorInJSON() async throws {
+        try await MediaHitHandlerTests.withWarmObject { harness, key in
+            let hit = "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\n\r\n"
+            let long = String(repeating: "a", count: 90 * 1024)
+            for (request, status, code) in [
+                ("GET /v1/\(long).mp4 HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri-too-long"),
+                ("GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\nCookie: \(long)\r\n\r\n", 431, "header-too-large"),
+            ] {
+                let (answers, closed) = try await MediaHitHandlerTests.exchange(
+                    port: harness.appPort, hit + request, bodiless: [false, false], awaitingClose: true)
+                #expect(answers.map(\.status) == [200, status])
+                #expect(answers.last?.header("X-Error-Code") == code)
+                #expect(answers.last?.header("Cache-Control") == "no-store")
+                #expect(answers.last?.header("Content-Type") == "application/json; charset=utf-8")
+                #expect(closed)
+            }
+            let (after, _) = try await MediaHitHandlerTests.exchange(
+                port: harness.appPort, "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                bodiless: [false], awaitingClose: true)
+            #expect(after.map(\.status) == [200])
+        }
+    }
+
     /// After a chunked body (not framed here) the rest of the connection goes through the codec: a request
     /// in the chunks is a body, and the hit after it is answered, behind the codec.
     @Test func afterAChunkedBodyTheCodecFrames() async throws {

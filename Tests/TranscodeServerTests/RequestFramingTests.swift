@@ -18,6 +18,10 @@ import Testing
                 case .body(let bytes): parts.append("B:" + String(buffer: bytes))
                 case .passOn(let bytes): parts.append("P:" + String(buffer: bytes))
                 case .head: parts.append("H:" + String(buffer: framing.passHead()))
+                case .tooLong(let requestLine):
+                    // The front answers it and closes.
+                    parts.append(requestLine ? "T:line" : "T:head")
+                    framing.close()
                 }
             }
         }
@@ -98,13 +102,36 @@ import Testing
         "POST /transcode HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
         "GET / HTTP/1.1\nHost: x\n\n",
         "GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
-        "GET / HTTP/1.1\r\nX-Long: " + String(repeating: "v", count: RequestFraming.maxHeadBytes) + "\r\n\r\n",
     ])
     func whatCannotBeFramedGoesToTheDecoder(text: String) {
         var framing = RequestFraming()
         let parts = Self.passEverything([Self.get + text, Self.get], framing: &framing)
         #expect(parts == ["H:" + Self.get, "P:" + text])
         #expect(framing.mode == .passing)
+    }
+
+    /// A head longer than `maxHeadBytes` is too long, told by whether its request line ended, in one read or
+    /// many; a head just under the bound is framed; nothing after a head too long is read.
+    @Test func aHeadOverTheBoundIsTooLong() {
+        let longField =
+            "GET / HTTP/1.1\r\nX-Long: " + String(repeating: "v", count: RequestFraming.maxHeadBytes) + "\r\n\r\n"
+        let longLine = "GET /" + String(repeating: "a", count: RequestFraming.maxHeadBytes) + " HTTP/1.1\r\n\r\n"
+        for (text, expected) in [(longField, "T:head"), (longLine, "T:line")] {
+            var whole = RequestFraming()
+            #expect(Self.passEverything([Self.get + text + Self.get], framing: &whole) == ["H:" + Self.get, expected])
+            #expect(whole.mode == .closed)
+            // 1 KB reads: held until the bound, then too long.
+            var cut = RequestFraming()
+            let bytes = Array(text.utf8)
+            let reads = stride(from: 0, to: bytes.count, by: 1024).map {
+                String(decoding: bytes[$0..<min(bytes.count, $0 + 1024)], as: UTF8.self)
+            }
+            #expect(Self.passEverything(reads, framing: &cut) == [expected])
+        }
+        let fits =
+            "GET / HTTP/1.1\r\nX-Long: " + String(repeating: "v", count: RequestFraming.maxHeadBytes - 30) + "\r\n\r\n"
+        var framing = RequestFraming()
+        #expect(Self.passEverything([fits + Self.get], framing: &framing) == ["H:" + fits, "H:" + Self.get])
     }
 
     /// A request that ends the connection: what follows it is the decoder's to refuse.

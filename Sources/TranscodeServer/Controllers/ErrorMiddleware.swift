@@ -62,9 +62,31 @@ extension ServiceError {
         }
         // RFC 9110 §11.6.1: a 401 names the scheme it wants.
         if self.code == .unauthorized { headers[.wwwAuthenticate] = #"Bearer realm="transcode-server""# }
+        return Response(
+            status: self.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: self.jsonBody)))
+    }
+
+    /// `{"error": {"code": ..., "message": ...}}`.
+    var jsonBody: String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let data = (try? encoder.encode(Body(error: .init(code: self.code.rawValue, message: self.message)))) ?? Data()
-        return Response(status: self.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// The JSON error response as bytes, closing the connection: for answers written before NIO's HTTP codec,
+    /// to requests it never sees (a connection over the limit, a head too long).
+    var closingAnswer: ByteBuffer {
+        let body = self.jsonBody
+        var head = ResponseHeadBytes(self.status, into: ByteBuffer())
+        head.add(.contentType, "application/json; charset=utf-8")
+        head.add(.cacheControl, "no-store")
+        if let retryAfter = self.retryAfterSeconds { head.add(.retryAfter, String(retryAfter)) }
+        head.add(Self.errorCodeField, self.code.rawValue)
+        head.add(.connection, "close")
+        head.add(.contentLength, String(body.utf8.count))
+        var bytes = head.end()
+        bytes.writeString(body)
+        return bytes
     }
 }

@@ -33,13 +33,7 @@ final class ConnectionLimit: Sendable {
     }
 
     /// What a connection over the limit is told, whatever it sent (nothing has been read).
-    static let refusal =
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
-        + "Cache-Control: no-store\r\n"
-        + "Retry-After: 2\r\nX-Error-Code: overloaded\r\nConnection: close\r\nContent-Length: \(refusalBody.utf8.count)"
-        + "\r\n\r\n" + refusalBody
-    private static let refusalBody =
-        #"{"error":{"code":"overloaded","message":"too many connections are open; try again shortly"}}"#
+    static let refusal = ServiceError.overloaded("too many connections are open; try again shortly").closingAnswer
 
     /// The first handler of a connection over the limit: once the connection is active it writes `refusal`
     /// straight to the socket and closes; what the client sends is dropped unread. (Failing the channel's
@@ -64,7 +58,7 @@ final class ConnectionLimit: Sendable {
             guard !self.refused else { return }
             self.refused = true
             let channel = context.channel
-            context.writeAndFlush(Self.wrapOutboundOut(ByteBuffer(string: ConnectionLimit.refusal))).whenComplete {
+            context.writeAndFlush(Self.wrapOutboundOut(ConnectionLimit.refusal)).whenComplete {
                 _ in channel.close(promise: nil)
             }
         }

@@ -10,9 +10,11 @@ import NIOCore
 /// (up to the first empty line) and then exactly `Content-Length` bytes of body. What it cannot frame for
 /// certain it does not try to: a head that is not plain CRLF-ended lines of visible ASCII (a bare CR or LF,
 /// obs-fold, a control or non-ASCII byte), `Transfer-Encoding`, `Upgrade`, `CONNECT`, several or a malformed
-/// `Content-Length`, a head longer than `maxHeadBytes`. Then it passes everything from there on, as read, to
-/// the decoder, whose rules and limits apply as before, for the rest of the connection (hits are then
-/// answered after the codec by `MediaHitHandler`, as before this handler).
+/// `Content-Length`. Then it passes everything from there on, as read, to the decoder, whose rules and limits
+/// apply as before, for the rest of the connection (hits are then answered after the codec by
+/// `MediaHitHandler`, as before this handler). A head longer than `RequestFraming.maxHeadBytes` is answered
+/// here, 414 `uri-too-long` or 431 `header-too-large` in JSON, and the connection closed (the decoder's own
+/// answer, past 80 KB, is a bare 400).
 ///
 /// A request is answered here only when it is a `GET` or `HEAD` of HTTP/1.1 without a body, or a
 /// `POST /transcode` of HTTP/1.1 whose JSON body came whole with its head; every head passed on came out of
@@ -49,6 +51,14 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
     /// Graceful shutdown came while answers were being sent: passed on once they have gone.
     private var quiesceHeld = false
 
+    /// The answers to a head longer than `RequestFraming.maxHeadBytes`.
+    static let uriTooLong = ServiceError(
+        .uriTooLong, "the request line is longer than \(RequestFraming.maxHeadBytes / 1024) KB"
+    ).closingAnswer
+    static let headerTooLarge = ServiceError(
+        .headerTooLarge, "the request head is longer than \(RequestFraming.maxHeadBytes / 1024) KB"
+    ).closingAnswer
+
     init(hits: MediaHitHandler, timeouts: ConnectionTimeoutHandler) {
         self.hits = hits
         self.timeouts = timeouts
@@ -70,6 +80,25 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
             case .body(let bytes), .passOn(let bytes):
                 self.passedOn = true
                 context.fireChannelRead(self.wrapInboundOut(bytes))
+            case .tooLong(let requestLine):
+                guard self.mayAnswer(context: context) else {
+                    // Behind answers still to come: the decoder's error, in order.
+                    guard case .passOn(let rest) = self.framing.passRest() else { return }
+                    self.passedOn = true
+                    context.fireChannelRead(self.wrapInboundOut(rest))
+                    return
+                }
+                self.framing.close()
+                let answer = requestLine ? Self.uriTooLong : Self.headerTooLarge
+                let channel = context.channel
+                // The rest of the head is still coming: closing with it unread would reset the connection, and the
+                // client could lose the answer. Its output ends after the answer; what it sends is read and dropped
+                // (`framing` is closed) until it closes, for a second at most.
+                context.writeAndFlush(self.wrapOutboundOut(.byteBuffer(answer))).whenComplete { _ in
+                    channel.close(mode: .output, promise: nil)
+                    channel.eventLoop.scheduleTask(in: .seconds(1)) { channel.close(promise: nil) }
+                }
+                return
             case .head(let head, _, let bodyLength):
                 if head.mayBeAnswered, self.answer(head, context: context) {
                     self.framing.answered()

@@ -7,11 +7,13 @@ import NIOCore
 ///
 /// It frames plain HTTP/1.1 only: a head of CRLF-ended lines of visible ASCII (`RawRequestHead`) and then
 /// exactly `Content-Length` bytes of body. Anything it cannot frame for certain (a bare CR or LF, a control or
-/// non-ASCII byte, `Transfer-Encoding`, `Upgrade`, `CONNECT`, a malformed or repeated `Content-Length`, a head
-/// longer than `maxHeadBytes`) ends framing: from there on every byte goes to the decoder as read.
+/// non-ASCII byte, `Transfer-Encoding`, `Upgrade`, `CONNECT`, a malformed or repeated `Content-Length`) ends
+/// framing: from there on every byte goes to the decoder as read. A head longer than `maxHeadBytes` is
+/// `tooLong`: the front answers it (414 or 431) when it may, else it goes to the decoder too.
 struct RequestFraming {
-    /// The longest head read here; a longer one goes to the decoder (whose limit is 80 KB).
-    static let maxHeadBytes = 16 * 1024
+    /// The longest head taken (under the decoder's own limit, 80 KB, which answers a bare 400). The longest
+    /// source URL is 8 KB, so a signed `/v1` path about 11 KB; the rest is for the fields (cookies).
+    static let maxHeadBytes = 64 * 1024
 
     enum Mode: Equatable {
         /// Requests are framed here.
@@ -31,6 +33,9 @@ struct RequestFraming {
         case head(RawRequestHead, length: Int, bodyLength: Int)
         /// Framing ended: these bytes, and every later read, go to the decoder as they are.
         case passOn(ByteBuffer)
+        /// The head at the start of what is left is longer than `maxHeadBytes`: its request line alone
+        /// (`requestLine`) or with its fields. Answer it and `close()`, or `passRest()`.
+        case tooLong(requestLine: Bool)
         /// Nothing more in this read (the start of a head may be held for the next one).
         case done
     }
@@ -80,7 +85,10 @@ struct RequestFraming {
             self.partial = (ByteBuffer(buffer: self.input), self.input.readableBytes)
             self.input = ByteBuffer()
             return .done
-        case .notYet, .unreadable:
+        case .notYet:
+            let lineEnded = self.input.readableBytesView.prefix(Self.maxHeadBytes).contains(0x0A)
+            return .tooLong(requestLine: !lineEnded)
+        case .unreadable:
             // The decoder's error comes at once, not at the head deadline.
             return self.passRest()
         }

@@ -18,6 +18,8 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
     case originNotFound = "origin-not-found"
     case methodNotAllowed = "method-not-allowed"
     case requestTimeout = "request-timeout"
+    case uriTooLong = "uri-too-long"
+    case headerTooLarge = "header-too-large"
     case tooLarge = "too-large"
     case tooManyURLs = "too-many-urls"
     case unsupportedMediaType = "unsupported-media-type"
@@ -61,6 +63,8 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .methodNotAllowed: .methodNotAllowed
         case .requestTimeout: .requestTimeout
         case .tooLarge, .tooManyURLs: .contentTooLarge
+        case .uriTooLong: .uriTooLong
+        case .headerTooLarge: .requestHeaderFieldsTooLarge
         case .unsupportedMediaType: .unsupportedMediaType
         case .unsupportedFormat, .notAnimated, .corrupt, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels, .tooDeep,
             .tooManyGIFs:
@@ -103,6 +107,8 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .methodNotAllowed: "the route does not take this method"
         case .requestTimeout: "the upload did not arrive within `http.bodyTimeoutSeconds`"
         case .tooLarge: "the body, download or input is over its size limit"
+        case .uriTooLong: "the request line is longer than 64 KB (the connection is closed)"
+        case .headerTooLarge: "the request head is longer than 64 KB (the connection is closed)"
         case .tooManyURLs: "a batch with more URLs than `batch.maxUrls`"
         case .unsupportedMediaType: "the Content-Type is not one the route takes"
         case .unsupportedFormat: "the data is not a GIF, APNG or animated WebP (told by its signature)"
