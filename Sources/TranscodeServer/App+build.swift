@@ -169,7 +169,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     ).addRoutes(to: router, authenticator: authenticator)
     RewriteController<AppRequestContext>(
         service: services.transcodes, links: links, maxBodyBytes: configuration.rewrite.maxBodyBytes,
-        maxGIFs: configuration.rewrite.maxGIFs
+        maxGIFs: configuration.rewrite.maxGIFs, parseTimeoutSeconds: configuration.rewrite.parseTimeoutSeconds
     ).addRoutes(to: router, authenticator: authenticator)
     PurgeController<AppRequestContext>(service: services.transcodes).addRoutes(
         to: router, authenticator: authenticator)

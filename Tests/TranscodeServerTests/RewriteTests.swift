@@ -76,6 +76,9 @@ import Transcoder
     static func configure(_ configuration: inout ServerConfiguration) {
         configuration.signing.keys = [Self.key]
         configuration.signing.salts = [Self.salt]
+        // A debug build's gumbo (-O0) among the whole suite's load: the tests of the depth bound parse documents of
+        // megabytes, which the default deadline is not for (`aParsePastItsDeadlineIsTooComplex` tests it).
+        configuration.rewrite.parseTimeoutSeconds = 120
     }
 
     /// Lazy: every GIF becomes a video at once; every byte outside the GIF tags is the input's.
@@ -289,6 +292,32 @@ import Transcoder
                 #expect(reply.errorCode == "too-deep")
             }
             #expect(try await harness.request(.GET, "/healthz").status == 200)
+        }
+    }
+
+    /// A parse past `rewrite.parseTimeoutSeconds` is answered 422 `too-complex` at its deadline, not when it ends;
+    /// the server goes on serving, and a document that parses in time is rewritten.
+    @Test func aParsePastItsDeadlineIsTooComplex() async throws {
+        try await withHarness(configure: {
+            Self.configure(&$0)
+            $0.rewrite.parseTimeoutSeconds = 0.001
+        }) { harness in
+            // About 4 MB, nothing deep: tens of milliseconds of parsing at least.
+            let document =
+                String(repeating: "<p class=x>text <a href=/a>link</a></p>\n", count: 100_000)
+                + #"<img src="https://example.com/late.gif">"#
+            let reply = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(document.utf8))
+            #expect(reply.status == 422)
+            #expect(reply.errorCode == "too-complex")
+            #expect(try await harness.request(.GET, "/healthz").status == 200)
+        }
+        try await withHarness(configure: Self.configure) { harness in
+            let document = #"<p>a GIF: <img src="https://example.com/in-time.gif"></p>"#
+            let reply = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(document.utf8))
+            #expect(reply.status == 200)
+            #expect(reply.headers.first(name: "X-GIFs-Rewritten") == "1")
         }
     }
 

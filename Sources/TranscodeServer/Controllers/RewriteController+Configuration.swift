@@ -6,6 +6,8 @@ struct RewriteConfiguration: Sendable, Equatable {
     var maxBodyBytes = 5_000_000
     /// Most GIFs one document may have; beyond, 422 `too-many-gifs`. `rewrite.maxGifs`, default 500.
     var maxGIFs = 500
+    /// Longest a document's parse may take; beyond, 422 `too-complex`. `rewrite.parseTimeoutSeconds`, default 5.
+    var parseTimeoutSeconds = 5.0
 }
 
 extension RewriteConfiguration {
@@ -16,5 +18,8 @@ extension RewriteConfiguration {
         section.check("maxBodyBytes", self.maxBodyBytes > 0, "positive")
         self.maxGIFs = section.reader.int(forKey: "maxGifs", default: self.maxGIFs)
         section.check("maxGifs", self.maxGIFs > 0, "positive")
+        self.parseTimeoutSeconds = section.reader.double(
+            forKey: "parseTimeoutSeconds", default: self.parseTimeoutSeconds)
+        section.check("parseTimeoutSeconds", self.parseTimeoutSeconds > 0, "positive")
     }
 }

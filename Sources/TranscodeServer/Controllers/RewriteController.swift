@@ -19,6 +19,8 @@ struct RewriteController<Context: RequestContext>: Sendable {
     let maxBodyBytes: Int
     /// Most GIFs in one document (`rewrite.maxGifs`); beyond, 422 `too-many-gifs` before any work.
     let maxGIFs: Int
+    /// Longest a parse may take (`rewrite.parseTimeoutSeconds`); beyond, 422 `too-complex`.
+    let parseTimeoutSeconds: Double
     /// Conversions run at once for one `eager` document.
     static var eagerConcurrency: Int { 4 }
 
@@ -56,9 +58,10 @@ struct RewriteController<Context: RequestContext>: Sendable {
         }
         let body = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
         let html = Array(body.readableBytesView)
-        // Parsing is CPU work: on threads of its own, not the executor or the shared I/O pool; and never of a
-        // document nested so deep that the parser's quadratic cost would hold a thread for minutes.
-        let scan = try await HTMLGIFScanner.parsing.runIfActive {
+        // Parsing is CPU work: on threads of its own, not the executor or the shared I/O pool; never of a
+        // document nested so deep that the parser's quadratic cost would hold a thread for minutes; and not
+        // waited for beyond its deadline.
+        let scan = try await HTMLGIFScanner.parse(within: self.parseTimeoutSeconds) {
             if HTMLGIFScanner.nestsDeeper(html, than: HTMLGIFScanner.maxDepth) {
                 throw ServiceError(
                     .tooDeep,

@@ -30,6 +30,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
     case dimensionsTooLarge = "dimensions-too-large"
     case tooManyPixels = "too-many-pixels"
     case tooDeep = "too-deep"
+    case tooComplex = "too-complex"
     case tooManyGIFs = "too-many-gifs"
     case queueFull = "queue-full"
     case takenDown = "taken-down"
@@ -62,12 +63,12 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .notFound, .originNotFound: .notFound
         case .methodNotAllowed: .methodNotAllowed
         case .requestTimeout: .requestTimeout
-        case .tooLarge, .tooManyURLs: .contentTooLarge
         case .uriTooLong: .uriTooLong
         case .headerTooLarge: .requestHeaderFieldsTooLarge
+        case .tooLarge, .tooManyURLs: .contentTooLarge
         case .unsupportedMediaType: .unsupportedMediaType
         case .unsupportedFormat, .notAnimated, .corrupt, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels, .tooDeep,
-            .tooManyGIFs:
+            .tooComplex, .tooManyGIFs:
             .unprocessableContent
         case .queueFull: .tooManyRequests
         case .takenDown: .unavailableForLegalReasons
@@ -106,9 +107,9 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .originNotFound: "the origin answered 404 or 410"
         case .methodNotAllowed: "the route does not take this method"
         case .requestTimeout: "the upload did not arrive within `http.bodyTimeoutSeconds`"
-        case .tooLarge: "the body, download or input is over its size limit"
         case .uriTooLong: "the request line is longer than 64 KB (the connection is closed)"
         case .headerTooLarge: "the request head is longer than 64 KB (the connection is closed)"
+        case .tooLarge: "the body, download or input is over its size limit"
         case .tooManyURLs: "a batch with more URLs than `batch.maxUrls`"
         case .unsupportedMediaType: "the Content-Type is not one the route takes"
         case .unsupportedFormat: "the data is not a GIF, APNG or animated WebP (told by its signature)"
@@ -118,6 +119,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .dimensionsTooLarge: "the canvas or a frame is larger than `limits.maxWidth` x `limits.maxHeight`"
         case .tooManyPixels: "decoding would produce more than `limits.maxTotalPixels` pixels"
         case .tooDeep: "a rewrite's HTML nests deeper than the parser allows"
+        case .tooComplex: "a rewrite's HTML took longer than `rewrite.parseTimeoutSeconds` to parse"
         case .tooManyGIFs: "a rewrite's HTML has more GIFs than `rewrite.maxGifs`"
         case .queueFull: "every transcode worker is busy and the queue is full"
         case .takenDown: "the URL, object or GIF was taken down"

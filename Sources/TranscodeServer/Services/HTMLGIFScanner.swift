@@ -2,6 +2,7 @@ import CGumbo
 import Foundation
 import NIOCore
 import NIOPosix
+import Synchronization
 
 /// A GIF a document shows: an `<img>` whose source is a GIF, or a `<picture>` with a GIF among its sources.
 struct GIFElement: Sendable, Equatable {
@@ -39,6 +40,34 @@ enum HTMLGIFScanner {
         pool.start()
         return pool
     }()
+
+    /// Runs `work` on `parsing` and answers with its result, or with 422 `too-complex` once it has run for
+    /// `seconds` (counted from when a thread takes it: a document waiting behind others is not charged for
+    /// them). The thread goes on until the parse ends (which the depth bound keeps finite); the request does
+    /// not wait for it.
+    static func parse<Result: Sendable>(
+        within seconds: Double, _ work: @escaping @Sendable () throws -> Result
+    ) async throws -> Result {
+        let loop = MultiThreadedEventLoopGroup.singleton.any()
+        return try await withCheckedThrowingContinuation { continuation in
+            // Whichever comes first answers; the other finds it done.
+            let answered = Atomic<Bool>(false)
+            let answer: @Sendable (Swift.Result<Result, any Error>) -> Void = { result in
+                if answered.exchange(true, ordering: .acquiringAndReleasing) == false {
+                    continuation.resume(with: result)
+                }
+            }
+            let tooComplex = ServiceError(
+                .tooComplex, "the document took more than \(seconds) s to parse (rewrite.parseTimeoutSeconds)")
+            Self.parsing.runIfActive(eventLoop: loop) {
+                let deadline = loop.scheduleTask(in: .nanoseconds(Int64(seconds * 1_000_000_000))) {
+                    answer(.failure(tooComplex))
+                }
+                defer { deadline.cancel() }
+                return try work()
+            }.whenComplete { result in answer(result) }
+        }
+    }
 
     /// The GIF elements of `html`, in document order, and the document's `<base href>` if any.
     static func scan(_ html: [UInt8]) -> (elements: [GIFElement], baseHref: String?) {
