@@ -165,9 +165,10 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
 
     /// The options that change the output bytes, as a stable string: part of a cache key, so that the
     /// same GIF converted with other options is stored apart. Limits do not change the output; the thread
-    /// count does (x264 is deterministic only for a fixed count), so it is part of the fingerprint.
+    /// count does (x264 is deterministic only for a fixed count), so it is part of the fingerprint. v3: neither
+    /// the video nor the poster depends on the CPU any more (`H264Encoder.cpuIndependent`, the poster's DCT).
     public var outputFingerprint: String {
-        "v2;bg=\(self.background);crf=\(self.crf);preset=\(self.preset);threads=\(self.threads);"
+        "v3;bg=\(self.background);crf=\(self.crf);preset=\(self.preset);threads=\(self.threads);"
             + "box=\(self.maxOutputWidth)x\(self.maxOutputHeight);"
             + "guard=\(self.maxSizeRatio)/\(self.maxExtraAttempts)/\(self.minSSIM)"
     }

@@ -9,9 +9,18 @@ import Foundation
 /// returning (`PictureHandoff`). Memory stays bounded whatever the frame count: a few canvases plus x264's lookahead.
 public struct Transcoder: Sendable {
     public var options: TranscodeOptions
+    /// Let x264 use the CPU's SIMD instructions (FFmpeg's are process-wide: `av_force_cpu_flags`). Off, only
+    /// to check that the bytes do not depend on the CPU (`convert --without-simd`): the output is the same.
+    public var x264UsesSIMD = true
 
     public init(options: TranscodeOptions = TranscodeOptions()) {
         self.options = options
+    }
+
+    /// FFmpeg (decoders, libswscale, the poster's encoder) uses no SIMD instruction in this process from now on:
+    /// `av_force_cpu_flags(0)`. With `x264UsesSIMD` off, a conversion runs as on a CPU without any.
+    public static func stopFFmpegSIMD() {
+        av_force_cpu_flags(0)
     }
 
     /// Converts `gif` into `directory/name.mp4`, `directory/name.jpg` and `directory/name.json` (the
@@ -161,7 +170,7 @@ public struct Transcoder: Sendable {
         var options = self.options
         options.crf = crf
         let encoder = try H264Encoder(
-            width: output.width, height: output.height, options: options,
+            width: output.width, height: output.height, options: options, simd: self.x264UsesSIMD,
             averageFrameRate: av_reduce_rational(frameRate), globalHeader: true)
         let muxer = try MP4Muxer(path: mp4Path, encoder: encoder)
         let check = measure ? try EncodeSSIM(encoder: encoder) : nil

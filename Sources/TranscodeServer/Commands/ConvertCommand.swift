@@ -54,6 +54,13 @@ struct ConvertCommand: ParsableCommand {
         help: "Print NAME SECONDS per converted file: the time spent converting, without process start-up.")
     var printSeconds = false
 
+    @Flag(
+        name: .customLong("without-simd"),
+        help: """
+            Convert without the CPU's SIMD instructions (FFmpeg's and x264's), as a CPU without them would:             to check that the bytes do not depend on the CPU. They do not; it is slower.
+            """)
+    var withoutSIMD = false
+
     /// The options the flags describe; `validate()` and `run()` share it.
     private var options: TranscodeOptions {
         var options = TranscodeOptions()
@@ -97,7 +104,11 @@ struct ConvertCommand: ParsableCommand {
             EncoderHeap.enable()
         #endif
         let options = self.options
-        let transcoder = Transcoder(options: options)
+        var transcoder = Transcoder(options: options)
+        if self.withoutSIMD {
+            Transcoder.stopFFmpegSIMD()
+            transcoder.x264UsesSIMD = false
+        }
         do {
             try FileManager.default.createDirectory(atPath: self.out, withIntermediateDirectories: true)
         } catch {

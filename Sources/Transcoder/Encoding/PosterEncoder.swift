@@ -25,6 +25,9 @@ enum PosterEncoder {
             context.pointee.flags |= Int32(AV_CODEC_FLAG_QSCALE)
             context.pointee.global_quality = lambda
             context.pointee.thread_count = 1
+            // The integer DCT in C: "auto" takes the CPU's SIMD one, whose last bits differ from it (a CPU without
+            // SSE2, an ARM node), so the same GIF would get two posters in a mixed fleet.
+            context.pointee.dct_algo = FF_DCT_INT
         }
         try codec.open(options: [])
         let frame = try VideoFrame(width: outputWidth, height: outputHeight, format: AV_PIX_FMT_YUVJ420P)
