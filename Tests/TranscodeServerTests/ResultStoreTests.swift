@@ -51,9 +51,15 @@ enum ResultStoreContract {
         try await store.bury([tombstone], reason: "test")
         #expect(try await store.isBuried([.object(key), tombstone]))
 
+        // What the object was made from outlives it.
+        let digest = try #require(metadata.sourceSha256.flatMap(ContentDigest.init(rawValue:)))
+        try await store.recordSource(of: key, digest)
         #expect(try await store.deleteObject(key))
         #expect(try await store.metadata(key) == nil)
         #expect(try await store.deleteObject(key) == false)
+        #expect(try await store.recordedSource(of: key) == digest)
+        let unknown = ObjectKey.derive(source: [1, 2, 3], options: TranscodeOptions()).key
+        #expect(try await store.recordedSource(of: unknown) == nil)
 
         // A newer node's object: its manifest lists a file of a format this build does not know and a second
         // file of a known one. This store keeps the files it can name (the video, the poster) and the whole
@@ -111,6 +117,41 @@ final class CopyingDiskStore: ResultStore, @unchecked Sendable {
     func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
         try self.disk.bury(tombstones, reason: reason)
     }
+    func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
+        self.disk.recordSource(of: key, digest)
+    }
+    func recordedSource(of key: ObjectKey) async throws -> ContentDigest? { self.disk.recordedSource(of: key) }
+}
+
+/// A store whose ledger of sources is a table of its own; everything else is `inner`'s.
+final class OwnLedger: ResultStore, @unchecked Sendable {
+    let inner: any ResultStore
+    private let lock = NSLock()
+    private var ledger: [ObjectKey: ContentDigest] = [:]
+
+    init(_ inner: any ResultStore) { self.inner = inner }
+
+    func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
+        self.lock.withLock { self.ledger[key] = digest }
+    }
+    func recordedSource(of key: ObjectKey) async throws -> ContentDigest? { self.lock.withLock { self.ledger[key] } }
+    func putObject(_ key: ObjectKey, from directory: String) async throws {
+        try await self.inner.putObject(key, from: directory)
+    }
+    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { try await self.inner.metadata(key) }
+    func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
+        try await self.inner.getObject(key, into: directory)
+    }
+    func deleteObject(_ key: ObjectKey) async throws -> Bool { try await self.inner.deleteObject(key) }
+    func link(urlKey: URLKey) async throws -> ResultLink? { try await self.inner.link(urlKey: urlKey) }
+    func putLink(urlKey: URLKey, _ link: ResultLink) async throws { try await self.inner.putLink(urlKey: urlKey, link) }
+    func deleteLink(urlKey: URLKey) async throws { try await self.inner.deleteLink(urlKey: urlKey) }
+    func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
+        try await self.inner.isBuried(tombstones)
+    }
+    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
+        try await self.inner.bury(tombstones, reason: reason)
+    }
 }
 
 /// A shared store whose object writes fail the first `failures` times, as an S3 store answering 500 would.
@@ -147,9 +188,47 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
     func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
         try await self.inner.bury(tombstones, reason: reason)
     }
+    func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
+        try await self.inner.recordSource(of: key, digest)
+    }
+    func recordedSource(of key: ObjectKey) async throws -> ContentDigest? {
+        try await self.inner.recordedSource(of: key)
+    }
 }
 
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct ResultStoreTests {
+    /// A takedown by key on another node, after the object was purged from the fleet: the shared store's ledger
+    /// names the GIF, so its bytes are refused there with any options (each node's own ledger knows only what it
+    /// converted).
+    @Test func aKeyTakedownOnAnotherNodeFindsTheGIFInTheSharedLedger() async throws {
+        try await withTemporaryDirectory { directory in
+            let sharedDisk = try DiskCache(root: directory + "/shared", maxBytes: 1 << 30)
+            let gif = try corpusBytes("loop_1.gif")
+            let derived = ObjectKey.derive(source: gif, options: TranscodeOptions())
+            // The store's ledger is its own, apart from the disk's (which the disk writes when it adopts an
+            // object, and which goes): only what the publish recorded there can name the GIF.
+            let shared = OwnLedger(CopyingDiskStore(sharedDisk))
+            try await withHarness(cacheDirectory: directory + "/a", sharedStore: shared) { harness in
+                let upload = try await harness.upload(gif)
+                #expect(upload.status == 200)
+                let purge = try await harness.request(.DELETE, "/v1/objects/\(derived.key)")
+                #expect(purge.status == 200)
+            }
+            #expect(!sharedDisk.contains(derived.key))
+            try FileManager.default.removeItem(atPath: sharedDisk.sourceLedgerPath)
+            #expect(try await shared.recordedSource(of: derived.key) == derived.source)
+            try await withHarness(cacheDirectory: directory + "/b", sharedStore: shared) {
+                harness in
+                let takedown = try await harness.request(.DELETE, "/v1/objects/\(derived.key)?takedown=true")
+                #expect(takedown.status == 200)
+                #expect((try takedown.json()["tombstones"] as? [String] ?? []).contains("gif-\(derived.source)"))
+                let other = try await harness.request(
+                    .POST, "/transcode?background=%23102030", headers: [("Content-Type", "image/gif")], body: gif)
+                #expect(other.status == 451)
+            }
+        }
+    }
+
     /// An object whose publish failed is published after its node restarts, without anyone asking for it:
     /// the list of unpublished objects is on disk, and the node publishes them at startup.
     @Test func aFailedPublishIsPublishedAfterARestart() async throws {

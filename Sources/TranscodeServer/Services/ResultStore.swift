@@ -1,12 +1,12 @@
 import Foundation
 import Transcoder
 
-/// Where results are kept, in three parts a store implements together (`ResultStore`): objects
-/// (`ObjectStore`), the links from URL keys to objects with their source records (`LinkStore`), and takedowns
-/// (`TombstoneStore`). Two implementations: the node's local disk (`DiskCache`), which is all a single node
+/// Where results are kept, in four parts a store implements together (`ResultStore`): objects
+/// (`ObjectStore`), the links from URL keys to objects with their source records (`LinkStore`), takedowns
+/// (`TombstoneStore`), and what each object was made from (`SourceLedger`). Two implementations: the node's local disk (`DiskCache`), which is all a single node
 /// uses, and S3-compatible object storage (`S3ResultStore`), which a fleet shares; `SharedResults` puts the
 /// local disk in front of it as a read-through cache.
-typealias ResultStore = ObjectStore & LinkStore & TombstoneStore
+typealias ResultStore = ObjectStore & LinkStore & TombstoneStore & SourceLedger
 
 /// Immutable, content-addressed objects: a manifest (`TranscodeMetadata`) and the files it lists
 /// (`ObjectFiles.stored`: each named `<key>.<fileExtension>` of its `OutputFormat`).
@@ -49,6 +49,16 @@ protocol TombstoneStore: Sendable {
 
     /// Records takedowns: from then on these are answered 451 and never converted again.
     func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws
+}
+
+/// What each object was made from: its GIF's SHA-256, kept after the object is deleted, so that a takedown by
+/// key buries the GIF's bytes even once the object is gone (purged, evicted).
+protocol SourceLedger: Sendable {
+    /// Records that object `key` was made from the GIF whose SHA-256 is `digest`.
+    func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws
+
+    /// The GIF digest recorded for `key`, nil when none was.
+    func recordedSource(of key: ObjectKey) async throws -> ContentDigest?
 }
 
 /// A URL key's link: the object it leads to and how the URL was last fetched.

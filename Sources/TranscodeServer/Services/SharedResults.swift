@@ -106,6 +106,11 @@ final class SharedResults: Service, Sendable {
     func publish(_ key: ObjectKey) async throws {
         let directory = (self.cache.objectPath(key, ObjectFiles.manifest) as NSString).deletingLastPathComponent
         do {
+            // What the object is made from first: an object in the store always has its ledger line, and a
+            // takedown by key finds the GIF's digest after the object is gone.
+            if let digest = try? self.cache.metadata(key)?.sourceSha256.flatMap(ContentDigest.init(rawValue:)) {
+                try await self.guarded { try await self.store.recordSource(of: key, digest) }
+            }
             try await self.guarded { try await self.store.putObject(key, from: directory) }
         } catch {
             // The object is complete on this disk: the next request for it publishes it (a retry must not find
@@ -226,7 +231,13 @@ final class SharedResults: Service, Sendable {
         }
         var stored: [ObjectKey] = []
         for key in keys.sorted() {
-            guard let metadata = try await self.metadata(key) else { continue }
+            guard let metadata = try await self.metadata(key) else {
+                // Gone from the store already: what it was made from, from the store's ledger.
+                if reason != nil, let hash = try await self.guarded({ try await self.store.recordedSource(of: key) }) {
+                    gifHashes.insert(hash)
+                }
+                continue
+            }
             stored.append(key)
             if let hash = metadata.sourceSha256.flatMap(ContentDigest.init(rawValue:)) { gifHashes.insert(hash) }
         }

@@ -8,6 +8,7 @@ import Transcoder
 /// objects/ab/<key>.mp4 .jpg .json    the JSON written last, deleted first: an object exists when its JSON does
 /// urls/<url-key>                     {"key": …, "source": {url, etag, lastModified, validatedAt}}
 /// tombstones/<kind>-<hash>           {"reason": …, "at": …}
+/// sources/ab/<key>                   the GIF's SHA-256 (hex): what the object was made from, kept after it
 /// ```
 /// Objects are immutable and content-addressed, so two nodes writing the same key write the same bytes; a
 /// PUT replaces an object whole, so a reader never sees half of one.
@@ -117,6 +118,17 @@ struct S3ResultStore: ResultStore {
             try await self.client.put(
                 "tombstones/\(tombstone.fileName)", [UInt8](stone), contentType: "application/json")
         }
+    }
+
+    static func sourceName(_ key: ObjectKey) -> String { "sources/\(key.shard)/\(key.rawValue)" }
+
+    func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
+        try await self.client.put(Self.sourceName(key), Array(digest.rawValue.utf8), contentType: "text/plain")
+    }
+
+    func recordedSource(of key: ObjectKey) async throws -> ContentDigest? {
+        guard let object = try await self.client.get(Self.sourceName(key)) else { return nil }
+        return ContentDigest(String(decoding: object.bytes, as: UTF8.self))
     }
 
     private static func decodeMetadata(_ key: ObjectKey, _ bytes: [UInt8]) throws -> TranscodeMetadata {
