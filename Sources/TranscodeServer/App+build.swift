@@ -169,7 +169,8 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     ).addRoutes(to: router, authenticator: authenticator)
     RewriteController<AppRequestContext>(
         service: services.transcodes, links: links, maxBodyBytes: configuration.rewrite.maxBodyBytes,
-        maxGIFs: configuration.rewrite.maxGIFs, parseTimeoutSeconds: configuration.rewrite.parseTimeoutSeconds
+        maxGIFs: configuration.rewrite.maxGIFs, parseTimeoutSeconds: configuration.rewrite.parseTimeoutSeconds,
+        parses: HTMLGIFScanner.Admission(limit: configuration.rewrite.maxParses)
     ).addRoutes(to: router, authenticator: authenticator)
     PurgeController<AppRequestContext>(service: services.transcodes).addRoutes(
         to: router, authenticator: authenticator)

@@ -321,6 +321,26 @@ import Transcoder
         }
     }
 
+    /// Parses past their deadline still hold their place until they end: with `rewrite.maxParses` 1, a document
+    /// sent right after a 422 `too-complex` is answered 503 `overloaded` at once, while the first parse runs on.
+    @Test func abandonedParsesDoNotPileUp() async throws {
+        try await withHarness(configure: {
+            Self.configure(&$0)
+            $0.rewrite.parseTimeoutSeconds = 0.001
+            $0.rewrite.maxParses = 1
+        }) { harness in
+            let document = Array(String(repeating: "<p class=x>text <a href=/a>link</a></p>\n", count: 100_000).utf8)
+            let first = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: document)
+            #expect(first.errorCode == "too-complex")
+            let second = try await harness.request(
+                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: document)
+            #expect(second.status == 503)
+            #expect(second.errorCode == "overloaded")
+            #expect(second.headers.first(name: "Retry-After") == "2")
+        }
+    }
+
     /// The depth scan reads tags as the HTML tokenizer does: spellings that once hid 4,000 levels from it (a
     /// hostile audit's) are seen, and markup that does not nest is not counted.
     @Test(arguments: [

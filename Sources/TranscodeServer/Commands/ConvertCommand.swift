@@ -57,7 +57,8 @@ struct ConvertCommand: ParsableCommand {
     @Flag(
         name: .customLong("without-simd"),
         help: """
-            Convert without the CPU's SIMD instructions (FFmpeg's and x264's), as a CPU without them would:             to check that the bytes do not depend on the CPU. They do not; it is slower.
+            Convert without the CPU's SIMD instructions (FFmpeg's and x264's), as a CPU without them would: \
+            to check that the bytes do not depend on the CPU. They do not; it is slower.
             """)
     var withoutSIMD = false
 

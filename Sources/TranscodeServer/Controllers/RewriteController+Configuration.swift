@@ -8,6 +8,9 @@ struct RewriteConfiguration: Sendable, Equatable {
     var maxGIFs = 500
     /// Longest a document's parse may take; beyond, 422 `too-complex`. `rewrite.parseTimeoutSeconds`, default 5.
     var parseTimeoutSeconds = 5.0
+    /// Most documents taken for parsing at once (running, waiting, or past their deadline); beyond, 503
+    /// `overloaded`. `rewrite.maxParses`, default 0: 8 per parser thread, at least 16.
+    var maxParses = 0
 }
 
 extension RewriteConfiguration {
@@ -20,6 +23,8 @@ extension RewriteConfiguration {
         section.check("maxGifs", self.maxGIFs > 0, "positive")
         self.parseTimeoutSeconds = section.reader.double(
             forKey: "parseTimeoutSeconds", default: self.parseTimeoutSeconds)
-        section.check("parseTimeoutSeconds", self.parseTimeoutSeconds > 0, "positive")
+        section.check("parseTimeoutSeconds", (0.001...3600).contains(self.parseTimeoutSeconds), "0.001-3600")
+        self.maxParses = section.reader.int(forKey: "maxParses", default: self.maxParses)
+        section.check("maxParses", self.maxParses >= 0, "0 (automatic) or more")
     }
 }

@@ -21,6 +21,8 @@ struct RewriteController<Context: RequestContext>: Sendable {
     let maxGIFs: Int
     /// Longest a parse may take (`rewrite.parseTimeoutSeconds`); beyond, 422 `too-complex`.
     let parseTimeoutSeconds: Double
+    /// The bound on parses at once (`rewrite.maxParses`).
+    let parses: HTMLGIFScanner.Admission
     /// Conversions run at once for one `eager` document.
     static var eagerConcurrency: Int { 4 }
 
@@ -61,7 +63,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
         // Parsing is CPU work: on threads of its own, not the executor or the shared I/O pool; never of a
         // document nested so deep that the parser's quadratic cost would hold a thread for minutes; and not
         // waited for beyond its deadline.
-        let scan = try await HTMLGIFScanner.parse(within: self.parseTimeoutSeconds) {
+        let scan = try await HTMLGIFScanner.parse(within: self.parseTimeoutSeconds, admittedBy: self.parses) {
             if HTMLGIFScanner.nestsDeeper(html, than: HTMLGIFScanner.maxDepth) {
                 throw ServiceError(
                     .tooDeep,

@@ -90,6 +90,7 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
                 }
                 self.framing.close()
                 let answer = requestLine ? Self.uriTooLong : Self.headerTooLarge
+                self.hits.countError(requestLine ? .uriTooLong : .headerTooLarge)
                 let channel = context.channel
                 // The rest of the head is still coming: closing with it unread would reset the connection, and the
                 // client could lose the answer. Its output ends after the answer; what it sends is read and dropped

@@ -95,6 +95,11 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     fileprivate static let requestIDField = AccessLog.requestIDField
 
     private let source: Source
+
+    /// Counts an error answered ahead of the codec (`MediaHitFront`) in `transcode_errors_total`.
+    func countError(_ code: ErrorCode) {
+        self.source.metrics.error(code: code.rawValue)
+    }
     private var state = State.idle
     /// Requests passed on whose answers the router has not finished.
     private var withRouter = 0

@@ -52,6 +52,9 @@ struct RequestFraming {
     /// The head `next()` returned last, not answered or passed yet.
     private var pending: (length: Int, bodyLength: Int)?
 
+    /// Whether `input` is the held head's own buffer (with this read appended), not the socket's.
+    private var inputIsHeld = false
+
     /// Starts a read: `bytes` after the head held from the read before.
     mutating func read(_ bytes: ByteBuffer) {
         var bytes = bytes
@@ -59,8 +62,10 @@ struct RequestFraming {
             self.partial = nil
             partial.bytes.writeBuffer(&bytes)
             (self.input, self.searched) = partial
+            self.inputIsHeld = true
         } else {
             (self.input, self.searched) = (bytes, 0)
+            self.inputIsHeld = false
         }
     }
 
@@ -81,8 +86,15 @@ struct RequestFraming {
         case .at(let end):
             length = end
         case .notYet where self.input.readableBytes < Self.maxHeadBytes:
-            // A copy: a slice would keep the whole read buffer alive.
-            self.partial = (ByteBuffer(buffer: self.input), self.input.readableBytes)
+            // A copy of a slice of the socket's read buffer, which it would keep alive; a head held already was
+            // copied then, and the read appended to it, so it is kept as it is (copying it at every read would
+            // cost the square of its length, for a head sent a byte at a time).
+            if self.inputIsHeld {
+                self.input.discardReadBytes()
+                self.partial = (self.input, self.input.readableBytes)
+            } else {
+                self.partial = (ByteBuffer(buffer: self.input), self.input.readableBytes)
+            }
             self.input = ByteBuffer()
             return .done
         case .notYet:

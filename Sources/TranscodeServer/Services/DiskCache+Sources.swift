@@ -206,6 +206,12 @@ extension DiskCache {
         report.tombstones += tombstones.map(\.fileName)
     }
 
+    /// The GIF digest object `key`'s stored manifest records, read without the serving checks (nothing is
+    /// quarantined or marked used); nil when it is not stored or records none.
+    func storedSourceDigest(_ key: ObjectKey) -> ContentDigest? {
+        self.storedMetadata(key)?.sourceSha256.flatMap(ContentDigest.init(rawValue:))
+    }
+
     /// The metadata as stored, without the serving checks (a purge must find what it deletes).
     private func storedMetadata(_ key: ObjectKey) -> TranscodeMetadata? {
         guard let data = FileManager.default.contents(atPath: self.objectPath(key, ObjectFiles.manifest)) else {

@@ -136,7 +136,8 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .originTimeout: "the origin did not answer in time"
         case .insufficientStorage: "the disk or quota is full (`/readyz`: free space under `cache.minFreeBytes`)"
         case .overloaded:
-            "the process ran short of file descriptors or memory for a moment; nothing was lost or marked damaged"
+            "the process ran short of file descriptors or memory for a moment, or too many connections or rewrite "
+                + "parses are in progress; nothing was lost or marked damaged"
         }
     }
 

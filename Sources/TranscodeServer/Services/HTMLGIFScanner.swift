@@ -36,18 +36,47 @@ enum HTMLGIFScanner {
     /// other rewrites and nothing else (the shared I/O pool resolves download destinations, reads uploads and
     /// serves files).
     static let parsing: NIOThreadPool = {
-        let pool = NIOThreadPool(numberOfThreads: max(1, System.coreCount / 2))
+        let pool = NIOThreadPool(numberOfThreads: Self.parsingThreads)
         pool.start()
         return pool
     }()
+
+    /// The threads of `parsing`: half the cores, at least one.
+    static let parsingThreads = max(1, System.coreCount / 2)
+
+    /// The bound on parses taken at once: running, waiting for a thread, or past their deadline and still
+    /// running (`rewrite.maxParses`). Beyond it a rewrite is answered 503 `overloaded` at once, so a client
+    /// sending again after each 422 `too-complex` cannot pile abandoned parses up in front of everyone else's.
+    final class Admission: Sendable {
+        let limit: Int
+        private let taken = Atomic<Int>(0)
+
+        /// - Parameter limit: 0 for the default, 8 per parser thread and at least 16 (each waiting document
+        ///   holds its body, up to `rewrite.maxBodyBytes`).
+        init(limit: Int) {
+            self.limit = limit > 0 ? limit : max(16, 8 * HTMLGIFScanner.parsingThreads)
+        }
+
+        func take() throws {
+            guard self.taken.wrappingAdd(1, ordering: .relaxed).newValue <= self.limit else {
+                self.taken.wrappingSubtract(1, ordering: .relaxed)
+                throw ServiceError.overloaded("\(self.limit) documents are being parsed already; try again shortly")
+            }
+        }
+
+        func give() {
+            self.taken.wrappingSubtract(1, ordering: .relaxed)
+        }
+    }
 
     /// Runs `work` on `parsing` and answers with its result, or with 422 `too-complex` once it has run for
     /// `seconds` (counted from when a thread takes it: a document waiting behind others is not charged for
     /// them). The thread goes on until the parse ends (which the depth bound keeps finite); the request does
     /// not wait for it.
     static func parse<Result: Sendable>(
-        within seconds: Double, _ work: @escaping @Sendable () throws -> Result
+        within seconds: Double, admittedBy admission: Admission, _ work: @escaping @Sendable () throws -> Result
     ) async throws -> Result {
+        try admission.take()
         let loop = MultiThreadedEventLoopGroup.singleton.any()
         return try await withCheckedThrowingContinuation { continuation in
             // Whichever comes first answers; the other finds it done.
@@ -65,7 +94,10 @@ enum HTMLGIFScanner {
                 }
                 defer { deadline.cancel() }
                 return try work()
-            }.whenComplete { result in answer(result) }
+            }.whenComplete { result in
+                admission.give()
+                answer(result)
+            }
         }
     }
 

@@ -106,11 +106,6 @@ final class SharedResults: Service, Sendable {
     func publish(_ key: ObjectKey) async throws {
         let directory = (self.cache.objectPath(key, ObjectFiles.manifest) as NSString).deletingLastPathComponent
         do {
-            // What the object is made from first: an object in the store always has its ledger line, and a
-            // takedown by key finds the GIF's digest after the object is gone.
-            if let digest = try? self.cache.metadata(key)?.sourceSha256.flatMap(ContentDigest.init(rawValue:)) {
-                try await self.guarded { try await self.store.recordSource(of: key, digest) }
-            }
             try await self.guarded { try await self.store.putObject(key, from: directory) }
         } catch {
             // The object is complete on this disk: the next request for it publishes it (a retry must not find
@@ -123,6 +118,15 @@ final class SharedResults: Service, Sendable {
         }
         self.forgetUnpublished(key)
         self.metrics.storage("publish")
+        // What the object was made from, for a takedown by key once it is gone. Best effort, as on the disk: a
+        // store that refuses it (a bucket policy without `sources/`) costs only that takedown the GIF's digest.
+        if let digest = self.cache.storedSourceDigest(key) {
+            do {
+                try await self.store.recordSource(of: key, digest)
+            } catch {
+                self.metrics.storage("ledger-failed")
+            }
+        }
     }
 
     /// Removes `key` from the objects waiting to be published, here and on disk.
