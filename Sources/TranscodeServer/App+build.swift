@@ -170,7 +170,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     RewriteController<AppRequestContext>(
         service: services.transcodes, links: links, maxBodyBytes: configuration.rewrite.maxBodyBytes,
         maxGIFs: configuration.rewrite.maxGIFs, parseTimeoutSeconds: configuration.rewrite.parseTimeoutSeconds,
-        parses: HTMLGIFScanner.Admission(limit: configuration.rewrite.maxParses)
+        parses: HTMLGIFScanner.parseLimit(configuration.rewrite.maxParses)
     ).addRoutes(to: router, authenticator: authenticator)
     PurgeController<AppRequestContext>(service: services.transcodes).addRoutes(
         to: router, authenticator: authenticator)

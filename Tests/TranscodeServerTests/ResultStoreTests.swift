@@ -123,57 +123,15 @@ final class CopyingDiskStore: ResultStore, @unchecked Sendable {
     func recordedSource(of key: ObjectKey) async throws -> ContentDigest? { self.disk.recordedSource(of: key) }
 }
 
-/// A store whose ledger of sources is a table of its own; everything else is `inner`'s.
-final class OwnLedger: ResultStore, @unchecked Sendable {
+/// A store that hands every call to `inner`: the test doubles below override what they change.
+class ForwardingStore: ResultStore, @unchecked Sendable {
     let inner: any ResultStore
-    private let lock = NSLock()
-    private var ledger: [ObjectKey: ContentDigest] = [:]
 
     init(_ inner: any ResultStore) { self.inner = inner }
 
-    func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
-        self.lock.withLock { self.ledger[key] = digest }
-    }
-    func recordedSource(of key: ObjectKey) async throws -> ContentDigest? { self.lock.withLock { self.ledger[key] } }
     func putObject(_ key: ObjectKey, from directory: String) async throws {
         try await self.inner.putObject(key, from: directory)
     }
-    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { try await self.inner.metadata(key) }
-    func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
-        try await self.inner.getObject(key, into: directory)
-    }
-    func deleteObject(_ key: ObjectKey) async throws -> Bool { try await self.inner.deleteObject(key) }
-    func link(urlKey: URLKey) async throws -> ResultLink? { try await self.inner.link(urlKey: urlKey) }
-    func putLink(urlKey: URLKey, _ link: ResultLink) async throws { try await self.inner.putLink(urlKey: urlKey, link) }
-    func deleteLink(urlKey: URLKey) async throws { try await self.inner.deleteLink(urlKey: urlKey) }
-    func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
-        try await self.inner.isBuried(tombstones)
-    }
-    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
-        try await self.inner.bury(tombstones, reason: reason)
-    }
-}
-
-/// A shared store whose object writes fail the first `failures` times, as an S3 store answering 500 would.
-final class FailingPuts: ResultStore, @unchecked Sendable {
-    let inner: any ResultStore
-    private let lock = NSLock()
-    private var failures: Int
-
-    init(_ inner: any ResultStore, failures: Int) {
-        self.inner = inner
-        self.failures = failures
-    }
-
-    func putObject(_ key: ObjectKey, from directory: String) async throws {
-        let fail = self.lock.withLock {
-            self.failures -= 1
-            return self.failures >= 0
-        }
-        if fail { throw S3Error(status: 500, code: "InternalError", message: "a failure on purpose") }
-        try await self.inner.putObject(key, from: directory)
-    }
-
     func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { try await self.inner.metadata(key) }
     func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
         try await self.inner.getObject(key, into: directory)
@@ -193,6 +151,39 @@ final class FailingPuts: ResultStore, @unchecked Sendable {
     }
     func recordedSource(of key: ObjectKey) async throws -> ContentDigest? {
         try await self.inner.recordedSource(of: key)
+    }
+}
+
+/// A store whose ledger of sources is a table of its own; everything else is `inner`'s.
+final class OwnLedger: ForwardingStore, @unchecked Sendable {
+    private let lock = NSLock()
+    private var ledger: [ObjectKey: ContentDigest] = [:]
+
+    override func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
+        self.lock.withLock { self.ledger[key] = digest }
+    }
+    override func recordedSource(of key: ObjectKey) async throws -> ContentDigest? {
+        self.lock.withLock { self.ledger[key] }
+    }
+}
+
+/// A shared store whose object writes fail the first `failures` times, as an S3 store answering 500 would.
+final class FailingPuts: ForwardingStore, @unchecked Sendable {
+    private let lock = NSLock()
+    private var failures: Int
+
+    init(_ inner: any ResultStore, failures: Int) {
+        self.failures = failures
+        super.init(inner)
+    }
+
+    override func putObject(_ key: ObjectKey, from directory: String) async throws {
+        let fail = self.lock.withLock {
+            self.failures -= 1
+            return self.failures >= 0
+        }
+        if fail { throw S3Error(status: 500, code: "InternalError", message: "a failure on purpose") }
+        try await self.inner.putObject(key, from: directory)
     }
 }
 

@@ -142,9 +142,7 @@ import Transcoder
             let missing = #"<img src="/corpus/no-such-file.gif">"#
             let kept = #"<img src="/corpus/tiny_1x1.gif">"#
             let document = "<p>\(good)\(once)</p>\n<div>\(missing)\(kept)</div>"
-            let reply = try await harness.request(
-                .POST, "/v1/rewrite?mode=eager&base=" + harness.originURL("/"),
-                headers: [("Content-Type", "text/html")], body: Array(document.utf8))
+            let reply = try await harness.rewrite(document, query: "?mode=eager&base=" + harness.originURL("/"))
             #expect(reply.status == 200)
             let output = reply.text
             let videos = try Self.videos(in: output)
@@ -178,9 +176,7 @@ import Transcoder
     func trickyPlaces(name: String, body: String, videos expected: Int) async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = "<!doctype html><html><body>\(body)</body></html>"
-            let reply = try await harness.request(
-                .POST, "/v1/rewrite?base=https://blog.example.com/", headers: [("Content-Type", "text/html")],
-                body: Array(document.utf8))
+            let reply = try await harness.rewrite(document, query: "?base=https://blog.example.com/")
             #expect(reply.status == 200, "\(name)")
             let videos = try Self.videos(in: reply.text)
             #expect(videos.count == expected, "\(name): \(reply.text)")
@@ -221,9 +217,7 @@ import Transcoder
     @Test func aLazyVideoPlaysWhenInView() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = #"<img src="/corpus/cartoon_hotdog.gif" loading="lazy" alt="hotdog">"#
-            let reply = try await harness.request(
-                .POST, "/v1/rewrite?base=" + harness.originURL("/"), headers: [("Content-Type", "text/html")],
-                body: Array(document.utf8))
+            let reply = try await harness.rewrite(document, query: "?base=" + harness.originURL("/"))
             let snippet = try #require(try Self.videos(in: reply.text).first)
             let run = try await runBrowserScript(
                 PlayerScriptTests.oracle,
@@ -244,9 +238,7 @@ import Transcoder
     @Test func attributeValuesCannotBreakOut() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = #"<img src="/a.gif" alt="x&quot;&#x301; onplay=alert(1) " title='"&#x301;>'>"#
-            let reply = try await harness.request(
-                .POST, "/v1/rewrite?base=https://blog.example.com/", headers: [("Content-Type", "text/html")],
-                body: Array(document.utf8))
+            let reply = try await harness.rewrite(document, query: "?base=https://blog.example.com/")
             let video = try #require(try Self.videos(in: reply.text).first, "\(reply.text)")
             #expect(video.contains("aria-label=\"x&quot;\u{301} onplay=alert(1) \""), "\(video)")
             #expect(video.contains("title=\"&quot;\u{301}&gt;\""), "\(video)")
@@ -282,9 +274,7 @@ import Transcoder
     func deepNesting(open: String, close: String, status: Int) async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = open + #"<img src="https://example.com/deep.gif">"# + close
-            let reply = try await harness.request(
-                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(document.utf8),
-                timeout: .seconds(120))
+            let reply = try await harness.rewrite(document, timeout: .seconds(120))
             #expect(reply.status == status)
             if status == 200 {
                 #expect(reply.headers.first(name: "X-GIFs-Rewritten") == "1")
@@ -295,6 +285,9 @@ import Transcoder
         }
     }
 
+    /// About 4 MB, nothing deep: tens of milliseconds of parsing at least, seconds in a debug build.
+    static let slowDocument = String(repeating: "<p class=x>text <a href=/a>link</a></p>\n", count: 100_000)
+
     /// A parse past `rewrite.parseTimeoutSeconds` is answered 422 `too-complex` at its deadline, not when it ends;
     /// the server goes on serving, and a document that parses in time is rewritten.
     @Test func aParsePastItsDeadlineIsTooComplex() async throws {
@@ -302,20 +295,15 @@ import Transcoder
             Self.configure(&$0)
             $0.rewrite.parseTimeoutSeconds = 0.001
         }) { harness in
-            // About 4 MB, nothing deep: tens of milliseconds of parsing at least.
-            let document =
-                String(repeating: "<p class=x>text <a href=/a>link</a></p>\n", count: 100_000)
-                + #"<img src="https://example.com/late.gif">"#
-            let reply = try await harness.request(
-                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(document.utf8))
+            let document = Self.slowDocument + #"<img src="https://example.com/late.gif">"#
+            let reply = try await harness.rewrite(document)
             #expect(reply.status == 422)
             #expect(reply.errorCode == "too-complex")
             #expect(try await harness.request(.GET, "/healthz").status == 200)
         }
         try await withHarness(configure: Self.configure) { harness in
             let document = #"<p>a GIF: <img src="https://example.com/in-time.gif"></p>"#
-            let reply = try await harness.request(
-                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(document.utf8))
+            let reply = try await harness.rewrite(document)
             #expect(reply.status == 200)
             #expect(reply.headers.first(name: "X-GIFs-Rewritten") == "1")
         }
@@ -329,12 +317,9 @@ import Transcoder
             $0.rewrite.parseTimeoutSeconds = 0.001
             $0.rewrite.maxParses = 1
         }) { harness in
-            let document = Array(String(repeating: "<p class=x>text <a href=/a>link</a></p>\n", count: 100_000).utf8)
-            let first = try await harness.request(
-                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: document)
+            let first = try await harness.rewrite(Self.slowDocument)
             #expect(first.errorCode == "too-complex")
-            let second = try await harness.request(
-                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: document)
+            let second = try await harness.rewrite(Self.slowDocument)
             #expect(second.status == 503)
             #expect(second.errorCode == "overloaded")
             #expect(second.headers.first(name: "Retry-After") == "2")
@@ -415,8 +400,7 @@ import Transcoder
     @Test func strayEndTagsAreRefused() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = String(repeating: "<div></x>", count: 32_000) + #"<img src="https://example.com/a.gif">"#
-            let reply = try await harness.request(
-                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(document.utf8))
+            let reply = try await harness.rewrite(document)
             #expect(reply.status == 422)
             #expect(reply.errorCode == "too-deep")
         }
@@ -429,8 +413,7 @@ import Transcoder
             $0.rewrite.maxBodyBytes = 1000
         }) { harness in
             let three = String(repeating: #"<img src="https://example.com/a.gif">"#, count: 3)
-            let tooMany = try await harness.request(
-                .POST, "/v1/rewrite", headers: [("Content-Type", "text/html")], body: Array(three.utf8))
+            let tooMany = try await harness.rewrite(three)
             #expect(tooMany.status == 422)
             #expect(tooMany.errorCode == "too-many-gifs")
             let big = try await harness.request(

@@ -22,7 +22,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
     /// Longest a parse may take (`rewrite.parseTimeoutSeconds`); beyond, 422 `too-complex`.
     let parseTimeoutSeconds: Double
     /// The bound on parses at once (`rewrite.maxParses`).
-    let parses: HTMLGIFScanner.Admission
+    let parses: CountingLimit
     /// Conversions run at once for one `eager` document.
     static var eagerConcurrency: Int { 4 }
 

@@ -1,5 +1,4 @@
 import NIOCore
-import Synchronization
 
 /// The connections a server holds open at once (`http.maxConnections`). Each holds a descriptor, and the process
 /// has a fixed number: connections that send nothing must not take the ones the work needs (an object's files,
@@ -7,11 +6,11 @@ import Synchronization
 /// `Refusal` handler put first in its pipeline, before any of its bytes is read; those already open are served as
 /// before.
 final class ConnectionLimit: Sendable {
-    let limit: Int
-    private let open = Atomic<Int>(0)
+    private let open: CountingLimit
+    var limit: Int { self.open.limit }
 
     init(limit: Int) {
-        self.limit = limit
+        self.open = CountingLimit(limit: limit)
     }
 
     /// The default limit for a process allowed `descriptors` open files: three quarters of them, leaving the
@@ -23,12 +22,8 @@ final class ConnectionLimit: Sendable {
     /// Counts `channel` in when there is room, until it closes. - Returns: false when it is over the limit (then
     /// it is not counted: the caller refuses it, `Refusal`).
     func admit(_ channel: any Channel) -> Bool {
-        let admitted = self.open.add(1, ordering: .relaxed).newValue
-        guard admitted <= self.limit else {
-            self.open.subtract(1, ordering: .relaxed)
-            return false
-        }
-        channel.closeFuture.whenComplete { _ in self.open.subtract(1, ordering: .relaxed) }
+        guard self.open.take() else { return false }
+        channel.closeFuture.whenComplete { _ in self.open.give() }
         return true
     }
 

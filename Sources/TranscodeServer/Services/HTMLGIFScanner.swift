@@ -2,7 +2,6 @@ import CGumbo
 import Foundation
 import NIOCore
 import NIOPosix
-import Synchronization
 
 /// A GIF a document shows: an `<img>` whose source is a GIF, or a `<picture>` with a GIF among its sources.
 struct GIFElement: Sendable, Equatable {
@@ -44,29 +43,13 @@ enum HTMLGIFScanner {
     /// The threads of `parsing`: half the cores, at least one.
     static let parsingThreads = max(1, System.coreCount / 2)
 
-    /// The bound on parses taken at once: running, waiting for a thread, or past their deadline and still
-    /// running (`rewrite.maxParses`). Beyond it a rewrite is answered 503 `overloaded` at once, so a client
-    /// sending again after each 422 `too-complex` cannot pile abandoned parses up in front of everyone else's.
-    final class Admission: Sendable {
-        let limit: Int
-        private let taken = Atomic<Int>(0)
-
-        /// - Parameter limit: 0 for the default, 8 per parser thread and at least 16 (each waiting document
-        ///   holds its body, up to `rewrite.maxBodyBytes`).
-        init(limit: Int) {
-            self.limit = limit > 0 ? limit : max(16, 8 * HTMLGIFScanner.parsingThreads)
-        }
-
-        func take() throws {
-            guard self.taken.wrappingAdd(1, ordering: .relaxed).newValue <= self.limit else {
-                self.taken.wrappingSubtract(1, ordering: .relaxed)
-                throw ServiceError.overloaded("\(self.limit) documents are being parsed already; try again shortly")
-            }
-        }
-
-        func give() {
-            self.taken.wrappingSubtract(1, ordering: .relaxed)
-        }
+    /// The bound on parses taken at once (`rewrite.maxParses`): running, waiting for a thread, or past their
+    /// deadline and still running. Beyond it a rewrite is answered 503 `overloaded` at once, so a client sending
+    /// again after each 422 `too-complex` cannot pile abandoned parses up in front of everyone else's.
+    /// - Parameter limit: 0 for the default, 8 per parser thread and at least 16 (each waiting document holds
+    ///   its body, up to `rewrite.maxBodyBytes`).
+    static func parseLimit(_ limit: Int) -> CountingLimit {
+        CountingLimit(limit: limit > 0 ? limit : max(16, 8 * Self.parsingThreads))
     }
 
     /// Runs `work` on `parsing` and answers with its result, or with 422 `too-complex` once it has run for
@@ -74,31 +57,29 @@ enum HTMLGIFScanner {
     /// them). The thread goes on until the parse ends (which the depth bound keeps finite); the request does
     /// not wait for it.
     static func parse<Result: Sendable>(
-        within seconds: Double, admittedBy admission: Admission, _ work: @escaping @Sendable () throws -> Result
+        within seconds: Double, admittedBy admission: CountingLimit, _ work: @escaping @Sendable () throws -> Result
     ) async throws -> Result {
-        try admission.take()
+        guard admission.take() else {
+            throw ServiceError.overloaded("\(admission.limit) documents are being parsed already; try again shortly")
+        }
         let loop = MultiThreadedEventLoopGroup.singleton.any()
-        return try await withCheckedThrowingContinuation { continuation in
-            // Whichever comes first answers; the other finds it done.
-            let answered = Atomic<Bool>(false)
-            let answer: @Sendable (Swift.Result<Result, any Error>) -> Void = { result in
-                if answered.exchange(true, ordering: .acquiringAndReleasing) == false {
-                    continuation.resume(with: result)
-                }
-            }
+        // Whichever comes first answers, the parse or its deadline; the other finds it done.
+        let answer = ResumeOnce<Swift.Result<Result, any Error>>()
+        return try await withCheckedContinuation { continuation in
+            answer.set(continuation)
             let tooComplex = ServiceError(
                 .tooComplex, "the document took more than \(seconds) s to parse (rewrite.parseTimeoutSeconds)")
             Self.parsing.runIfActive(eventLoop: loop) {
                 let deadline = loop.scheduleTask(in: .nanoseconds(Int64(seconds * 1_000_000_000))) {
-                    answer(.failure(tooComplex))
+                    answer.resume(returning: .failure(tooComplex))
                 }
                 defer { deadline.cancel() }
                 return try work()
             }.whenComplete { result in
                 admission.give()
-                answer(result)
+                answer.resume(returning: result)
             }
-        }
+        }.get()
     }
 
     /// The GIF elements of `html`, in document order, and the document's `<base href>` if any.

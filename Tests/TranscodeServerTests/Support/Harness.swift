@@ -50,6 +50,13 @@ struct Harness: Sendable {
         return Reply(status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView))
     }
 
+    /// `POST /v1/rewrite` of an HTML document; `query` starts with `?` when given.
+    func rewrite(_ html: String, query: String = "", timeout: TimeAmount = .seconds(60)) async throws -> Reply {
+        try await self.request(
+            .POST, "/v1/rewrite" + query, headers: [("Content-Type", "text/html")], body: Array(html.utf8),
+            timeout: timeout)
+    }
+
     /// `POST /transcode` with a JSON body.
     func transcode(url: String, background: String? = nil, headers: [(String, String)] = []) async throws -> Reply {
         var object: [String: String] = ["url": url]
