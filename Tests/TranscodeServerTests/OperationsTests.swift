@@ -115,7 +115,9 @@ import Transcoder
     ) async throws {
         let binary = try Self.debugBinary()
         try await withTemporaryDirectory { directory in
-            let port = Int.random(in: 20_000..<40_000)
+            // A port nothing listens on: a random one could be a listener of another test (the in-process
+            // servers take ephemeral ports), where a binary that cannot bind leaves `/healthz` to a stranger.
+            let port = try freePort()
             let arguments =
                 [
                     "serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning",
@@ -135,7 +137,8 @@ import Transcoder
             let client = URLSessionlessClient(port: port)
             var up = false
             for _ in 0..<100 where !up {
-                up = (try? await client.get("/healthz")) == 200
+                // A short wait per probe: a listener that never answers must not hold the loop 120 s a try.
+                up = (try? await client.get("/healthz", timeout: .seconds(5))) == 200
                 if !up { try await Task.sleep(for: .milliseconds(100)) }
             }
             try #require(up, "the server did not start")

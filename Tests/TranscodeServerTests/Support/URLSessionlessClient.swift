@@ -5,12 +5,12 @@ import NIOCore
 struct URLSessionlessClient: Sendable {
     let port: Int
 
-    func get(_ path: String) async throws -> Int {
-        try await self.fetch(path).0
+    func get(_ path: String, timeout: TimeAmount = .seconds(120)) async throws -> Int {
+        try await self.fetch(path, timeout: timeout).0
     }
 
-    func fetch(_ path: String) async throws -> (Int, [UInt8]) {
-        try await self.send(HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)"))
+    func fetch(_ path: String, timeout: TimeAmount = .seconds(120)) async throws -> (Int, [UInt8]) {
+        try await self.send(HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)"), timeout: timeout)
     }
 
     /// - Parameter timeout: until the answer's head (a synchronous conversion answers when it is done).
