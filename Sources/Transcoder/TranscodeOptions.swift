@@ -87,28 +87,117 @@ public struct RangeViolation: Sendable, Equatable {
     }
 }
 
-/// What the output looks like and how hard the encoder works.
-public struct TranscodeOptions: Hashable, Sendable, Codable {
+/// One rendition: what the output looks like and how hard the encoder works. Everything here changes the bytes.
+public struct RenditionSpec: Hashable, Sendable, Codable {
     /// The colour transparency is flattened over (the MP4 has no alpha). Default white.
     public var background: RGBColor = .white
-    /// x264 constant rate factor, 1-51; lower is better and larger. See `defaultCRF`.
+    /// The encoder's constant rate factor, 1-51; lower is better and larger. See `TranscodeOptions.defaultCRF`.
     public var crf: Int = TranscodeOptions.defaultCRF
-    /// x264 preset. See `defaultPreset`.
+    /// x264 preset. See `TranscodeOptions.defaultPreset`.
     public var preset: String = TranscodeOptions.defaultPreset
-    /// x264 threads per job (frame threads), whatever else runs: the bytes are a function of the input and the
-    /// options, never of the load (see `outputFingerprint`). See `defaultThreads`.
+    /// Encoder threads per job (x264's frame threads), whatever else runs: the bytes are a function of the input
+    /// and the options, never of the load (see `TranscodeOptions.outputFingerprint`).
     public var threads: Int = TranscodeOptions.defaultThreads
     /// Canvases larger than this box are scaled down (aspect kept). Default 1920 x 1080.
     public var maxOutputWidth: Int = 1920
     public var maxOutputHeight: Int = 1080
-    /// Input limits.
-    public var limits = TranscodeLimits()
-    /// The size guard: a video not smaller than this fraction of the GIF is encoded again at a higher CRF,
-    /// at most `maxExtraAttempts` more times, while its SSIM stays at or above `minSSIM`; otherwise the
-    /// recommendation is to keep the GIF. Defaults 1.0, 2 and `defaultMinSSIM`.
+
+    public init() {}
+
+    /// Every value out of its range, in field order.
+    public var violations: [RangeViolation] {
+        var found: [RangeViolation] = []
+        RangeViolation.check(
+            "crf", TranscodeOptions.crfRange.contains(self.crf), "1-51", self.crf, into: &found)
+        RangeViolation.check(
+            "preset", TranscodeOptions.presets.contains(self.preset),
+            "one of \(TranscodeOptions.presets.joined(separator: ", "))", self.preset, into: &found)
+        RangeViolation.check("threads", (1...64).contains(self.threads), "1-64", self.threads, into: &found)
+        RangeViolation.check(
+            "maxOutputWidth", self.maxOutputWidth >= 2, "at least 2", self.maxOutputWidth, into: &found)
+        RangeViolation.check(
+            "maxOutputHeight", self.maxOutputHeight >= 2, "at least 2", self.maxOutputHeight, into: &found)
+        return found
+    }
+}
+
+/// The size guard's policy: a video not smaller than `maxSizeRatio` x the source is encoded again at a higher CRF,
+/// at most `maxExtraAttempts` more times, while its SSIM stays at or above `minSSIM`; otherwise the recommendation
+/// is to keep the source. It knows nothing of the encoder: `run` drives any encoder that takes a CRF
+/// (`Transcoder+SizeGuard.swift`).
+public struct SizeGuardPolicy: Hashable, Sendable, Codable {
+    /// Default 1.0: never larger than the source.
     public var maxSizeRatio: Double = 1.0
+    /// Default 2; 0 switches the guard off.
     public var maxExtraAttempts: Int = 2
+    /// See `TranscodeOptions.defaultMinSSIM`.
     public var minSSIM: Double = TranscodeOptions.defaultMinSSIM
+
+    public init() {}
+
+    /// Whether the guard re-encodes at all.
+    public var isOn: Bool { self.maxExtraAttempts > 0 }
+
+    /// Every value out of its range, in field order.
+    public var violations: [RangeViolation] {
+        var found: [RangeViolation] = []
+        RangeViolation.check(
+            "maxSizeRatio", self.maxSizeRatio > 0 && self.maxSizeRatio.isFinite, "positive", self.maxSizeRatio,
+            into: &found)
+        RangeViolation.check(
+            "maxExtraAttempts", (0...10).contains(self.maxExtraAttempts), "0-10", self.maxExtraAttempts, into: &found)
+        RangeViolation.check("minSSIM", (0...1).contains(self.minSSIM), "0-1", self.minSSIM, into: &found)
+        return found
+    }
+}
+
+/// Everything a conversion is told: the input limits, the rendition, the size guard's policy. The three parts are
+/// separate types because they are separate decisions (an operator's bounds, a look, a budget); the flat
+/// properties below are the view the configuration keys (`transcode.crf`, `transcode.minSSIM`) and the API use.
+public struct TranscodeOptions: Hashable, Sendable, Codable {
+    /// Input limits: checked before any pixel is decoded; they never change the output.
+    public var limits = TranscodeLimits()
+    /// The output's look and the encoder's effort.
+    public var rendition = RenditionSpec()
+    /// When to encode again to stay under the source's size.
+    public var sizeGuard = SizeGuardPolicy()
+
+    public var background: RGBColor {
+        get { self.rendition.background }
+        set { self.rendition.background = newValue }
+    }
+    public var crf: Int {
+        get { self.rendition.crf }
+        set { self.rendition.crf = newValue }
+    }
+    public var preset: String {
+        get { self.rendition.preset }
+        set { self.rendition.preset = newValue }
+    }
+    public var threads: Int {
+        get { self.rendition.threads }
+        set { self.rendition.threads = newValue }
+    }
+    public var maxOutputWidth: Int {
+        get { self.rendition.maxOutputWidth }
+        set { self.rendition.maxOutputWidth = newValue }
+    }
+    public var maxOutputHeight: Int {
+        get { self.rendition.maxOutputHeight }
+        set { self.rendition.maxOutputHeight = newValue }
+    }
+    public var maxSizeRatio: Double {
+        get { self.sizeGuard.maxSizeRatio }
+        set { self.sizeGuard.maxSizeRatio = newValue }
+    }
+    public var maxExtraAttempts: Int {
+        get { self.sizeGuard.maxExtraAttempts }
+        set { self.sizeGuard.maxExtraAttempts = newValue }
+    }
+    public var minSSIM: Double {
+        get { self.sizeGuard.minSSIM }
+        set { self.sizeGuard.minSSIM = newValue }
+    }
 
     // Chosen by measuring the corpus with scripts/bench (see README, "Choosing CRF and preset").
     public static let defaultCRF = 25
@@ -131,27 +220,11 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
 
     public init() {}
 
-    /// Every output option a client or an operator set out of its range, in field order: the one statement of
-    /// the ranges, which `validate()` and the server's configuration reader both use (the input limits state
-    /// theirs: `TranscodeLimits.violations`).
+    /// Every output option a client or an operator set out of its range, in field order (the rendition's, then
+    /// the guard's): the one statement of the ranges, which `validate()` and the server's configuration reader
+    /// both use (the input limits state theirs: `TranscodeLimits.violations`).
     public var violations: [RangeViolation] {
-        var found: [RangeViolation] = []
-        RangeViolation.check("crf", Self.crfRange.contains(self.crf), "1-51", self.crf, into: &found)
-        RangeViolation.check(
-            "preset", Self.presets.contains(self.preset), "one of \(Self.presets.joined(separator: ", "))",
-            self.preset, into: &found)
-        RangeViolation.check("threads", (1...64).contains(self.threads), "1-64", self.threads, into: &found)
-        RangeViolation.check(
-            "maxOutputWidth", self.maxOutputWidth >= 2, "at least 2", self.maxOutputWidth, into: &found)
-        RangeViolation.check(
-            "maxOutputHeight", self.maxOutputHeight >= 2, "at least 2", self.maxOutputHeight, into: &found)
-        RangeViolation.check(
-            "maxSizeRatio", self.maxSizeRatio > 0 && self.maxSizeRatio.isFinite, "positive", self.maxSizeRatio,
-            into: &found)
-        RangeViolation.check(
-            "maxExtraAttempts", (0...10).contains(self.maxExtraAttempts), "0-10", self.maxExtraAttempts, into: &found)
-        RangeViolation.check("minSSIM", (0...1).contains(self.minSSIM), "0-1", self.minSSIM, into: &found)
-        return found
+        self.rendition.violations + self.sizeGuard.violations
     }
 
     /// Checks the output options a client or an operator can set (`violations`; a library caller may set the

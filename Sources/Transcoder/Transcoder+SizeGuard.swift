@@ -1,71 +1,82 @@
 import Foundation
 
-/// The size guard: encode again at higher CRFs while the video is not smaller than the GIF, under an SSIM floor.
-extension Transcoder {
-    /// Encodes at `options.crf`; when the MP4 is not smaller than `maxSizeRatio` x the GIF, encodes again
-    /// at higher CRFs chosen from the last attempt's size (at most `maxExtraAttempts` more), measuring
-    /// each attempt's SSIM against the pictures it encoded while encoding them (`EncodeSSIM`; the first
-    /// attempt only under the stopping size), and keeps the first attempt that is both small
-    /// enough and at or above `minSSIM`; when none is, the first attempt (the best picture) with the
-    /// attempts recorded, and the caller recommends keeping the GIF.
+/// The size guard: encode again at higher CRFs while the video is not smaller than the source, under an SSIM
+/// floor. The policy (`SizeGuardPolicy.run`) drives any encoder through one closure; the transcoder gives it
+/// the H.264 encode (`Transcoder.encodeGuarded`).
+extension SizeGuardPolicy {
+    /// One whole encode at one CRF, as the guard sees it: what the caller keeps of it, its size, its SSIM.
+    struct Encoded<Output> {
+        var output: Output
+        /// The file's size.
+        var bytes: Int
+        /// Measured only when asked (`measure`).
+        var ssim: Double?
+    }
+
+    /// What the guard chose.
+    struct Choice<Output> {
+        var output: Output
+        var crf: Int
+        /// The attempts, when there was more than one encode to weigh (nil: the first was small enough, or the
+        /// guard is off).
+        var record: SizeGuard?
+    }
+
+    /// Encodes at `firstCRF`; when the file is not smaller than `maxSizeRatio` x `sourceBytes`, encodes again
+    /// at higher CRFs chosen from the last attempt's size (at most `maxExtraAttempts` more), each attempt's
+    /// SSIM measured while encoding (the first attempt only under the stopping size), and keeps the first
+    /// attempt that is both small enough and at or above `minSSIM`; when none is, the first attempt (the best
+    /// picture) with the attempts recorded, and the caller recommends keeping the source.
     ///
     /// The first attempt is stopped as soon as its bytes pass the target: it can only end larger, and the
     /// rest of its encode and its SSIM pass were a third of a guarded conversion's time. From half the
     /// animation on it is also stopped when it overruns the target steadily (`overrunsSteadily`). Its size
     /// is then projected from the share of the animation encoded; it is encoded whole only if it is kept
     /// after all.
-    ///
-    /// Every attempt decodes the GIF again: no attempt's frames are kept in memory (the SSIM check keeps the
-    /// luma of the few pictures inside x264's delay).
-    /// - Returns: the metadata and the path of the MP4 to keep (one of `temporaries`).
-    func encodeGuarded(
-        _ bytes: UnsafeRawBufferPointer, mp4Path: String, temporaries: inout [String]
-    ) throws -> (metadata: (result: TranscodeMetadata, poster: [UInt8]), mp4Path: String) {
-        let plan = try self.plan(bytes)
-        let target = Double(bytes.count) * self.options.maxSizeRatio
-        let guarding = self.options.maxExtraAttempts > 0
-        // Stopping pays on large files only, and the projection counts packets, not the MP4's own boxes (a
+    /// - Parameter encode: encodes the whole source at `crf` into a file of its own; with `stopAbove`, throws
+    ///   `StoppedAboveTarget` once the packets pass it or overrun it steadily; with `measure`, measures the SSIM.
+    func run<Output>(
+        firstCRF: Int, sourceBytes: Int,
+        encode: (_ crf: Int, _ stopAbove: Int?, _ measure: Bool) throws -> Encoded<Output>
+    ) throws -> Choice<Output> {
+        let target = Double(sourceBytes) * self.maxSizeRatio
+        let guarding = self.isOn
+        // Stopping pays on large files only, and the projection counts packets, not the container's own boxes (a
         // kilobyte or two: most of a tiny video, whose attempts would then aim too high).
         let stopAbove = guarding && target >= Double(Self.smallestStoppedTarget) ? Int(target.rounded(.up)) : nil
         var attempts: [SizeGuard.Attempt] = []
-        var paths: [String] = []
-        var complete: (result: TranscodeMetadata, poster: [UInt8])?
+        // Each attempt's output; nil for a stopped one.
+        var outputs: [Output?] = []
         do {
             // Measured only when it will not be stopped: under the stopping size, where measuring is cheap.
-            let first = try self.encode(
-                bytes, plan: plan, crf: self.options.crf, mp4Path: mp4Path, stopAbove: stopAbove,
-                measure: guarding && stopAbove == nil)
-            var metadata = (result: first.result, poster: first.poster)
-            metadata.result.crf = self.options.crf
-            let firstBytes = try OutputFile.size(mp4Path)
-            guard guarding, Double(firstBytes) >= target else { return (metadata, mp4Path) }
-            complete = metadata
-            attempts.append(SizeGuard.Attempt(crf: self.options.crf, bytes: firstBytes, ssim: first.ssim))
+            let first = try encode(firstCRF, stopAbove, guarding && stopAbove == nil)
+            guard guarding, Double(first.bytes) >= target else {
+                return Choice(output: first.output, crf: firstCRF, record: nil)
+            }
+            attempts.append(SizeGuard.Attempt(crf: firstCRF, bytes: first.bytes, ssim: first.ssim))
+            outputs.append(first.output)
         } catch let stopped as StoppedAboveTarget {
             attempts.append(
                 SizeGuard.Attempt(
-                    crf: self.options.crf, bytes: stopped.bytes, ssim: nil, projectedBytes: stopped.projectedBytes))
+                    crf: firstCRF, bytes: stopped.bytes, ssim: nil, projectedBytes: stopped.projectedBytes))
+            outputs.append(nil)
         }
-        paths.append(mp4Path)
 
         var outcome = SizeGuard.Outcome.attemptsExhausted
-        for _ in 0..<self.options.maxExtraAttempts {
+        for _ in 0..<self.maxExtraAttempts {
             let last = attempts[attempts.count - 1]
             // Quality only falls as CRF rises: once under the floor, no later attempt can qualify.
-            if let ssim = last.ssim, ssim < self.options.minSSIM {
+            if let ssim = last.ssim, ssim < self.minSSIM {
                 outcome = .qualityFloor
                 break
             }
             let crf = Self.nextCRF(after: attempts, target: target)
             guard crf > last.crf else { break }
-            let path = OutputFile.temporaryPath(for: mp4Path)
-            temporaries.append(path)
-            paths.append(path)
-            let encoded = try self.encode(bytes, plan: plan, crf: crf, mp4Path: path, measure: true)
-            if complete == nil { complete = (encoded.result, encoded.poster) }
-            let attempt = SizeGuard.Attempt(crf: crf, bytes: try OutputFile.size(path), ssim: encoded.ssim)
+            let encoded = try encode(crf, nil, true)
+            outputs.append(encoded.output)
+            let attempt = SizeGuard.Attempt(crf: crf, bytes: encoded.bytes, ssim: encoded.ssim)
             attempts.append(attempt)
-            if let ssim = attempt.ssim, ssim < self.options.minSSIM {
+            if let ssim = attempt.ssim, ssim < self.minSSIM {
                 outcome = .qualityFloor
                 break
             }
@@ -78,26 +89,23 @@ extension Transcoder {
         // target when it overran steadily), and its SSIM was not measured.
         let chosen =
             attempts.firstIndex {
-                $0.projectedBytes == nil && ($0.ssim ?? 0) >= self.options.minSSIM && Double($0.bytes) < target
+                $0.projectedBytes == nil && ($0.ssim ?? 0) >= self.minSSIM && Double($0.bytes) < target
             } ?? 0
         if chosen > 0 { outcome = .smaller }
         if chosen == 0, attempts[0].ssim == nil {
             // Nothing better: the first attempt after all, encoded whole this time.
-            let path = OutputFile.temporaryPath(for: mp4Path)
-            temporaries.append(path)
-            let encoded = try self.encode(bytes, plan: plan, crf: self.options.crf, mp4Path: path)
-            complete = (encoded.result, encoded.poster)
-            paths[0] = path
-            attempts[0].bytes = try OutputFile.size(path)
+            let encoded = try encode(firstCRF, nil, false)
+            outputs[0] = encoded.output
+            attempts[0].bytes = encoded.bytes
             // Stopped for a steady overrun that did not last after all.
             if Double(attempts[0].bytes) < target { outcome = .smaller }
         }
-        guard var result = complete else {
+        guard let output = outputs[chosen] else {
             throw TranscodeError(.encodeFailed, "the size guard kept no complete encode")
         }
-        result.result.crf = attempts[chosen].crf
-        result.result.sizeGuard = SizeGuard(attempts: attempts, chosenCRF: attempts[chosen].crf, outcome: outcome)
-        return (result, paths[chosen])
+        return Choice(
+            output: output, crf: attempts[chosen].crf,
+            record: SizeGuard(attempts: attempts, chosenCRF: attempts[chosen].crf, outcome: outcome))
     }
 
     /// The smallest target (bytes) for which a first attempt is stopped early.
@@ -156,5 +164,41 @@ extension Transcoder {
         let ratio = Double(last.expectedBytes) / max(1, target * aim)
         let steps = max(1, Int((stepsPerHalving * log2(max(ratio, 1))).rounded(.up)))
         return min(TranscodeOptions.crfRange.upperBound, last.crf + steps)
+    }
+}
+
+extension Transcoder {
+    /// The size guard (`SizeGuardPolicy.run`) over this transcoder's video encode: the first attempt is written
+    /// to `mp4Path`, every other one to a temporary beside it (added to `temporaries`, which the caller removes).
+    /// Every attempt decodes the source again: no attempt's frames are kept in memory (the SSIM check keeps
+    /// the luma of the few pictures inside the encoder's delay).
+    /// - Returns: the metadata (its `crf` and `sizeGuard` set), the poster, and the path of the file to keep.
+    func encodeGuarded(
+        _ bytes: UnsafeRawBufferPointer, mp4Path: String, temporaries: inout [String]
+    ) throws -> (metadata: (result: TranscodeMetadata, poster: [UInt8]), mp4Path: String) {
+        let plan = try self.plan(bytes)
+        var firstPathTaken = false
+        var made: [String] = []
+        defer { temporaries += made }
+        let choice = try self.options.sizeGuard.run(firstCRF: self.options.crf, sourceBytes: bytes.count) {
+            crf, stopAbove, measure in
+            let path: String
+            if firstPathTaken {
+                path = OutputFile.temporaryPath(for: mp4Path)
+                made.append(path)
+            } else {
+                path = mp4Path
+                firstPathTaken = true
+            }
+            let encoded = try self.encode(
+                bytes, plan: plan, crf: crf, mp4Path: path, stopAbove: stopAbove, measure: measure)
+            return SizeGuardPolicy.Encoded(
+                output: (result: encoded.result, poster: encoded.poster, path: path),
+                bytes: try OutputFile.size(path), ssim: encoded.ssim)
+        }
+        var result = choice.output.result
+        result.crf = choice.crf
+        result.sizeGuard = choice.record
+        return ((result, choice.output.poster), choice.output.path)
     }
 }

@@ -13,6 +13,9 @@ public struct Transcoder: Sendable {
     /// to check that the bytes do not depend on the CPU (`convert --without-simd`): the output is the same.
     public var x264UsesSIMD = true
 
+    /// The video's encoder and container: the object's video format (`ObjectFiles.video`).
+    let video = VideoRecipe.h264MP4
+
     public init(options: TranscodeOptions = TranscodeOptions()) {
         self.options = options
     }
@@ -35,7 +38,7 @@ public struct Transcoder: Sendable {
     @discardableResult
     public func convert(_ gif: [UInt8], directory: String, name: String) throws -> TranscodeMetadata {
         let base = URL(fileURLWithPath: directory).appendingPathComponent(name).path
-        let mp4Path = base + "." + ObjectFiles.video.fileExtension
+        let mp4Path = base + "." + self.video.format.fileExtension
         let posterPath = base + "." + ObjectFiles.poster.fileExtension
         let metadataPath = base + "." + ObjectFiles.manifest.fileExtension
         let mp4Temporary = OutputFile.temporaryPath(for: mp4Path)
@@ -167,16 +170,15 @@ public struct Transcoder: Sendable {
         let frameRate = AVRational(
             num: Int32(clamping: max(1, header.frameMilliseconds.count) * 1000),
             den: Int32(clamping: max(1, totalMilliseconds)))
-        var options = self.options
-        options.crf = crf
-        let encoder = try H264Encoder(
-            width: output.width, height: output.height, options: options, simd: self.x264UsesSIMD,
-            averageFrameRate: av_reduce_rational(frameRate), globalHeader: true)
-        let muxer = try MP4Muxer(path: mp4Path, encoder: encoder)
+        var rendition = self.options.rendition
+        rendition.crf = crf
+        let encoder = try self.video.makeEncoder(
+            output.width, output.height, rendition, self.x264UsesSIMD, av_reduce_rational(frameRate))
+        let muxer = try self.video.makeWriter(mp4Path, encoder)
         let check = measure ? try EncodeSSIM(encoder: encoder) : nil
         var written = 0
         var packets = 0
-        var quarter: EncodedShare?
+        var quarter: SizeGuardPolicy.EncodedShare?
         func write(_ packet: Packet) throws {
             let (size, start) = packet.withUnsafeMutablePointer { (Int($0.pointee.size), $0.pointee.pts) }
             try check?.encoded(packet)
@@ -185,17 +187,17 @@ public struct Transcoder: Sendable {
             written += size
             packets += 1
             // The share encoded: by time, or at least by pictures (a first picture alone has no length yet).
-            let now = EncodedShare(
+            let now = SizeGuardPolicy.EncodedShare(
                 share: max(
                     Double(start) / Double(max(1, totalMilliseconds)),
                     Double(packets) / Double(max(1, header.frameMilliseconds.count))),
                 bytes: written)
             if quarter == nil, now.share >= 0.25 { quarter = now }
-            if written > stopAbove || Self.overrunsSteadily(now, quarter: quarter, target: stopAbove) {
+            if written > stopAbove || SizeGuardPolicy.overrunsSteadily(now, quarter: quarter, target: stopAbove) {
                 // Early on, at most twice what was written: a big first picture must not look like a huge whole.
                 let whole = Double(written) / max(now.share, 0.01)
                 let projected = now.share >= 0.25 ? whole : min(whole, Double(written) * 2)
-                throw StoppedAboveTarget(bytes: written, projectedBytes: Int(projected))
+                throw SizeGuardPolicy.StoppedAboveTarget(bytes: written, projectedBytes: Int(projected))
             }
         }
         var poster: [UInt8] = []

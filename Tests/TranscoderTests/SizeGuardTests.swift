@@ -69,7 +69,7 @@ import Testing
         // Aim at 85% of what the first encode gave.
         options.maxSizeRatio = Double(plain.mp4Bytes) * 0.85 / Double(gif.count)
         options.minSSIM = 0.9
-        #expect((Double(gif.count) * options.maxSizeRatio >= Double(Transcoder.smallestStoppedTarget)) == stopped)
+        #expect((Double(gif.count) * options.maxSizeRatio >= Double(SizeGuardPolicy.smallestStoppedTarget)) == stopped)
         try withTemporaryDirectorySync { directory in
             let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)
@@ -110,7 +110,7 @@ import Testing
     /// pictures, a key frame among them, cost more), not under 1.2x.
     @Test func aSteadyOverrunStopsAtHalf() {
         func stops(quarter: (Double, Int)?, now: (Double, Int)) -> Bool {
-            Transcoder.overrunsSteadily(
+            SizeGuardPolicy.overrunsSteadily(
                 .init(share: now.0, bytes: now.1), quarter: quarter.map { .init(share: $0.0, bytes: $0.1) },
                 target: 1000)
         }
@@ -141,7 +141,7 @@ import Testing
         options.minSSIM = minSSIM
         options.maxExtraAttempts = 3
         let target = Double(gif.count) * options.maxSizeRatio
-        try #require(target >= Double(Transcoder.smallestStoppedTarget))
+        try #require(target >= Double(SizeGuardPolicy.smallestStoppedTarget))
         try withTemporaryDirectorySync { directory in
             let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)

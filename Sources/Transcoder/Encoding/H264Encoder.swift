@@ -5,8 +5,9 @@ import CFFmpeg
 /// Timestamps are milliseconds: the codec time base is 1/1000, so a GIF delay (always a whole number
 /// of centiseconds) is represented exactly. A picture lasts until the next one starts; the muxer is told
 /// where the last one ends (`MP4Muxer.finish(endTime:)`).
-final class H264Encoder {
+final class H264Encoder: VideoEncoder {
     static let timeBase = AVRational(num: 1, den: 1000)
+    var timeBase: AVRational { Self.timeBase }
 
     let width: Int
     let height: Int
@@ -20,7 +21,7 @@ final class H264Encoder {
     /// - Parameter simd: let x264 use the CPU's SIMD instructions (the output is the same without: see
     ///   `cpuIndependent`).
     init(
-        width: Int, height: Int, options: TranscodeOptions, simd: Bool = true, averageFrameRate: AVRational,
+        width: Int, height: Int, rendition options: RenditionSpec, simd: Bool = true, averageFrameRate: AVRational,
         globalHeader: Bool
     ) throws {
         self.width = width

@@ -13,7 +13,7 @@ import CFFmpeg
 /// Owns the `AVFormatContext` (`avformat_free_context`) and its `AVIOContext` (`avio_closep`). The
 /// trailer is written and the file closed in `finish()`, which throws; `deinit` only releases what a
 /// failed job left open.
-final class MP4Muxer {
+final class MP4Muxer: ContainerWriter {
     private let context: UnsafeMutablePointer<AVFormatContext>
     private let stream: UnsafeMutablePointer<AVStream>
     private var isOpen = false
@@ -22,9 +22,12 @@ final class MP4Muxer {
     private var isHolding = false
     /// The last presentation time taken, in the encoder's time base.
     private var lastTime: Int64 = -1
+    /// The encoder's time base, the packets' unit.
+    private let encoderTimeBase: AVRational
 
     /// Creates `path` and writes the MP4 header for the encoder's stream.
-    init(path: String, encoder: H264Encoder) throws {
+    init(path: String, encoder: any VideoEncoder) throws {
+        self.encoderTimeBase = encoder.timeBase
         var context: UnsafeMutablePointer<AVFormatContext>?
         try FFmpegError.check(
             avformat_alloc_output_context2(&context, nil, OutputFormat.mp4.muxerName, path),
@@ -50,7 +53,7 @@ final class MP4Muxer {
             try FFmpegError.check(
                 avcodec_parameters_from_context(stream.pointee.codecpar, codec), "avcodec_parameters_from_context")
         }
-        stream.pointee.time_base = H264Encoder.timeBase
+        stream.pointee.time_base = encoder.timeBase
         let opened = avio_open(&context.pointee.pb, path, AVIO_FLAG_WRITE)
         guard opened >= 0 else {
             throw TranscodeError(
@@ -96,7 +99,7 @@ final class MP4Muxer {
     private func writeHeld() throws {
         self.isHolding = false
         try self.held.withUnsafeMutablePointer { packet in
-            av_packet_rescale_ts(packet, H264Encoder.timeBase, self.stream.pointee.time_base)
+            av_packet_rescale_ts(packet, self.encoderTimeBase, self.stream.pointee.time_base)
             packet.pointee.stream_index = self.stream.pointee.index
             try FFmpegError.check(av_interleaved_write_frame(self.context, packet), "av_interleaved_write_frame")
         }

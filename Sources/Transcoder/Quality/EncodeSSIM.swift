@@ -21,7 +21,7 @@ final class EncodeSSIM {
     private var scores: [(start: Int64, ssim: Double)] = []
 
     /// A decoder for `encoder`'s stream (its SPS and PPS from the encoder's extradata).
-    init(encoder: H264Encoder) throws {
+    init(encoder: any VideoEncoder) throws {
         self.width = encoder.width
         self.height = encoder.height
         guard let parameters = avcodec_parameters_alloc() else {

@@ -1,0 +1,63 @@
+import CFFmpeg
+
+/// An encoder of pictures into compressed packets, with millisecond timestamps: H.264 today (`H264Encoder`),
+/// AV1 or VP9 next. The transcoder composites, hands it pictures and passes its packets to a `ContainerWriter`;
+/// the size guard drives it through the CRF of its `RenditionSpec`. One encode uses one encoder: not `Sendable`.
+protocol VideoEncoder: AnyObject {
+    /// The pictures' size (even: 4:2:0).
+    var width: Int { get }
+    var height: Int { get }
+    /// The timestamps' unit (1/1000: GIF and WebP delays are whole milliseconds).
+    var timeBase: AVRational { get }
+
+    /// Sends one picture shown from `pts` (milliseconds); hands every packet that is ready to `emit`, in
+    /// decode order (the packet is only valid during the call).
+    func encode(_ frame: VideoFrame, pts: Int64, emit: (Packet) throws -> Void) throws
+
+    /// Flushes what the encoder holds and hands the remaining packets to `emit`.
+    func finish(emit: (Packet) throws -> Void) throws
+
+    /// The stream parameters a container copies, and a decoder for measuring the output is opened from.
+    func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result
+}
+
+/// A file holding one encoder's stream: MP4 today (`MP4Muxer`), WebM next. It writes the packets in the order the
+/// encoder hands them out; `finish` is told where the last picture ends, writes the trailer and closes the file.
+protocol ContainerWriter: AnyObject {
+    func write(_ packet: Packet) throws
+    func finish(endTime: Int64) throws
+}
+
+/// How one video format of the registry (`OutputFormat`) is made: its encoder and its container. The only place
+/// that pairs a format with code; a new video format is one more entry, plus its two types.
+struct VideoRecipe: Sendable {
+    /// The format it makes.
+    let format: OutputFormat
+    /// An encoder for pictures of `width` x `height`, as `rendition` says (`simd`: see
+    /// `Transcoder.x264UsesSIMD`); `averageFrameRate` feeds rate-control heuristics only.
+    let makeEncoder:
+        @Sendable (
+            _ width: Int, _ height: Int, _ rendition: RenditionSpec, _ simd: Bool, _ averageFrameRate: AVRational
+        )
+            throws -> any VideoEncoder
+    /// A container writing `path`, for `encoder`'s stream (its header is written at once).
+    let makeWriter: @Sendable (_ path: String, _ encoder: any VideoEncoder) throws -> any ContainerWriter
+
+    /// H.264 High profile in MP4 with faststart: what every browser and AVPlayer play.
+    static let h264MP4 = VideoRecipe(
+        format: .mp4,
+        makeEncoder: { width, height, rendition, simd, rate in
+            try H264Encoder(
+                width: width, height: height, rendition: rendition, simd: simd, averageFrameRate: rate,
+                globalHeader: true)
+        },
+        makeWriter: { path, encoder in try MP4Muxer(path: path, encoder: encoder) })
+
+    /// Every video format this build encodes.
+    static let all: [VideoRecipe] = [.h264MP4]
+
+    /// The recipe for `format`, nil when this build cannot encode it.
+    static func making(_ format: OutputFormat) -> VideoRecipe? {
+        self.all.first { $0.format == format }
+    }
+}
