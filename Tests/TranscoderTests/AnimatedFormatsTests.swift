@@ -160,8 +160,8 @@ import Testing
             failure: .corrupt),
     ]
 
-    @Test func chromiumDecodesWhatWeConvert() throws {
-        try withTemporaryDirectorySync { directory in
+    @Test func chromiumDecodesWhatWeConvert() async throws {
+        try await withTemporaryDirectory { directory in
             let chromiumDirectory = directory + "/chromium"
             try FileManager.default.createDirectory(atPath: chromiumDirectory, withIntermediateDirectories: true)
             var paths: [String] = []
@@ -172,23 +172,23 @@ import Testing
             }
             try ChromiumOracle.decode(paths, background: 0xFFFFFF, into: chromiumDirectory)
             for testCase in Self.cases {
-                try self.check(testCase, directory: directory, chromiumDirectory: chromiumDirectory)
+                try await self.check(testCase, directory: directory, chromiumDirectory: chromiumDirectory)
             }
         }
     }
 
-    func check(_ testCase: Case, directory: String, chromiumDirectory: String) throws {
+    func check(_ testCase: Case, directory: String, chromiumDirectory: String) async throws {
         let chromium = try ChromiumOracle.decoding(of: testCase.name, in: chromiumDirectory)
         guard let milliseconds = testCase.milliseconds else {
             let code = try #require(testCase.failure)
-            try expectFailure(testCase.bytes, code)
+            try await expectFailure(testCase.bytes, code)
             // Chromium shows no animation either: nothing, or a still image.
             #expect(
                 chromium.error != nil || chromium.durationsMs.count <= 1,
                 "\(testCase.name): Chromium decodes \(chromium.durationsMs.count) frames")
             return
         }
-        let conversion = try convert(testCase.bytes)
+        let conversion = try await convert(testCase.bytes)
         let metadata = conversion.metadata
         #expect(metadata.sourceFormat == (testCase.name.hasSuffix(".webp") ? .webp : .apng), "\(testCase.name)")
         #expect(metadata.sourceFrameCount == milliseconds.count, "\(testCase.name)")

@@ -34,8 +34,8 @@ import Testing
     }
 
     @Test(arguments: [0, 1, 4])
-    func keepDisposals(disposal: Int) throws {
-        let result = try convert(try self.threeFrames(disposal: disposal).build())
+    func keepDisposals(disposal: Int) async throws {
+        let result = try await convert(try self.threeFrames(disposal: disposal).build())
         self.expectPictures(
             result,
             [
@@ -45,10 +45,10 @@ import Testing
             ])
     }
 
-    @Test func disposalTwoClearsToTransparentShownAsBackground() throws {
+    @Test func disposalTwoClearsToTransparentShownAsBackground() async throws {
         var options = TranscodeOptions()
         options.background = RGBColor(hex: "#ffff00")!
-        let result = try convert(try self.threeFrames(disposal: 2).build(), options: options)
+        let result = try await convert(try self.threeFrames(disposal: 2).build(), options: options)
         self.expectPictures(
             result,
             [
@@ -59,8 +59,8 @@ import Testing
         #expect(result.metadata.hasTransparency)
     }
 
-    @Test func disposalThreeRestoresThePreviousCanvas() throws {
-        let result = try convert(try self.threeFrames(disposal: 3).build())
+    @Test func disposalThreeRestoresThePreviousCanvas() async throws {
+        let result = try await convert(try self.threeFrames(disposal: 3).build())
         self.expectPictures(
             result,
             [
@@ -71,13 +71,13 @@ import Testing
         #expect(!result.metadata.hasTransparency)
     }
 
-    @Test func disposalThreeOnTheFirstFrameRestoresTransparency() throws {
+    @Test func disposalThreeOnTheFirstFrameRestoresTransparency() async throws {
         var gif = GIFBuilder(width: 32, height: 32)
         gif.frames = [
             .filled(Self.green, width: 16, height: 16, disposal: 3),
             .filled(Self.blue, left: 16, top: 16, width: 16, height: 16),
         ]
-        let result = try convert(try gif.build())
+        let result = try await convert(try gif.build())
         self.expectPictures(
             result,
             [
@@ -87,12 +87,12 @@ import Testing
         #expect(result.metadata.hasTransparency)
     }
 
-    @Test func transparentIndexShowsWhatIsUnderneath() throws {
+    @Test func transparentIndexShowsWhatIsUnderneath() async throws {
         var gif = GIFBuilder(width: 32, height: 32)
         var overlay = GIFBuilder.Frame.filled(Self.blue, width: 32, height: 32, transparentIndex: Int(Self.black))
         for y in 0..<32 { for x in 0..<16 { overlay.pixels[y * 32 + x] = Self.black } }
         gif.frames = [.filled(Self.red, width: 32, height: 32), overlay]
-        let result = try convert(try gif.build())
+        let result = try await convert(try gif.build())
         self.expectPictures(
             result,
             [
@@ -103,21 +103,21 @@ import Testing
     }
 
     @Test(arguments: ["#000000", "#00ff00", "#FFFFFF"])
-    func transparencyIsFlattenedOverTheBackground(hex: String) throws {
+    func transparencyIsFlattenedOverTheBackground(hex: String) async throws {
         var gif = GIFBuilder(width: 32, height: 32)
         var frame = GIFBuilder.Frame.filled(Self.red, width: 32, height: 32, transparentIndex: Int(Self.white))
         for y in 16..<32 { for x in 0..<32 { frame.pixels[y * 32 + x] = Self.white } }
         gif.frames = [frame]
         var options = TranscodeOptions()
         options.background = RGBColor(hex: hex)!
-        let result = try convert(try gif.build(), options: options)
+        let result = try await convert(try gif.build(), options: options)
         let background = UInt32(hex.dropFirst(), radix: 16)!
         self.expectPictures(result, [picture(width: 32, height: 32, base: 0xFF0000, [(0, 16, 32, 16, background)])])
         #expect(result.metadata.hasTransparency)
         #expect(result.metadata.background == RGBColor(hex: hex))
     }
 
-    @Test func interlacedRowsLandInPlace() throws {
+    @Test func interlacedRowsLandInPlace() async throws {
         var gif = GIFBuilder(width: 32, height: 32)
         var frame = GIFBuilder.Frame.filled(Self.red, width: 32, height: 32)
         frame.interlaced = true
@@ -126,7 +126,7 @@ import Testing
             for x in 0..<32 { frame.pixels[y * 32 + x] = [Self.red, Self.blue, Self.green, Self.white][y / 8] }
         }
         gif.frames = [frame]
-        let result = try convert(try gif.build())
+        let result = try await convert(try gif.build())
         self.expectPictures(
             result,
             [
@@ -136,12 +136,12 @@ import Testing
             ])
     }
 
-    @Test func localPaletteOverridesTheGlobalOne() throws {
+    @Test func localPaletteOverridesTheGlobalOne() async throws {
         var gif = GIFBuilder(width: 32, height: 32)
         var frame = GIFBuilder.Frame.filled(1, width: 32, height: 32)
         frame.localPalette = [0x000000, 0x123456]
         gif.frames = [.filled(Self.red, width: 32, height: 32), frame, .filled(1, width: 32, height: 32)]
-        let result = try convert(try gif.build())
+        let result = try await convert(try gif.build())
         self.expectPictures(
             result,
             [
@@ -151,19 +151,19 @@ import Testing
             ])
     }
 
-    @Test func indicesPastThePaletteReadAsBlack() throws {
+    @Test func indicesPastThePaletteReadAsBlack() async throws {
         var gif = GIFBuilder(width: 32, height: 32)
         gif.palette = [0xFF0000, 0x00FF00]
         var frame = GIFBuilder.Frame.filled(0, width: 32, height: 32)
         for y in 0..<32 { for x in 16..<32 { frame.pixels[y * 32 + x] = 7 } }
         gif.frames = [frame]
-        let result = try convert(try gif.build())
+        let result = try await convert(try gif.build())
         self.expectPictures(result, [picture(width: 32, height: 32, base: 0xFF0000, [(16, 0, 16, 32, 0x000000)])])
     }
 
     /// Chromium's rule: a first frame reaching past the logical screen enlarges the canvas to hold it; later
     /// frames are clipped to that canvas.
-    @Test func aFirstFrameLargerThanTheScreenEnlargesTheCanvas() throws {
+    @Test func aFirstFrameLargerThanTheScreenEnlargesTheCanvas() async throws {
         var gif = GIFBuilder(width: 16, height: 16)
         gif.frames = [
             .filled(Self.red, left: 8, top: 0, width: 16, height: 24),
@@ -171,7 +171,7 @@ import Testing
         ]
         var options = TranscodeOptions()
         options.background = .white
-        let result = try convert(try gif.build(), options: options)
+        let result = try await convert(try gif.build(), options: options)
         #expect(result.metadata.sourceWidth == 24 && result.metadata.sourceHeight == 24)
         self.expectPictures(
             result,
@@ -181,10 +181,10 @@ import Testing
             ])
         // The enlarged canvas is held to the limits.
         options.limits.maxWidth = 20
-        try expectFailure(try gif.build(), .dimensionsTooLarge, options: options)
+        try await expectFailure(try gif.build(), .dimensionsTooLarge, options: options)
     }
 
-    @Test func framesAreClippedToTheScreen() throws {
+    @Test func framesAreClippedToTheScreen() async throws {
         var gif = GIFBuilder(width: 32, height: 32)
         gif.frames = [
             .filled(Self.red, width: 32, height: 32),
@@ -194,7 +194,7 @@ import Testing
             .filled(Self.green, left: 40, top: 0, width: 8, height: 8, delay: 0),
             .filled(Self.green, left: 0, top: 40, width: 8, height: 8, delay: 0),
         ]
-        let result = try convert(try gif.build())
+        let result = try await convert(try gif.build())
         // The last three frames lie wholly outside: they change nothing, so they merge into the second.
         #expect(result.metadata.sourceFrameCount == 5)
         #expect(result.video.ptsMilliseconds == [0, 100])
@@ -210,12 +210,12 @@ import Testing
     /// Odd sizes are padded to even by copying the last column and row, so 4:2:0 chroma (shared by 2x2
     /// blocks) does not mix the pad into the picture's edge: with a background-coloured pad, the last
     /// column and row took half of its colour.
-    @Test func oddSizesKeepTheirLastColumnAndRow() throws {
+    @Test func oddSizesKeepTheirLastColumnAndRow() async throws {
         var options = TranscodeOptions()
         options.background = .black
         var uniform = GIFBuilder(width: 33, height: 17)
         uniform.frames = [.filled(Self.red, width: 33, height: 17)]
-        let result = try convert(try uniform.build(), options: options)
+        let result = try await convert(try uniform.build(), options: options)
         #expect(result.metadata.outputWidth == 34 && result.metadata.outputHeight == 18)
         #expect(result.video.width == 34 && result.video.height == 18)
         let frame = try #require(result.video.pictures.first)
@@ -234,18 +234,18 @@ import Testing
         for y in 0..<17 { pixels[y * 33 + 32] = Self.blue }
         for x in 0..<33 { pixels[16 * 33 + x] = Self.green }
         edged.frames = [GIFBuilder.Frame(width: 33, height: 17, pixels: pixels)]
-        let padded = try #require(try convert(try edged.build(), options: options).video.pictures.first)
+        let padded = try #require(try await convert(try edged.build(), options: options).video.pictures.first)
         let padColumn = (0..<16).map { y in padded[y * 34 + 33] }
         #expect(psnr(padColumn, [UInt32](repeating: rgba(0x0000FF), count: 16)) > 20)
         let padRow = (0..<32).map { x in padded[17 * 34 + x] }
         #expect(psnr(padRow, [UInt32](repeating: rgba(0x00FF00), count: 32)) > 20)
     }
 
-    @Test func oneByOneBecomesTwoByTwoOfTheSameColour() throws {
+    @Test func oneByOneBecomesTwoByTwoOfTheSameColour() async throws {
         var gif = GIFBuilder(width: 1, height: 1)
         gif.loopCount = nil
         gif.frames = [.filled(Self.red, width: 1, height: 1, delay: 0)]
-        let result = try convert(try gif.build())
+        let result = try await convert(try gif.build())
         #expect(result.video.width == 2 && result.video.height == 2)
         #expect(result.metadata.sourceWidth == 1 && result.metadata.sourceHeight == 1)
         #expect(result.metadata.durationMs == 100)
@@ -254,7 +254,7 @@ import Testing
         #expect(psnr([frame[0]], [rgba(0xFF0000)]) > 35)
     }
 
-    @Test func largeCanvasesAreScaledIntoTheBox() throws {
+    @Test func largeCanvasesAreScaledIntoTheBox() async throws {
         var gif = GIFBuilder(width: 64, height: 32)
         gif.frames = [
             .filled(Self.red, width: 32, height: 32), .filled(Self.blue, left: 32, top: 0, width: 32, height: 32),
@@ -262,7 +262,7 @@ import Testing
         var options = TranscodeOptions()
         options.maxOutputWidth = 32
         options.maxOutputHeight = 32
-        let result = try convert(try gif.build(), options: options)
+        let result = try await convert(try gif.build(), options: options)
         #expect(result.metadata.outputWidth == 32 && result.metadata.outputHeight == 16)
         #expect(result.video.width == 32 && result.video.height == 16)
         let last = try #require(result.video.pictures.last)

@@ -107,11 +107,11 @@ import Testing
     }
 
     @Test(arguments: entries)
-    func corpusFile(_ entry: Entry) throws {
+    func corpusFile(_ entry: Entry) async throws {
         let path = Self.corpusDirectory + "/" + entry.name
         let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
         if let code = Self.expectedCode(entry) {
-            try expectFailure(bytes, code)
+            try await expectFailure(bytes, code)
             return
         }
         let run = try CorpusRun.shared.get()

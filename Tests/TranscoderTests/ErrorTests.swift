@@ -13,106 +13,108 @@ import Testing
         return gif
     }
 
-    @Test func unsupportedFormat() throws {
-        try expectFailure([], .unsupportedFormat)
-        try expectFailure(Array("GIF90a".utf8) + [UInt8](repeating: 0, count: 20), .unsupportedFormat)
-        try expectFailure(Array("RIFF\u{4}\0\0\0WAVE".utf8), .unsupportedFormat)
-        try expectFailure([0xFF, 0xD8, 0xFF, 0xE0] + [UInt8](repeating: 0, count: 20), .unsupportedFormat)
+    @Test func unsupportedFormat() async throws {
+        try await expectFailure([], .unsupportedFormat)
+        try await expectFailure(Array("GIF90a".utf8) + [UInt8](repeating: 0, count: 20), .unsupportedFormat)
+        try await expectFailure(Array("RIFF\u{4}\0\0\0WAVE".utf8), .unsupportedFormat)
+        try await expectFailure([0xFF, 0xD8, 0xFF, 0xE0] + [UInt8](repeating: 0, count: 20), .unsupportedFormat)
     }
 
-    @Test func truncatedHeaderIsCorrupt() throws {
-        try expectFailure(Array("GIF8".utf8), .corrupt)
-        try expectFailure(Array("GIF89a".utf8) + [1, 0], .corrupt)
-        try expectFailure([0x89, 0x50, 0x4E], .corrupt)
-        try expectFailure(APNGPrescan.signature + Array("0000000000000".utf8), .corrupt)
-        try expectFailure(Array("RIFF\u{4}\0\0\0WEBP".utf8), .corrupt)
-        try expectFailure(Array("RIFF\u{4}\0".utf8), .corrupt)
+    @Test func truncatedHeaderIsCorrupt() async throws {
+        try await expectFailure(Array("GIF8".utf8), .corrupt)
+        try await expectFailure(Array("GIF89a".utf8) + [1, 0], .corrupt)
+        try await expectFailure([0x89, 0x50, 0x4E], .corrupt)
+        try await expectFailure(APNGPrescan.signature + Array("0000000000000".utf8), .corrupt)
+        try await expectFailure(Array("RIFF\u{4}\0\0\0WEBP".utf8), .corrupt)
+        try await expectFailure(Array("RIFF\u{4}\0".utf8), .corrupt)
     }
 
-    @Test func headerWithoutFramesIsCorrupt() throws {
+    @Test func headerWithoutFramesIsCorrupt() async throws {
         var gif = GIFBuilder(width: 8, height: 8)
         gif.frames = []
-        try expectFailure(try gif.build(), .corrupt)
+        try await expectFailure(try gif.build(), .corrupt)
     }
 
-    @Test func inputLimit() throws {
+    @Test func inputLimit() async throws {
         let bytes = try self.animation().build()
         var options = TranscodeOptions()
         options.limits.maxInputBytes = bytes.count - 1
-        try expectFailure(bytes, .tooLarge, options: options)
+        try await expectFailure(bytes, .tooLarge, options: options)
         options.limits.maxInputBytes = bytes.count
-        #expect(try convert(bytes, options: options).metadata.sourceFrameCount == 3)
+        #expect(try await convert(bytes, options: options).metadata.sourceFrameCount == 3)
     }
 
-    @Test func canvasLimit() throws {
+    @Test func canvasLimit() async throws {
         var options = TranscodeOptions()
         options.limits.maxWidth = 31
-        try expectFailure(try self.animation().build(), .dimensionsTooLarge, options: options)
+        try await expectFailure(try self.animation().build(), .dimensionsTooLarge, options: options)
         options = TranscodeOptions()
         options.limits.maxHeight = 31
-        try expectFailure(try self.animation().build(), .dimensionsTooLarge, options: options)
+        try await expectFailure(try self.animation().build(), .dimensionsTooLarge, options: options)
     }
 
-    @Test func frameRectangleLimit() throws {
+    @Test func frameRectangleLimit() async throws {
         // A tiny canvas with a frame rectangle far larger than any allowed canvas: giflib would have to
         // decode all of it even though clipping throws it away.
         var gif = GIFBuilder(width: 8, height: 8)
         gif.frames = [.filled(2, width: 64, height: 8)]
         var options = TranscodeOptions()
         options.limits.maxWidth = 32
-        try expectFailure(try gif.build(), .dimensionsTooLarge, options: options)
+        try await expectFailure(try gif.build(), .dimensionsTooLarge, options: options)
     }
 
-    @Test func frameLimit() throws {
+    @Test func frameLimit() async throws {
         var options = TranscodeOptions()
         options.limits.maxFrames = 2
-        try expectFailure(try self.animation(frames: 3).build(), .tooManyFrames, options: options)
+        try await expectFailure(try self.animation(frames: 3).build(), .tooManyFrames, options: options)
         options.limits.maxFrames = 3
-        #expect(try convert(try self.animation(frames: 3).build(), options: options).metadata.sourceFrameCount == 3)
+        #expect(
+            try await convert(try self.animation(frames: 3).build(), options: options).metadata.sourceFrameCount == 3)
     }
 
-    @Test func totalPixelLimit() throws {
+    @Test func totalPixelLimit() async throws {
         var options = TranscodeOptions()
         options.limits.maxTotalPixels = 32 * 32 * 3 - 1
-        try expectFailure(try self.animation(frames: 3).build(), .tooManyPixels, options: options)
+        try await expectFailure(try self.animation(frames: 3).build(), .tooManyPixels, options: options)
         options.limits.maxTotalPixels = 32 * 32 * 3
-        #expect(try convert(try self.animation(frames: 3).build(), options: options).metadata.sourceFrameCount == 3)
+        #expect(
+            try await convert(try self.animation(frames: 3).build(), options: options).metadata.sourceFrameCount == 3)
     }
 
-    @Test func invalidOptions() throws {
+    @Test func invalidOptions() async throws {
         let bytes = try self.animation().build()
         var options = TranscodeOptions()
         options.crf = 52
-        try expectFailure(bytes, .invalidOptions, options: options)
+        try await expectFailure(bytes, .invalidOptions, options: options)
         options.crf = 0
-        try expectFailure(bytes, .invalidOptions, options: options)
+        try await expectFailure(bytes, .invalidOptions, options: options)
         options = TranscodeOptions()
         options.preset = "warp"
-        try expectFailure(bytes, .invalidOptions, options: options)
+        try await expectFailure(bytes, .invalidOptions, options: options)
     }
 
-    @Test func truncatedFileKeepsTheCompleteFrames() throws {
+    @Test func truncatedFileKeepsTheCompleteFrames() async throws {
         var gif = self.animation(frames: 3)
         gif.frames[2] = .filled(4, width: 32, height: 32, delay: 50)
         let bytes = try gif.build()
         // Cut inside the last frame's image data (the trailer and a few LZW bytes go).
         let cut = Array(bytes.prefix(bytes.count - 6))
-        let result = try convert(cut)
+        let result = try await convert(cut)
         #expect(result.metadata.truncated)
         #expect(result.metadata.sourceFrameCount == 2)
         #expect(result.metadata.durationMs == 200)
         #expect(result.video.ptsMilliseconds == [0, 100])
     }
 
-    @Test func missingTrailerIsMarkedTruncated() throws {
+    @Test func missingTrailerIsMarkedTruncated() async throws {
         let bytes = try self.animation(frames: 2).build()
         #expect(bytes.last == 0x3B)
-        let result = try convert(Array(bytes.dropLast()))
+        let result = try await convert(Array(bytes.dropLast()))
         #expect(result.metadata.truncated)
         #expect(result.metadata.sourceFrameCount == 2)
     }
 
-    @Test func damagedImageDataStopsAtTheLastGoodFrame() throws {
+    @Test func damagedImageDataStopsAtTheLastGoodFrame() async throws {
         var gif = self.animation(frames: 3)
         gif.frames[1].pixels = (0..<(32 * 32)).map { UInt8($0 % 8) }
         var bytes = try gif.build()
@@ -123,7 +125,7 @@ import Testing
         }
         let second = try #require(descriptors.dropFirst().first)
         bytes[second + 10] = 12
-        let result = try convert(bytes)
+        let result = try await convert(bytes)
         #expect(result.metadata.truncated)
         #expect(result.metadata.sourceFrameCount == 1)
     }

@@ -13,8 +13,8 @@ import Testing
         return try gif.build()
     }
 
-    @Test func webReadyContainer() throws {
-        let result = try convert(try self.sample())
+    @Test func webReadyContainer() async throws {
+        let result = try await convert(try self.sample())
         #expect(result.video.codecName == "h264")
         #expect(result.video.pixelFormat == "yuv420p")
         #expect(result.video.profile == 100)  // High
@@ -27,9 +27,9 @@ import Testing
 
     /// A render leaves its files where it was told and reports them in commit order, the manifest last, each
     /// with the size on disk and the digest `sha256sum` computes; a store does the rest.
-    @Test func renderReportsItsArtifacts() throws {
-        try withTemporaryDirectorySync { directory in
-            let rendered = try Transcoder().render(try self.sample(), into: directory, name: "clip")
+    @Test func renderReportsItsArtifacts() async throws {
+        try await withTemporaryDirectory { directory in
+            let rendered = try await renderFiles(try self.sample(), into: directory, name: "clip")
             #expect(rendered.artifacts.map(\.format) == [.mp4, .jpeg, .manifest])
             #expect(rendered.artifacts.map(\.path) == ["mp4", "jpg", "json"].map { directory + "/clip." + $0 })
             for artifact in rendered.artifacts {
@@ -44,10 +44,10 @@ import Testing
         }
     }
 
-    @Test func filesAndMetadataAgree() throws {
-        try withTemporaryDirectorySync { directory in
+    @Test func filesAndMetadataAgree() async throws {
+        try await withTemporaryDirectory { directory in
             let bytes = try self.sample()
-            let metadata = try Transcoder().convert(bytes, directory: directory, name: "clip")
+            let metadata = try await convertFiles(bytes, directory: directory, name: "clip")
             let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
             #expect(names == ["clip.jpg", "clip.json", "clip.mp4"])
             let json = try Data(contentsOf: URL(fileURLWithPath: directory + "/clip.json"))
@@ -73,11 +73,11 @@ import Testing
         }
     }
 
-    @Test func posterIsTheFirstFrameAtTheVideoSize() throws {
+    @Test func posterIsTheFirstFrameAtTheVideoSize() async throws {
         var gif = GIFBuilder(width: 33, height: 31)
         gif.frames = [.filled(2, width: 33, height: 31), .filled(4, width: 33, height: 31)]
-        try withTemporaryDirectorySync { directory in
-            try Transcoder().convert(try gif.build(), directory: directory, name: "p")
+        try await withTemporaryDirectory { directory in
+            try await convertFiles(try gif.build(), directory: directory, name: "p")
             let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: directory + "/p.jpg")))
             #expect(bytes.prefix(2) == [0xFF, 0xD8])
             let poster = try MP4Probe(path: directory + "/p.jpg")
@@ -94,12 +94,12 @@ import Testing
     /// whole suite once produced an encode 11 bytes larger while other conversions ran beside it (README
     /// "Open questions"); nothing depends on it (keys are computed from the input and the options), so the
     /// video is compared picture by picture.
-    @Test func sameInputSamePictures() throws {
+    @Test func sameInputSamePictures() async throws {
         let bytes = try self.sample()
-        try withTemporaryDirectorySync { directory in
+        try await withTemporaryDirectory { directory in
             let transcoder = Transcoder()
-            let first = try transcoder.convert(bytes, directory: directory, name: "a")
-            let second = try transcoder.convert(bytes, directory: directory, name: "b")
+            let first = try await convertFiles(bytes, directory: directory, name: "a")
+            let second = try await convertFiles(bytes, directory: directory, name: "b")
             let posterA = try Data(contentsOf: URL(fileURLWithPath: "\(directory)/a.jpg"))
             let posterB = try Data(contentsOf: URL(fileURLWithPath: "\(directory)/b.jpg"))
             #expect(posterA == posterB, "poster differs")
@@ -135,12 +135,12 @@ import Testing
         #expect(bound(1080, 1080, "unknown") == "2 5 rc-lookahead=5")
     }
 
-    @Test func failureLeavesEarlierOutputsAlone() throws {
-        try withTemporaryDirectorySync { directory in
+    @Test func failureLeavesEarlierOutputsAlone() async throws {
+        try await withTemporaryDirectory { directory in
             let good = try self.sample()
-            let first = try Transcoder().convert(good, directory: directory, name: "x")
-            #expect(throws: TranscodeError.self) {
-                try Transcoder().convert(Array("not a gif".utf8), directory: directory, name: "x")
+            let first = try await convertFiles(good, directory: directory, name: "x")
+            await #expect(throws: TranscodeError.self) {
+                try await convertFiles(Array("not a gif".utf8), directory: directory, name: "x")
             }
             let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
             #expect(names == ["x.jpg", "x.json", "x.mp4"])
@@ -149,9 +149,9 @@ import Testing
         }
     }
 
-    @Test func unwritableDirectoryIsAnIOError() throws {
+    @Test func unwritableDirectoryIsAnIOError() async throws {
         do {
-            try Transcoder().convert(try self.sample(), directory: "/nonexistent-\(UUID().uuidString)", name: "x")
+            try await convertFiles(try self.sample(), directory: "/nonexistent-\(UUID().uuidString)", name: "x")
             Issue.record("writing into a missing directory succeeded")
         } catch let error as TranscodeError {
             #expect(error.code == .io, "\(error)")

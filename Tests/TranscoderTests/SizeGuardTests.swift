@@ -42,11 +42,11 @@ import Testing
     }
 
     /// The size of the MP4 a default conversion gives with the guard off (the first attempt the guard makes).
-    static func unguardedBytes(_ gif: [UInt8]) throws -> Int {
+    static func unguardedBytes(_ gif: [UInt8]) async throws -> Int {
         var options = TranscodeOptions()
         options.maxExtraAttempts = 0
-        return try withTemporaryDirectorySync {
-            try Transcoder(options: options).convert(gif, directory: $0, name: "a").mp4Bytes
+        return try await withTemporaryDirectory {
+            try await convertFiles(gif, options: options, directory: $0, name: "a").mp4Bytes
         }
     }
 
@@ -58,11 +58,11 @@ import Testing
     /// attempt is recorded; only the kept video is left on disk. With a target of 64 KB and more the first
     /// attempt is stopped as soon as it passes the target, and its size projected.
     @Test(arguments: [("cartoon_hotdog.gif", false), ("cartoon_earth_3d_loop65535.gif", true)])
-    func reencodesUntilSmaller(name: String, stopped: Bool) throws {
+    func reencodesUntilSmaller(name: String, stopped: Bool) async throws {
         let gif = try Self.corpus(name)
         var options = TranscodeOptions()
-        let plain = try withTemporaryDirectorySync {
-            try Transcoder(options: options).convert(gif, directory: $0, name: "a")
+        let plain = try await withTemporaryDirectory {
+            try await convertFiles(gif, options: options, directory: $0, name: "a")
         }
         #expect(plain.sizeGuard == nil)
         #expect(plain.crf == TranscodeOptions.defaultCRF)
@@ -70,8 +70,8 @@ import Testing
         options.maxSizeRatio = Double(plain.mp4Bytes) * 0.85 / Double(gif.count)
         options.minSSIM = 0.9
         #expect((Double(gif.count) * options.maxSizeRatio >= Double(SizeGuardPolicy.smallestStoppedTarget)) == stopped)
-        try withTemporaryDirectorySync { directory in
-            let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
+        try await withTemporaryDirectory { directory in
+            let metadata = try await convertFiles(gif, options: options, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)
             #expect(guarded.outcome == .smaller)
             #expect(guarded.attempts.count >= 2)
@@ -128,22 +128,22 @@ import Testing
     /// pass the target, and its projection is close to the whole. The stopped attempt is never the one kept,
     /// though its bytes are under the target, not even with no quality floor at all.
     @Test(arguments: [0.5, 0])
-    func aSteadyOverrunIsStoppedBeforeItPassesTheTarget(minSSIM: Double) throws {
+    func aSteadyOverrunIsStoppedBeforeItPassesTheTarget(minSSIM: Double) async throws {
         var builder = GIFBuilder(width: 192, height: 192)
         builder.frames = (0..<20).map { index in
             GIFBuilder.Frame(
                 width: 192, height: 192, pixels: BrowserTimingTests.noise(UInt8(index + 1), size: 192), delay: 10)
         }
         let gif = try builder.build()
-        let plainBytes = try Self.unguardedBytes(gif)
+        let plainBytes = try await Self.unguardedBytes(gif)
         var options = TranscodeOptions()
         options.maxSizeRatio = Double(plainBytes) * 0.7 / Double(gif.count)
         options.minSSIM = minSSIM
         options.maxExtraAttempts = 3
         let target = Double(gif.count) * options.maxSizeRatio
         try #require(target >= Double(SizeGuardPolicy.smallestStoppedTarget))
-        try withTemporaryDirectorySync { directory in
-            let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
+        try await withTemporaryDirectory { directory in
+            let metadata = try await convertFiles(gif, options: options, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)
             let first = guarded.attempts[0]
             let projected = try #require(first.projectedBytes)
@@ -162,19 +162,21 @@ import Testing
     /// the ffmpeg CLI against the pictures the encoder got (`dumpPictures`), each weighted by its display
     /// time. Both ways of the first attempt: measured (a small target) and stopped.
     @Test(arguments: [("cartoon_hotdog.gif", false), ("cartoon_earth_3d_loop65535.gif", true)])
-    func measuredSSIMIsThatOfTheFileWritten(name: String, stopped: Bool) throws {
+    func measuredSSIMIsThatOfTheFileWritten(name: String, stopped: Bool) async throws {
         let gif = try Self.corpus(name)
         var options = TranscodeOptions()
-        let plainBytes = try Self.unguardedBytes(gif)
+        let plainBytes = try await Self.unguardedBytes(gif)
         options.maxSizeRatio = Double(plainBytes) * 0.85 / Double(gif.count)
         options.minSSIM = 0.9
-        try withTemporaryDirectorySync { directory in
-            let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
+        try await withTemporaryDirectory { directory in
+            let metadata = try await convertFiles(gif, options: options, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)
             #expect((guarded.attempts[0].ssim == nil) == stopped)
             let kept = try #require(guarded.attempts.last?.ssim)
 
-            let dump = try Transcoder(options: options).dumpPictures(gif, yuvPath: directory + "/pictures.yuv")
+            let dump = try await onOwnThread { [options] in
+                try Transcoder(options: options).dumpPictures(gif, yuvPath: directory + "/pictures.yuv")
+            }
             let pictures = [UInt8](try Data(contentsOf: URL(fileURLWithPath: directory + "/pictures.yuv")))
             _ = try run(
                 "ffmpeg",
@@ -208,17 +210,17 @@ import Testing
     /// When every attempt small enough falls under the floor, the first (best) video is kept, the attempts
     /// are recorded, and the answer is to keep the GIF. A stopped first attempt is then encoded whole.
     @Test(arguments: [("cartoon_hotdog.gif", false), ("cartoon_earth_3d_loop65535.gif", true)])
-    func givesUpAtTheQualityFloor(name: String, stopped: Bool) throws {
+    func givesUpAtTheQualityFloor(name: String, stopped: Bool) async throws {
         let gif = try Self.corpus(name)
         var options = TranscodeOptions()
-        let plainBytes = try Self.unguardedBytes(gif)
+        let plainBytes = try await Self.unguardedBytes(gif)
         // Stopped: 70% of the plain video (over 64 KB) and a floor no higher CRF reaches; else a target
         // nothing reaches.
         options.maxSizeRatio = stopped ? Double(plainBytes) * 0.7 / Double(gif.count) : 0.001
         options.minSSIM = stopped ? 0.99999 : 0.98
         options.maxExtraAttempts = 3
-        try withTemporaryDirectorySync { directory in
-            let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "a")
+        try await withTemporaryDirectory { directory in
+            let metadata = try await convertFiles(gif, options: options, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)
             #expect(guarded.outcome == .qualityFloor || guarded.outcome == .attemptsExhausted, "\(guarded)")
             #expect(guarded.chosenCRF == TranscodeOptions.defaultCRF)

@@ -5,35 +5,58 @@ import Testing
 @testable import Transcoder
 
 /// A converted GIF: its metadata and the reopened MP4 (the files are gone once this exists).
-struct Conversion {
+struct Conversion: Sendable {
     var metadata: TranscodeMetadata
     var video: MP4Probe
 }
 
-/// Converts `gif` into a temporary directory and probes the result.
-func convert(_ gif: [UInt8], options: TranscodeOptions = TranscodeOptions()) throws -> Conversion {
-    try withTemporaryDirectorySync { directory in
-        let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "out")
-        let video = try MP4Probe(path: directory + "/out.mp4")
-        return Conversion(metadata: metadata, video: video)
+/// Converts `gif` into a temporary directory and probes the result, on a thread of its own (`onOwnThread`).
+func convert(_ gif: [UInt8], options: TranscodeOptions = TranscodeOptions()) async throws -> Conversion {
+    try await onOwnThread {
+        try withTemporaryDirectorySync { directory in
+            let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: "out")
+            let video = try MP4Probe(path: directory + "/out.mp4")
+            return Conversion(metadata: metadata, video: video)
+        }
     }
 }
 
-/// Converts and expects `code`; also checks that nothing was left in the directory.
+/// `Transcoder(options:).convert` on a thread of its own (`onOwnThread`).
+@discardableResult
+func convertFiles(
+    _ source: [UInt8], options: TranscodeOptions = TranscodeOptions(), directory: String, name: String
+) async throws -> TranscodeMetadata {
+    try await onOwnThread { try Transcoder(options: options).convert(source, directory: directory, name: name) }
+}
+
+/// `Transcoder(options:).render` on a thread of its own (`onOwnThread`).
+func renderFiles(
+    _ source: [UInt8], options: TranscodeOptions = TranscodeOptions(), into directory: String, name: String
+) async throws -> RenderResult {
+    try await onOwnThread { try Transcoder(options: options).render(source, into: directory, name: name) }
+}
+
+/// Converts and expects `code`, on a thread of its own; also checks that nothing was left in the directory.
 func expectFailure(
     _ gif: [UInt8], _ code: TranscodeError.Code, options: TranscodeOptions = TranscodeOptions(),
     sourceLocation: SourceLocation = #_sourceLocation
-) throws {
-    try withTemporaryDirectorySync { directory in
-        do {
-            try Transcoder(options: options).convert(gif, directory: directory, name: "out")
-            Issue.record("expected \(code), the conversion succeeded", sourceLocation: sourceLocation)
-        } catch let error as TranscodeError {
-            #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
+) async throws {
+    let (outcome, left) = try await onOwnThread {
+        try withTemporaryDirectorySync { directory in
+            let outcome: Result<TranscodeMetadata, TranscodeError>
+            do {
+                outcome = .success(try Transcoder(options: options).convert(gif, directory: directory, name: "out"))
+            } catch let error as TranscodeError {
+                outcome = .failure(error)
+            }
+            return (outcome, try FileManager.default.contentsOfDirectory(atPath: directory))
         }
-        let left = try FileManager.default.contentsOfDirectory(atPath: directory)
-        #expect(left.isEmpty, "files left behind: \(left)", sourceLocation: sourceLocation)
     }
+    switch outcome {
+    case .success: Issue.record("expected \(code), the conversion succeeded", sourceLocation: sourceLocation)
+    case .failure(let error): #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
+    }
+    #expect(left.isEmpty, "files left behind: \(left)", sourceLocation: sourceLocation)
 }
 
 /// An expected picture: the canvas filled with `base`, then rectangles painted over it (0xRRGGBB).
