@@ -247,12 +247,56 @@ import Transcoder
                     environment: ["TRANSCODE_PORTT": "1", "TRANSCODE_PORT": "8081", "HOME": "/root"])
                 Issue.record("unknown settings were accepted")
             } catch let error as ConfigurationError {
-                #expect(error.problems.contains("\(file): unknown key cache.maxByte"), "\(error)")
-                #expect(error.problems.contains("TRANSCODE_PORTT: no configuration key has this environment variable"))
-                #expect(error.problems.contains("--transcode-workerz: unknown flag"), "\(error)")
+                #expect(
+                    error.problems.contains("\(file): unknown key cache.maxByte (did you mean cache.maxBytes?)"),
+                    "\(error)")
+                #expect(
+                    error.problems.contains(
+                        "TRANSCODE_PORTT: no configuration key has this environment variable (did you mean TRANSCODE_PORT?)"
+                    ), "\(error)")
+                #expect(
+                    error.problems.contains("--transcode-workerz: unknown flag (did you mean --transcode-workers?)"),
+                    "\(error)")
                 #expect(error.problems.count == 3, "\(error)")
             }
+            // Nothing near enough: no guess.
+            do {
+                _ = try await ServerConfiguration.load(
+                    filePath: nil, arguments: ["--frobnicate"], environment: [:])
+                Issue.record("an unknown flag was accepted")
+            } catch let error as ConfigurationError {
+                #expect(error.problems == ["--frobnicate: unknown flag"], "\(error)")
+            }
         }
+    }
+
+    /// A variable or flag spelt by word boundaries, as anyone would write it, is the key's own: `urlTTLSeconds`
+    /// is `TRANSCODE_CACHE_URL_TTL_SECONDS` as well as `TRANSCODE_CACHE_URL_TTLSECONDS`, and
+    /// `--cache-url-ttl-seconds` as well as `--cache-url-ttlseconds`; the key's own spelling wins over another.
+    @Test func variablesAndFlagsFollowWordBoundaries() async throws {
+        let byVariable = try await ServerConfiguration.load(
+            filePath: nil, arguments: [],
+            environment: ["TRANSCODE_CACHE_URL_TTL_SECONDS": "77"])
+        #expect(byVariable.cache.urlTTLSeconds == 77)
+        let both = try await ServerConfiguration.load(
+            filePath: nil, arguments: [],
+            environment: ["TRANSCODE_CACHE_URL_TTL_SECONDS": "77", "TRANSCODE_CACHE_URL_TTLSECONDS": "88"])
+        #expect(both.cache.urlTTLSeconds == 88)
+        let byFlag = try await ServerConfiguration.load(
+            filePath: nil, arguments: ["--cache-url-ttl-seconds", "66"], environment: [:])
+        #expect(byFlag.cache.urlTTLSeconds == 66)
+        let byFlagWithValue = try await ServerConfiguration.load(
+            filePath: nil, arguments: ["--cache-url-ttl-seconds=55"], environment: [:])
+        #expect(byFlagWithValue.cache.urlTTLSeconds == 55)
+    }
+
+    @Test func nearestNamesAreSmallEdits() {
+        #expect(NearestName.suggestion(for: "cache.maxByte", among: ["cache.maxBytes", "port"]) == "cache.maxBytes")
+        #expect(NearestName.suggestion(for: "prot", among: ["port", "host"]) == "port")
+        #expect(NearestName.suggestion(for: "port", among: ["port"]) == nil)
+        #expect(NearestName.suggestion(for: "zzzzzz", among: ["port", "host"]) == nil)
+        #expect(NearestName.distance(Array("kitten"), Array("sitting")) == 3)
+        #expect(NearestName.distance(Array("ab"), Array("ba")) == 1)
     }
 
     @Test func messagesNameTheKeyAndTheTypeInPlainWords() async throws {

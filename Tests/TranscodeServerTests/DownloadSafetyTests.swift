@@ -89,6 +89,9 @@ import Testing
                 let reply = try await harness.transcode(url: url)
                 #expect(reply.status == 403, "\(url): \(reply.text)")
                 #expect(reply.errorCode == "destination-not-allowed", "\(url)")
+                // A loopback origin names the setting that allows it; another internal address does not.
+                let loopback = url.contains(":\(port)/") && !url.contains("0.0.0.0")
+                #expect(reply.text.contains("download.allowLoopback") == loopback, "\(url): \(reply.text)")
             }
             #expect(harness.origin.total == 0)
         }

@@ -136,6 +136,9 @@ import Transcoder
         #expect(bad.status != 0 && bad.stderr.contains("unknown option"), "\(bad.stderr)")
         let unsigned = try await runProcess(binary, ["sign", source], timeout: .seconds(30))
         #expect(unsigned.status == 78, "\(unsigned.stderr)")
+        // It says how to make a key and a salt, and the command that then works.
+        #expect(unsigned.stderr.contains("openssl rand -hex 32"), "\(unsigned.stderr)")
+        #expect(unsigned.stderr.contains("sign URL --signing-keys $KEY --signing-salts $SALT"), "\(unsigned.stderr)")
     }
 
     @Test func pathsRoundTrip() throws {

@@ -29,6 +29,17 @@ struct SignCommand: AsyncParsableCommand {
     @Argument(parsing: .allUnrecognized, help: "Configuration keys as flags, e.g. --signing-keys HEX.")
     var settings: [String] = []
 
+    /// What `sign` says without keys: how to make a key and a salt, and where to put them.
+    static let noKeysMessage = """
+        transcode-server: no signing.keys configured. Make a key and a salt (the server needs the same ones):
+          KEY=$(openssl rand -hex 32) SALT=$(openssl rand -hex 32)
+        then pass them here and to the server, as flags or in the environment:
+          transcode-server sign URL --signing-keys $KEY --signing-salts $SALT
+          TRANSCODE_SIGNING_KEYS=$KEY TRANSCODE_SIGNING_SALTS=$SALT transcode-server serve
+        or put them in config/transcode-server.json under "signing": {"keys": [...], "salts": [...]}.
+
+        """
+
     func run() async throws {
         let configuration = try await ServerConfiguration.loadForCommand(
             filePath: self.config, arguments: self.settings)
@@ -36,7 +47,7 @@ struct SignCommand: AsyncParsableCommand {
             let signer = URLSigner(hexKeys: configuration.signing.keys, hexSalts: configuration.signing.salts),
             signer.canSign
         else {
-            FileHandle.standardError.write(Data("transcode-server: no signing.keys configured\n".utf8))
+            FileHandle.standardError.write(Data(Self.noKeysMessage.utf8))
             throw ExitCode(78)
         }
         let source: SourcePath

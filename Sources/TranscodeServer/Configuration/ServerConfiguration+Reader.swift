@@ -27,6 +27,11 @@ extension ServerConfiguration {
     static func load(
         filePath: String?, arguments: [String], environment: [String: String]
     ) async throws -> ServerConfiguration {
+        // Other spellings of a variable or flag by word boundaries (`TRANSCODE_CACHE_URL_TTL_SECONDS`) read as the
+        // key's own (`..._URL_TTLSECONDS`).
+        let keys = Self.allKeys
+        let environment = Self.canonicalEnvironment(environment, keys: keys)
+        let arguments = Self.canonicalArguments(arguments, keys: keys)
         var providers: [any ConfigProvider] = [
             CommandLineArgumentsProvider(arguments: ["transcode-server"] + arguments),
             EnvironmentVariablesProvider(environmentVariables: environment).prefixKeys(with: "transcode"),
@@ -87,21 +92,68 @@ extension ServerConfiguration {
     ) -> [String] {
         var unknown: [String] = []
         for key in fileKeys where !known.contains(key) {
-            unknown.append("\(path): unknown key \(key)")
+            unknown.append("\(path): unknown key \(key)" + NearestName.hint(for: key, among: known))
         }
         let variables = Set(known.map(Self.environmentName))
         for name in environment.keys.sorted() where name.hasPrefix("TRANSCODE_") && !variables.contains(name) {
-            unknown.append("\(name): no configuration key has this environment variable")
+            unknown.append(
+                "\(name): no configuration key has this environment variable"
+                    + NearestName.hint(for: name, among: variables))
         }
         let flags = Set(known.map(Self.flagName))
         for argument in arguments where argument.hasPrefix("--") {
             var name = String(argument.prefix { $0 != "=" })
             if name.hasPrefix("--no-"), flags.contains("--" + name.dropFirst(5)) { name = "--" + name.dropFirst(5) }
             if !flags.contains(name) {
-                unknown.append("\(name): unknown flag")
+                unknown.append("\(name): unknown flag" + NearestName.hint(for: name, among: flags))
             }
         }
         return unknown
+    }
+
+    /// Every configuration key: those a reading of the defaults asks for (every key is read whatever is set).
+    static let allKeys: Set<String> = {
+        let collector = ProblemCollector()
+        let reader = ConfigReader(providers: [InMemoryProvider(values: [:])], accessReporter: collector)
+        _ = try? ServerConfiguration(reader: reader, problems: collector)
+        return collector.keysRead
+    }()
+
+    /// A name with its separators taken out, upper-cased: how two spellings of one key's variable or flag compare.
+    private static func squashed(_ name: some StringProtocol) -> String {
+        String(name.filter { $0 != "_" && $0 != "-" }).uppercased()
+    }
+
+    /// `environment` with each `TRANSCODE_` variable spelt otherwise than its key's own name, but with the same
+    /// letters (`TRANSCODE_CACHE_URL_TTL_SECONDS` for `TRANSCODE_CACHE_URL_TTLSECONDS`), under the key's name;
+    /// the key's own spelling wins when both are set.
+    static func canonicalEnvironment(_ environment: [String: String], keys: Set<String>) -> [String: String] {
+        let names = Dictionary(keys.map { (Self.squashed(Self.environmentName($0)), Self.environmentName($0)) }) {
+            a, _ in a
+        }
+        var result = environment
+        for (name, value) in environment where name.hasPrefix("TRANSCODE_") {
+            guard let own = names[Self.squashed(name)], own != name else { continue }
+            result[name] = nil
+            if environment[own] == nil { result[own] = value }
+        }
+        return result
+    }
+
+    /// `arguments` with each flag spelt by other word boundaries than its key's (`--cache-url-ttl-seconds`)
+    /// rewritten to the key's (`--cache-url-ttlseconds`), `--no-` and `=value` kept.
+    static func canonicalArguments(_ arguments: [String], keys: Set<String>) -> [String] {
+        let flags = Dictionary(keys.map { (Self.squashed(Self.flagName($0)), Self.flagName($0)) }) { a, _ in a }
+        return arguments.map { argument in
+            guard argument.hasPrefix("--") else { return argument }
+            let name = argument.prefix { $0 != "=" }
+            let rest = argument.dropFirst(name.count)
+            if let own = flags[Self.squashed(name)] { return own + rest }
+            if name.hasPrefix("--no-"), let own = flags[Self.squashed(name.dropFirst(5))] {
+                return "--no-" + own.dropFirst(2) + rest
+            }
+            return argument
+        }
     }
 
     /// `cache.maxBytes` -> `TRANSCODE_CACHE_MAX_BYTES`.

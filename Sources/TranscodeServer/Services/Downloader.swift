@@ -119,7 +119,12 @@ struct Downloader: Sendable {
         // One internal address among several is enough to refuse: a name that mixes them is a rebinding
         // attempt more often than not.
         if let denied = addresses.first(where: { !self.policy.allows($0) }) {
-            throw ServiceError.destinationNotAllowed("\(host) resolves to \(denied), which is not a public address")
+            var message = "\(host) resolves to \(denied), which is not a public address"
+            if !self.policy.allowLoopback, DestinationPolicy(allowLoopback: true, allowedHosts: []).allows(denied) {
+                // A loopback address: the setting that allows it, which a developer trying the service wants.
+                message += "; loopback origins are refused unless download.allowLoopback is set (for development only)"
+            }
+            throw ServiceError.destinationNotAllowed(message)
         }
         return address
     }
