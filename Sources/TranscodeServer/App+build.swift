@@ -143,7 +143,8 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     let router = Router(context: AppRequestContext.self)
     router.add(middleware: AccessLogMiddleware(metrics: services.transcodes.metrics))
     router.add(middleware: CORSPolicyMiddleware(allowedOrigins: configuration.corsAllowedOrigins))
-    router.add(middleware: ErrorMiddleware(metrics: services.transcodes.metrics))
+    let routes = RouteTable()
+    router.add(middleware: ErrorMiddleware(metrics: services.transcodes.metrics, routes: routes))
     let authenticator = BearerAuthenticator<AppRequestContext>(tokens: configuration.authTokens)
     let links = PublicLinks(configuration: configuration)
     let signer = links.signer
@@ -176,5 +177,6 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         to: router, authenticator: authenticator)
     DemoPageController<AppRequestContext>().addRoutes(to: router)
     PlayerScriptController<AppRequestContext>().addRoutes(to: router)
+    routes.fill(from: router)
     return router
 }

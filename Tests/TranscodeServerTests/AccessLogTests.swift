@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOHTTP1
 import Synchronization
 import TestSupport
 import Testing
@@ -66,6 +67,8 @@ import Testing
             #expect(line.metadata["http.status"] == "200")
             #expect(line.metadata["error.code"] == nil)
             #expect(line.metadata["http.ms"].flatMap(Int.init) != nil)
+            // One id per line: the client's, not Hummingbird's beside it.
+            #expect(line.metadata["hb.request.id"] == nil, "\(line.metadata)")
 
             let notFound = try #require(recorder.requests(withID: "lookup-404").first)
             #expect(notFound.metadata["http.route"] == "/media/{file}")
@@ -76,6 +79,24 @@ import Testing
             #expect(unprocessable.metadata["http.route"] == "/transcode")
             #expect(unprocessable.metadata["http.status"] == "422")
             #expect(unprocessable.metadata["error.code"] == "unsupported-format")
+        }
+    }
+
+    /// A path the service has, asked with another method: 405 with `Allow`, not 404; an unknown path stays 404.
+    @Test func aWrongMethodIs405WithAllow() async throws {
+        try await withHarness { harness in
+            for (method, path, allowed) in [
+                (HTTPMethod.DELETE, "/healthz", "GET"), (.GET, "/transcode", "POST"),
+                (.POST, "/media/\(String(repeating: "0", count: 64)).mp4", "GET, HEAD"),
+                (.PUT, "/v1/rewrite", "GET, HEAD, POST"),
+            ] {
+                let reply = try await harness.request(method, path)
+                #expect(reply.status == 405, "\(method) \(path): \(reply.text)")
+                #expect(reply.errorCode == "method-not-allowed", "\(method) \(path)")
+                #expect(reply.headers.first(name: "Allow") == allowed, "\(method) \(path)")
+            }
+            let unknown = try await harness.request(.DELETE, "/no-such-path")
+            #expect(unknown.status == 404 && unknown.headers.first(name: "Allow") == nil)
         }
     }
 

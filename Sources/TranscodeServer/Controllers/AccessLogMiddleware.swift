@@ -19,6 +19,8 @@ struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
         let id = request.headers[Self.requestIDField].flatMap(Self.wellFormed) ?? context.id
         var context = context
         context.logger[metadataKey: "request.id"] = "\(id)"
+        // One id per line: Hummingbird's own differs from the client's X-Request-Id, which is the one to search by.
+        context.logger[metadataKey: "hb.request.id"] = nil
         let started = ContinuousClock.now
         var response: Response
         do {

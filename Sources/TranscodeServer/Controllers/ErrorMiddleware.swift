@@ -7,6 +7,8 @@ import Hummingbird
 /// over the size limit) get codes of their own.
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     let metrics: ServiceMetrics
+    /// The routes, to answer a known path asked with another method 405 with `Allow` rather than 404.
+    var routes = RouteTable()
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
@@ -14,7 +16,13 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             return try await next(request, context)
         } catch {
-            let failure = Self.serviceError(error)
+            var failure = Self.serviceError(error)
+            if let error = error as? HTTPError, error.status == .notFound {
+                let allowed = self.routes.methods(at: request.uri.path)
+                if !allowed.isEmpty, !allowed.contains(request.method) {
+                    failure = ServiceError.methodNotAllowed(request.method, allowed: allowed)
+                }
+            }
             self.metrics.error(code: failure.code.rawValue)
             if failure.status == .internalServerError {
                 context.logger.error(
@@ -62,6 +70,7 @@ extension ServiceError {
         }
         // RFC 9110 §11.6.1: a 401 names the scheme it wants.
         if self.code == .unauthorized { headers[.wwwAuthenticate] = #"Bearer realm="transcode-server""# }
+        if let allowed = self.allowedMethods { headers[.allow] = allowed.map(\.rawValue).joined(separator: ", ") }
         return Response(
             status: self.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: self.jsonBody)))
     }

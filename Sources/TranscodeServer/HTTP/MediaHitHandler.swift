@@ -368,8 +368,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if answer.isMedia, answer.bodyLength > 0 { self.source.metrics.served(bytes: answer.bodyLength) }
         var logger = self.source.logger
         if logger.logLevel <= .info {
-            // As on the router's lines: Hummingbird's own id there, the client's (or ours) under request.id.
-            logger[metadataKey: "hb.request.id"] = "\(RequestID())"
+            // As on the router's lines: one id, the client's X-Request-Id (or ours).
             logger[metadataKey: "request.id"] = "\(answer.id)"
         }
         if answer.file == nil {

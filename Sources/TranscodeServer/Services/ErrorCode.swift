@@ -105,7 +105,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .invalidSignature: "the signed URL's signature is missing or does not match"
         case .notFound: "no such route, object, job or batch"
         case .originNotFound: "the origin answered 404 or 410"
-        case .methodNotAllowed: "the route does not take this method"
+        case .methodNotAllowed: "the path exists but not with this method; `Allow` lists those it takes"
         case .requestTimeout: "the upload did not arrive within `http.bodyTimeoutSeconds`"
         case .uriTooLong: "the request line is longer than 64 KB (the connection is closed)"
         case .headerTooLarge: "the request head is longer than 64 KB (the connection is closed)"

@@ -11,6 +11,8 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
     let message: String
     /// Seconds a client should wait before retrying (429, 503, 507).
     var retryAfterSeconds: Int?
+    /// The methods the resource takes (405's `Allow`).
+    var allowedMethods: [HTTPRequest.Method]?
 
     /// A failure with `code`'s status and `Retry-After` (`ErrorCode`).
     init(_ code: ErrorCode, _ message: String) {
@@ -38,6 +40,16 @@ struct ServiceError: Error, Sendable, CustomStringConvertible {
         .init(
             code: status.code < 500 ? .badRequest : .internal, status: status, message: message,
             retryAfterSeconds: nil)
+    }
+
+    /// A path the service has, asked with a method it does not take there: 405 with `Allow`.
+    static func methodNotAllowed(_ method: HTTPRequest.Method, allowed: [HTTPRequest.Method]) -> ServiceError {
+        var error = ServiceError(
+            .methodNotAllowed,
+            "\(method.rawValue) is not allowed here; this path takes "
+                + allowed.map(\.rawValue).joined(separator: ", "))
+        error.allowedMethods = allowed
+        return error
     }
 
     static func badRequest(_ message: String) -> ServiceError { .init(.badRequest, message) }
