@@ -128,21 +128,28 @@ import Testing
             JSONLogHandler(label: label, write: { line in lines.withLock { $0.append(line) } })
         }
         logger[metadataKey: "request.id"] = "abc"
-        logger.info("request", metadata: ["http.status": "404", "http.route": "/media/{file}"])
+        logger.info(
+            "request",
+            metadata: [
+                "http.status": .stringConvertible(404), "http.route": "/media/{file}", "ok": .stringConvertible(false),
+                "ratio": .stringConvertible(0.5), "list": ["a", "b"],
+            ])
         logger.debug("not at info")
         let written = lines.withLock { $0 }
         #expect(written.count == 1)
         let line = try #require(written.first)
         #expect(line.hasSuffix("\n") && !line.dropLast().contains("\n"))
-        let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String])
-        #expect(object["message"] == "request")
-        #expect(object["level"] == "info")
-        #expect(object["label"] == "transcode-server")
-        #expect(object["request.id"] == "abc")
-        #expect(object["http.status"] == "404")
-        #expect(object["http.route"] == "/media/{file}")
-        #expect(object["time"].map { $0.contains("T") && $0.hasSuffix("Z") } == true)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(object["message"] as? String == "request")
+        #expect(object["level"] as? String == "info")
+        #expect(object["label"] as? String == "transcode-server")
+        #expect(object["request.id"] as? String == "abc")
+        #expect(object["http.route"] as? String == "/media/{file}")
+        #expect((object["time"] as? String).map { $0.contains("T") && $0.hasSuffix("Z") } == true)
         #expect(object["error"] == nil)
+        // Typed values: numbers and booleans unquoted, lists as arrays.
+        #expect(line.contains(#""http.status":404"#) && line.contains(#""ok":false"#), "\(line)")
+        #expect(line.contains(#""ratio":0.5"#) && line.contains(#""list":["a","b"]"#), "\(line)")
 
         logger.warning("upload failed", error: POSIXError(.ENOSPC))
         let failure = try #require(lines.withLock { $0.last })

@@ -290,6 +290,22 @@ import Transcoder
         #expect(byFlagWithValue.cache.urlTTLSeconds == 55)
     }
 
+    /// The startup line says what an operator checks first, and never a secret.
+    @Test func theStartupLineSaysWhatIsOnAndNoSecret() {
+        var configuration = ServerConfiguration()
+        configuration.signing.keys = [String(repeating: "ab", count: 32)]
+        configuration.authTokens = ["s3cr3t-token"]
+        let summary = configuration.startupSummary(configFile: "config/transcode-server.json")
+        #expect(summary["config.file"] == "config/transcode-server.json")
+        #expect(summary["storage.kind"] == "disk")
+        #expect(summary["signing"] == "on (1 key)")
+        #expect(summary["auth"] == "on (1 token)")
+        #expect(summary["download.allowLoopback"] == "false")
+        let text = summary.values.map { "\($0)" }.joined(separator: " ")
+        #expect(!text.contains("s3cr3t") && !text.contains("abab"), "\(text)")
+        #expect(ServerConfiguration().startupSummary(configFile: nil)["auth"] == "off: anyone may POST")
+    }
+
     @Test func nearestNamesAreSmallEdits() {
         #expect(NearestName.suggestion(for: "cache.maxByte", among: ["cache.maxBytes", "port"]) == "cache.maxBytes")
         #expect(NearestName.suggestion(for: "prot", among: ["port", "host"]) == "port")

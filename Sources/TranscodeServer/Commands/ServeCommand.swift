@@ -42,6 +42,11 @@ struct ServeCommand: AsyncParsableCommand {
         if configuration.storage.createBucket, let s3 = configuration.storage.s3 {
             try await S3Client(configuration: s3).createBucket()
         }
+        let configFile =
+            self.config
+            ?? (FileManager.default.fileExists(atPath: ServerConfiguration.defaultFilePath)
+                ? ServerConfiguration.defaultFilePath : nil)
+        logger.info("starting", metadata: configuration.startupSummary(configFile: configFile))
         let (application, _) = try buildApplication(configuration: configuration, logger: logger)
         try await application.runService()
     }

@@ -4,7 +4,9 @@ import Synchronization
 
 /// `log.format: json`: one JSON object per line, for log shippers that parse rather than read:
 /// `{"time": ISO 8601 with milliseconds, "level", "label", "message", ...metadata}`. Metadata keys keep their
-/// dotted names (`request.id`, `http.status`); nested values are written as their text.
+/// dotted names (`request.id`, `http.status`). Values keep their types: a number or a boolean passed as one
+/// (`.stringConvertible(200)`) is written as a JSON number or boolean, lists and dictionaries as JSON arrays and
+/// objects, anything else as a string.
 struct JSONLogHandler: LogHandler {
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .info
@@ -23,19 +25,37 @@ struct JSONLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        var object: [String: String] = [:]
+        var object: [String: Any] = [:]
         for (key, value) in self.metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) {
-            object[key] = "\(value)"
+            object[key] = Self.json(value)
         }
         object["time"] = Date().formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
         object["level"] = event.level.rawValue
         object["label"] = self.label
         object["message"] = "\(event.message)"
         if let error = event.error { object["error"] = "\(error)" }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        guard let data = try? encoder.encode(object) else { return }
+        guard
+            let data = try? JSONSerialization.data(
+                withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes, .fragmentsAllowed])
+        else { return }
         self.write(String(decoding: data, as: UTF8.self) + "\n")
+    }
+
+    /// A metadata value as a JSON value: numbers and booleans given as such stay typed.
+    static func json(_ value: Logger.Metadata.Value) -> Any {
+        switch value {
+        case .string(let text): return text
+        case .stringConvertible(let convertible):
+            switch convertible {
+            case let bool as Bool: return bool
+            case let integer as any BinaryInteger: return NSNumber(value: Int64(clamping: integer))
+            case let double as Double where double.isFinite: return double
+            case let float as Float where float.isFinite: return Double(float)
+            default: return convertible.description
+            }
+        case .array(let values): return values.map(Self.json)
+        case .dictionary(let values): return values.mapValues(Self.json)
+        }
     }
 
     /// One `write(2)` per line, so lines from several threads do not interleave.

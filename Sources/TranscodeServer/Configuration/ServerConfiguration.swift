@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// Everything the service can be told at startup, by domain: each domain's type holds its keys' defaults (its
 /// property values, the only place they are stated) and reads its own section, beside the type it configures.
@@ -41,4 +42,29 @@ struct ServerConfiguration: Sendable, Equatable {
     /// A complete batch (its results, its status) is deleted this long after it was created.
     /// `batch.retentionSeconds`, default 604800 (7 days).
     var batchRetentionSeconds: Double = 604_800
+}
+
+extension ServerConfiguration {
+    /// What an operator checks first at startup: the file read, the address, where results are kept, and whether
+    /// signing, tokens, webhooks and loopback origins are on (never a key or a token itself).
+    /// - Parameter configFile: the configuration file read, nil when none was.
+    func startupSummary(configFile: String?) -> Logger.Metadata {
+        [
+            "version": "\(TranscodeServerCommand.version)",
+            "config.file": "\(configFile ?? "none (defaults, environment, flags)")",
+            "address": "\(self.host):\(self.port)",
+            "storage.kind": "\(self.storage.kind.rawValue)",
+            "cache.directory": "\(self.cache.directory)",
+            "transcode.workers": "\(self.transcode.workers)",
+            "signing": "\(self.signing.keys.isEmpty ? "off" : "on (\(Self.count(self.signing.keys.count, "key")))")",
+            "auth":
+                "\(self.authTokens.isEmpty ? "off: anyone may POST" : "on (\(Self.count(self.authTokens.count, "token")))")",
+            "webhooks": "\(self.webhooks.secrets.isEmpty ? "off" : "on")",
+            "download.allowLoopback": "\(self.download.allowLoopback)",
+        ]
+    }
+
+    private static func count(_ number: Int, _ noun: String) -> String {
+        "\(number) \(noun)\(number == 1 ? "" : "s")"
+    }
 }

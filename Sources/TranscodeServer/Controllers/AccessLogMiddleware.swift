@@ -47,10 +47,13 @@ struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
         var metadata: Logger.Metadata = [
             "http.method": "\(method)",
             "http.route": "\(route)",
-            "http.status": "\(status.code)",
-            "http.bytes": "\(bytes.map(String.init) ?? "-")",
-            "http.ms": "\(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)",
+            // Numbers as numbers (`log.format: json` writes them unquoted).
+            "http.status": .stringConvertible(Int(status.code)),
+            "http.ms": .stringConvertible(
+                elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000),
         ]
+        // Unknown for a body streamed without a length: left out rather than written as text.
+        if let bytes { metadata["http.bytes"] = .stringConvertible(bytes) }
         if let errorCode { metadata["error.code"] = "\(errorCode)" }
         logger.info("request", metadata: metadata)
     }
