@@ -42,6 +42,36 @@ import Testing
         }
     }
 
+    /// A keep-gif result (no video under the size bound at the quality floor) of a GIF named by its URL gets the
+    /// GIF's own `<img>` as its snippet, on the route and on the fast path's repeat; an upload, which has no URL
+    /// for the GIF, keeps the video's.
+    @Test func aKeepGIFResultsSnippetIsTheGIFsImage() async throws {
+        // A bound no video can meet: every GIF is keep-gif (the guard gives up after its attempts).
+        try await withHarness(configure: {
+            $0.transcode.options.maxSizeRatio = 0.001
+            $0.transcode.options.maxExtraAttempts = 1
+        }) { harness in
+            let url = harness.originURL("/corpus/loop_1.gif") + "?a=1&b=\"2\""
+            for attempt in ["miss", "hit"] {
+                let reply = try await harness.transcode(url: url)
+                #expect(reply.status == 200, "\(reply.text)")
+                let json = try reply.json()
+                #expect(json["recommendation"] as? String == "keep-gif", "\(attempt)")
+                let width = try #require(json["sourceWidth"] as? Int)
+                let height = try #require(json["sourceHeight"] as? Int)
+                let escaped = url.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(
+                    of: "\"", with: "&quot;")
+                #expect(
+                    json["html"] as? String == "<img src=\"\(escaped)\" width=\"\(width)\" height=\"\(height)\">",
+                    "\(attempt)")
+                #expect(reply.headers.first(name: "X-Cache") == attempt)
+            }
+            let upload = try await harness.upload(try corpusBytes("loop_1.gif"))
+            #expect(try upload.json()["recommendation"] as? String == "keep-gif")
+            #expect((try upload.json()["html"] as? String)?.hasPrefix("<video") == true)
+        }
+    }
+
     @Test func loopOnlyWhenTheGIFLoopsForever() async throws {
         try await withHarness { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))

@@ -47,6 +47,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         let contentType = request.headers[.contentType]?.lowercased() ?? ""
         let answer: TranscodeAnswer
         var signed: [String: String]?
+        var sourceURL: String?
         if Self.uploadMediaTypes.contains(where: { contentType.hasPrefix($0) }) {
             let limit = min(self.service.defaultOptions.limits.maxInputBytes, self.maxBodyBytes)
             try Self.checkDeclaredLength(request, limit: limit)
@@ -95,11 +96,12 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             let subscriber = callback.map { self.notify($0, id: keys.urlKey.rawValue, url: body.url) }
             answer = try await self.service.transcode(url: url, options: options, keys: keys, subscriber: subscriber)
             signed = self.links.signed(sourceURL: body.url, background: background)
+            sourceURL = body.url
             // Without a webhook to queue, the same body's next hit may be answered by MediaHitHandler.
             if case .done = answer, body.callbackURL == nil {
                 self.resolved.set(
                     buffer.readableBytesView,
-                    .init(keys: keys, signed: signed))
+                    .init(keys: keys, signed: signed, sourceURL: body.url))
             }
         } else {
             throw ServiceError(
@@ -109,7 +111,8 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         }
         switch answer {
         case .done(let outcome, let cacheHit):
-            let result = TranscodeResult(outcome, baseURL: self.links.baseURL, signed: signed)
+            let result = TranscodeResult(
+                outcome, baseURL: self.links.baseURL, signed: signed, sourceURL: sourceURL)
             var response = Self.json(body: try self.encoded.body(for: result, encode: Self.jsonBytes))
             response.headers[HTTPField.Name("X-Cache")!] = cacheHit ? "hit" : "miss"
             return response
@@ -163,8 +166,8 @@ struct TranscodeController<Context: RequestContext>: Sendable {
                 switch await ended.end() {
                 case .done(let outcome):
                     event = JobEvent(
-                        id: id, url: url, status: "done", result: TranscodeResult(outcome, baseURL: baseURL),
-                        error: nil)
+                        id: id, url: url, status: "done",
+                        result: TranscodeResult(outcome, baseURL: baseURL, sourceURL: url), error: nil)
                 case .failed(let failure):
                     event = JobEvent(
                         id: id, url: url, status: "failed", result: nil,
@@ -228,6 +231,8 @@ final class ResolvedBodies: Sendable {
     struct Target: Sendable {
         let keys: SourceKeys
         let signed: [String: String]?
+        /// The GIF's URL as the body gave it (a keep-gif result's snippet is the GIF's `<img>`).
+        var sourceURL: String?
     }
 
     /// As many as `EncodedResults` keeps (4,096 answers of a kilobyte or two were already a visible part of
@@ -300,11 +305,17 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
     /// URL and signing is configured.
     let signed: [String: String]?
 
-    init(_ outcome: TranscodeOutcome, baseURL: String = "", signed: [String: String]? = nil) {
+    /// The GIF's URL, when the request named one: a keep-gif result's snippet is then the GIF's own `<img>`.
+    let sourceURL: String?
+
+    init(
+        _ outcome: TranscodeOutcome, baseURL: String = "", signed: [String: String]? = nil, sourceURL: String? = nil
+    ) {
         self.key = outcome.key
         self.metadata = outcome.metadata
         self.baseURL = baseURL
         self.signed = signed
+        self.sourceURL = sourceURL
     }
 
     /// By the object key and the signed video link (equal results have equal ones; `==` still compares
@@ -325,8 +336,15 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
 
     /// Autoplaying, muted and inline (what iOS Safari requires to autoplay), sized like the GIF so the page
     /// layout does not move, and played as many times as the GIF: `loop` when it loops forever, nothing
-    /// when it plays once, and `data-play-count` with `/player.js` for a finite loop count.
+    /// when it plays once, and `data-play-count` with `/player.js` for a finite loop count. For a keep-gif
+    /// result (the video is not smaller than the GIF at the quality floor) of a GIF named by its URL, the GIF's
+    /// own `<img>`, sized the same: the page should keep the GIF. An upload has no URL for the GIF: its
+    /// snippet stays the video's.
     var html: String {
+        if self.metadata.recommendation == .keepGIF, let sourceURL = self.sourceURL {
+            return "<img src=\"\(HTMLRewriter.escape(sourceURL))\" "
+                + "width=\"\(self.metadata.sourceWidth)\" height=\"\(self.metadata.sourceHeight)\">"
+        }
         var playback = ""
         var script = ""
         if self.metadata.loopsForever {

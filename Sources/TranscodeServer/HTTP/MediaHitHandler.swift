@@ -348,7 +348,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let (key, metadata) = self.source.lookup.transcode(target.keys, service: route.service)
         else { return nil }
         let result = TranscodeResult(
-            TranscodeOutcome(key: key, metadata: metadata), baseURL: route.baseURL, signed: target.signed)
+            TranscodeOutcome(key: key, metadata: metadata), baseURL: route.baseURL, signed: target.signed,
+            sourceURL: target.sourceURL)
         guard
             let json = try? route.encoded.body(
                 for: result, encode: TranscodeController<BasicRequestContext>.jsonBytes)
