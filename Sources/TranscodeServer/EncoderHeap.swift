@@ -8,7 +8,7 @@
     /// though the pictures and settings handed to x264 were the same. What decides it is what an earlier x264
     /// encoder in the process left in the blocks a later one gets: zeroing x264's blocks (it allocates with
     /// `memalign`) makes the output that of the file converted alone, zeroing FFmpeg's (`posix_memalign`) or our
-    /// frames does not (README, "Open questions"). The read itself, somewhere in x264, is not found, and a later host
+    /// frames does not (docs/open-questions.md). The read itself, somewhere in x264, is not found, and a later host
     /// (AMD EPYC, AVX2, no AVX-512) shows no variation with or without this: kept for hosts like the earlier ones.
     ///
     /// Zeroing every block would make memory x264 allocates but never touches resident (up to 8 MiB more peak RSS

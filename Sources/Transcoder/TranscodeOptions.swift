@@ -199,14 +199,14 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
         set { self.sizeGuard.minSSIM = newValue }
     }
 
-    // Chosen by measuring the corpus with scripts/bench (see README, "Choosing CRF and preset").
+    // Chosen by measuring the corpus with scripts/bench (see docs/benchmarks.md, "Choosing CRF and preset").
     public static let defaultCRF = 25
     public static let defaultPreset = "medium"
     /// Two, for every job whatever the load: a job alone uses both cores of a two-core machine (a 1080x1080 GIF
     /// in two thirds of the time), jobs side by side pay 5-7% of their throughput for it (the CLI on the corpus,
-    /// the service's cold step), and a key's bytes never depend on what else ran (README, "One key, one file").
+    /// the service's cold step), and a key's bytes never depend on what else ran (docs/fidelity.md, "One key, one file").
     public static let defaultThreads = 2
-    /// Chosen by looking at the size guard's attempts on the corpus (README, "Never bigger than the GIF").
+    /// Chosen by looking at the size guard's attempts on the corpus (docs/benchmarks.md, "Never bigger than the GIF").
     public static let defaultMinSSIM = 0.98
 
     /// CRF values accepted. 0 would be lossless, which x264 only encodes in the High 4:4:4 profile that

@@ -80,10 +80,10 @@ import Transcoder
         #expect(checked >= 60)
     }
 
-    /// The README's configuration table lists every key of the committed file (which holds the defaults, above)
+    /// The configuration table of docs/configuration.md lists every key of the committed file (which holds the defaults, above)
     /// with the same default, and no key the file lacks.
     @Test func readmeTableIsTheCommittedFile() throws {
-        /// A JSON value as the README's table writes it.
+        /// A JSON value as the configuration table writes it.
         enum Value: Decodable {
             case text(String)
             case object([String: Value])
@@ -116,7 +116,7 @@ import Transcoder
         }
         flatten(root, "")
         var table: [String: String] = [:]
-        let readme = try PackagingTests.read("README.md")
+        let readme = try PackagingTests.read("docs/configuration.md")
         for line in readme.split(separator: "\n") where line.hasPrefix("| `") {
             let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
             guard cells.count >= 2 else { continue }
@@ -126,7 +126,7 @@ import Transcoder
             let values = cells[1].components(separatedBy: " / ").map {
                 $0.trimmingCharacters(in: CharacterSet(charactersIn: " `"))
             }
-            // Configuration keys only: dotted lower camel (other tables of the README hold routes and numbers).
+            // Configuration keys only: dotted lower camel (other tables hold routes and numbers).
             guard keys.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isLetter || $0.isNumber || $0 == "." } }),
                 keys.first?.contains(".") == true || ["host", "port"].contains(keys.first ?? ""),
                 keys.count == values.count
@@ -138,12 +138,12 @@ import Transcoder
         }
         #expect(
             Set(table.keys) == Set(file.keys),
-            "only in the file: \(Set(file.keys).subtracting(table.keys).sorted()); only in the README: \(Set(table.keys).subtracting(file.keys).sorted())"
+            "only in the file: \(Set(file.keys).subtracting(table.keys).sorted()); only in docs/configuration.md: \(Set(table.keys).subtracting(file.keys).sorted())"
         )
         for (key, value) in file.sorted(by: { $0.key < $1.key }) where table[key] != nil {
-            // Numbers as numbers: the file's 1.0 and 30 are the README's 1.0 and 30.
+            // Numbers as numbers: the file's 1.0 and 30 are the table's 1.0 and 30.
             let same = Double(value).map { Double(table[key] ?? "") == $0 } ?? (table[key] == value)
-            #expect(same, "\(key): the README says \(table[key] ?? "-"), the file \(value)")
+            #expect(same, "\(key): docs/configuration.md says \(table[key] ?? "-"), the file \(value)")
         }
     }
 

@@ -22,8 +22,8 @@ import Testing
     /// file converted alone; four runs of the real binary each. On the host where it was found, without
     /// `EncoderHeap`, cartoon_hotdog.gif after the ten corpus GIFs before it came out 7,964-7,977 bytes from run to
     /// run, and odd_30x20_muybridge.gif after these five differed in 2 runs of 6. On a later host (AMD EPYC, AVX2
-    /// and no AVX-512) neither the build of then nor today's varies, with or without `EncoderHeap` (README,
-    /// "One key, one file").
+    /// and no AVX-512) neither the build of then nor today's varies, with or without `EncoderHeap`
+    /// (docs/fidelity.md, "One key, one file").
     @Test(arguments: [
         (
             "cartoon_hotdog",

@@ -25,13 +25,13 @@ import Transcoder
         #expect(ServiceError.notReady(.insufficientStorage, "low").status.code == 503)
     }
 
-    /// The README's table is the registry's (`ErrorCode.markdownTable`).
+    /// The error table of docs/api.md is the registry's (`ErrorCode.markdownTable`).
     @Test func readmeTableIsTheRegistry() throws {
-        let readme = try PackagingTests.read("README.md")
+        let readme = try PackagingTests.read("docs/api.md")
         let lines = readme.split(separator: "\n", omittingEmptySubsequences: false)
         let start = lines.firstIndex(of: "| code | status | meaning |")
         let table = start.map { lines[$0...].prefix { !$0.isEmpty }.joined(separator: "\n") }
-        #expect(table == ErrorCode.markdownTable, "the README's error table should read:\n\(ErrorCode.markdownTable)")
+        #expect(table == ErrorCode.markdownTable, "docs/api.md's error table should read:\n\(ErrorCode.markdownTable)")
     }
 
     /// The OpenAPI document's `ErrorDetail.code` enum lists exactly the registry's codes.

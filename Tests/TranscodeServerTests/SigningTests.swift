@@ -61,10 +61,10 @@ import Transcoder
         #expect(run.stdout.split(separator: "\n").map(String.init) == paths.map { signer.signature(of: $0) })
     }
 
-    /// The README's shell recipe (openssl), run as written there, gives the server's signature.
+    /// The shell recipe of docs/api.md (openssl), run as written there, gives the server's signature.
     @Test func readmeShellRecipeAgrees() async throws {
-        let readme = try PackagingTests.read("README.md")
-        let start = try #require(readme.range(of: "```sh sign-url\n"), "the README has no ```sh sign-url block")
+        let readme = try PackagingTests.read("docs/api.md")
+        let start = try #require(readme.range(of: "```sh sign-url\n"), "docs/api.md has no ```sh sign-url block")
         let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
         let recipe = String(readme[start.upperBound..<end.lowerBound])
         let key = String(repeating: "5e", count: 32), salt = "6d79736174"
@@ -77,10 +77,10 @@ import Transcoder
         #expect(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == expected)
     }
 
-    /// The README's JavaScript signer (WebCrypto), run in headless Chromium, gives the server's URLs.
+    /// The JavaScript signer of docs/api.md (WebCrypto), run in headless Chromium, gives the server's URLs.
     @Test func readmeJavaScriptSignerAgrees() async throws {
-        let readme = try PackagingTests.read("README.md")
-        let start = try #require(readme.range(of: "```js\n"), "the README has no ```js block")
+        let readme = try PackagingTests.read("docs/api.md")
+        let start = try #require(readme.range(of: "```js\n"), "docs/api.md has no ```js block")
         let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
         let key = String(repeating: "3c", count: 32), salt = "73616c7479"
         let signer = try #require(URLSigner(hexKeys: [key], hexSalts: [salt]))

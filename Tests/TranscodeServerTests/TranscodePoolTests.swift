@@ -9,7 +9,7 @@ import Testing
 /// let a browser's cached first half and a later range of the other make one broken video.
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct TranscodePoolTests {
     /// On the real binary, which takes `EncoderHeap` (this process does not: in it, a GIF's bytes may depend on
-    /// what was encoded before, README "Open questions").
+    /// what was encoded before, docs/open-questions.md).
     @Test func aKeysBytesDoNotDependOnTheLoad() async throws {
         let gif = try corpusBytes("cartoon_hotdog.gif")
         let alone = try await Self.mp4(of: gif, beside: nil)

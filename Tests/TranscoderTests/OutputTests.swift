@@ -91,8 +91,8 @@ import Testing
 
     /// The same input and options give the same poster bytes and the same pictures at the same times. The
     /// MP4's bytes are identical nearly always (200 concurrent encodes in one process were), but a run of the
-    /// whole suite once produced an encode 11 bytes larger while other conversions ran beside it (README
-    /// "Open questions"); nothing depends on it (keys are computed from the input and the options), so the
+    /// whole suite once produced an encode 11 bytes larger while other conversions ran beside it
+    /// (docs/open-questions.md); nothing depends on it (keys are computed from the input and the options), so the
     /// video is compared picture by picture.
     @Test func sameInputSamePictures() async throws {
         let bytes = try self.sample()

@@ -77,7 +77,7 @@ import Testing
             #expect(guarded.attempts.count >= 2)
             #expect(guarded.attempts[0].crf == TranscodeOptions.defaultCRF)
             // Not compared byte for byte with the plain encode: under a loaded test run the same GIF and
-            // settings once came out 8084 instead of 7977 bytes in one process (see the README's open
+            // settings once came out 8084 instead of 7977 bytes in one process (see docs/open-questions.md
             // question on determinism); the size guard only needs the first attempt to miss the target.
             #expect(Double(guarded.attempts[0].bytes) >= Double(gif.count) * options.maxSizeRatio)
             if stopped {
@@ -227,7 +227,7 @@ import Testing
             #expect(metadata.mp4Bytes == guarded.attempts[0].bytes)
             // The first attempt, at the default CRF, not a later one (here each is at least a third smaller).
             // Not within 2%: two encodes of one GIF in this busy test process have differed by 3.5% (8,150 and
-            // 8,445 bytes of cartoon_hotdog.gif; README, "Open questions").
+            // 8,445 bytes of cartoon_hotdog.gif; docs/open-questions.md).
             #expect(
                 abs(Double(metadata.mp4Bytes) / Double(plainBytes) - 1) < 0.08, "\(metadata.mp4Bytes) vs \(plainBytes)")
             #expect((guarded.attempts[0].projectedBytes != nil) == stopped)

@@ -16,7 +16,7 @@ struct ServeCommand: AsyncParsableCommand {
         discussion: """
             Every configuration key is also a flag: --host 0.0.0.0, --port 8080, --cache-directory DIR, \
             --cache-max-bytes N, --transcode-workers N, --download-allow-loopback, ... \
-            (see config/transcode-server.json and the README).
+            (see config/transcode-server.json and docs/configuration.md).
             """)
 
     @Option(name: .long, help: "JSON configuration file (default: config/transcode-server.json if present).")

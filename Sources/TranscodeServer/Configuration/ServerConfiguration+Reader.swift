@@ -191,7 +191,7 @@ extension ServerConfiguration {
 
     /// Reads every key from `reader`, domain by domain (each from its own section, by its own type), keeping
     /// the default for the ones not set. The keys, with their defaults, are in `config/transcode-server.json`
-    /// and the README; S3 credentials come from `environment` (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// and docs/configuration.md; S3 credentials come from `environment` (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
     /// `AWS_SESSION_TOKEN`), never from a file or a flag.
     /// - Throws: `ConfigurationError` naming each key whose value does not parse or is out of range.
     init(

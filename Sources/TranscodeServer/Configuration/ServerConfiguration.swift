@@ -4,7 +4,7 @@ import Logging
 /// Everything the service can be told at startup, by domain: each domain's type holds its keys' defaults (its
 /// property values, the only place they are stated) and reads its own section, beside the type it configures.
 /// `config/transcode-server.json` lists every key with its default; `ConfigurationTests` keeps the two, and the
-/// README's table, equal.
+/// table of docs/configuration.md, equal.
 struct ServerConfiguration: Sendable, Equatable {
     /// Address to listen on. `host`, default 127.0.0.1.
     var host = "127.0.0.1"

@@ -4,7 +4,7 @@ import NIOCore
 /// Answers `MediaHitHandler`'s hits before NIO's HTTP codec, from the bytes read: the first handler of a
 /// connection's pipeline. A hit answered here costs a scan of its head and one write of bytes, not the
 /// codec's parsing, its conversions to and from swift-http-types, the response encoder and five handlers
-/// each way; on a small file that was most of a hit's cost (`scripts/bench-service`, README).
+/// each way; on a small file that was most of a hit's cost (`scripts/bench-service`, docs/benchmarks.md).
 ///
 /// It frames the byte stream itself, so that the decoder behind it only ever sees whole requests: a head
 /// (up to the first empty line) and then exactly `Content-Length` bytes of body. What it cannot frame for

@@ -2,7 +2,7 @@ import HTTPTypes
 import Transcoder
 
 /// Every error code the API answers with, its HTTP status and what it means: the registry. A code is never
-/// spelled at a call site or compared as a string; the README's and the OpenAPI document's error tables are
+/// spelled at a call site or compared as a string; the error table of docs/api.md and the OpenAPI document's are
 /// checked against `allCases` by a test (`ErrorCodeTests`).
 ///
 /// The same codes label `transcode_errors_total`, fill `X-Error-Code`, and are what a job, a webhook and a batch
@@ -92,7 +92,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         }
     }
 
-    /// What it means, for the README's and the OpenAPI document's tables.
+    /// What it means, for the tables of docs/api.md and the OpenAPI document.
     var meaning: String {
         switch self {
         case .badRequest: "the request is malformed: an unknown field or parameter, bad JSON, a bad colour or path"
@@ -149,7 +149,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
 }
 
 extension ErrorCode {
-    /// The README's error table: one row per code, in the registry's order.
+    /// The error table of docs/api.md: one row per code, in the registry's order.
     static var markdownTable: String {
         var lines = ["| code | status | meaning |", "|---|---|---|"]
         for code in Self.allCases {

@@ -47,7 +47,7 @@ final class H264Encoder: VideoEncoder {
             // every player. With B-frames the stts durations are decode-order gaps and the track's start
             // and end depend on how a player reads the edit list (Chromium played a 2.42 s GIF for 1.02 s).
             // Six reference frames win back part of what B-frames saved: scripts/bench's median MP4 is
-            // +3.2% (+5.7% with the default three), see README "Timing in every player".
+            // +3.2% (+5.7% with the default three), see docs/fidelity.md, "Timing in every player".
             context.pointee.max_b_frames = 0
             context.pointee.refs = Int32(bound.references)
             if globalHeader {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs the README's JavaScript signer (WebCrypto) in headless Chromium and prints the URL it makes.
+"""Runs the JavaScript signer of docs/api.md (WebCrypto) in headless Chromium and prints the URL it makes.
 
 Usage: /usr/bin/python3 sign_url_check.py PAGE_URL JS_FILE KEY SALT GIF_URL EXT [BG]
 
