@@ -72,6 +72,32 @@ import Testing
         }
     }
 
+    /// `?background` counts on a JSON request as on an upload, the body's field winning; any other query
+    /// parameter is a 400 rather than ignored.
+    @Test func theQueryBackgroundCountsForJSONToo() async throws {
+        try await withHarness { harness in
+            let body = try JSONSerialization.data(withJSONObject: ["url": harness.originURL("/corpus/loop_1.gif")])
+            func post(_ query: String, _ body: Data) async throws -> Reply {
+                try await harness.request(
+                    .POST, "/transcode" + query, headers: [("Content-Type", "application/json")], body: Array(body))
+            }
+            let black = try await post("?background=%23000000", body)
+            #expect(black.status == 200, "\(black.text)")
+            #expect(try black.json()["background"] as? String == "#000000")
+            // The same body without the query: the default background, never the kept answer of the query's.
+            let plain = try await post("", body)
+            #expect(try plain.json()["background"] as? String == "#ffffff")
+            let again = try await post("", body)
+            #expect(try again.json()["background"] as? String == "#ffffff")
+            let both = try JSONSerialization.data(
+                withJSONObject: ["url": harness.originURL("/corpus/loop_1.gif"), "background": "#ff0000"])
+            #expect(try await post("?background=%23000000", both).json()["background"] as? String == "#ff0000")
+            let unknown = try await post("?backgroud=%23000000", body)
+            #expect(unknown.status == 400 && unknown.errorCode == "bad-request", "\(unknown.text)")
+            #expect(unknown.text.contains("backgroud"))
+        }
+    }
+
     @Test func loopOnlyWhenTheGIFLoopsForever() async throws {
         try await withHarness { harness in
             let reply = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))

@@ -38,6 +38,15 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     /// silently ignored.
     static var requestFields: [String] { ["url", "background", "callbackURL"] }
 
+    /// Refuses a query parameter `POST /transcode` does not take (`background` and `callbackURL` only, for a JSON
+    /// body as for an upload), rather than ignoring it.
+    static func checkQuery(_ request: Request) throws {
+        for (name, _) in request.uri.queryParameters where !["background", "callbackURL"].contains(String(name)) {
+            throw ServiceError.badRequest(
+                "unknown query parameter \"\(name)\"; POST /transcode takes only background and callbackURL")
+        }
+    }
+
     /// The bodies taken as the animation itself. Which format it is, is told by its signature, not by this.
     static var uploadMediaTypes: [String] {
         ["image/gif", "image/png", "image/apng", "image/webp", "application/octet-stream"]
@@ -51,10 +60,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         if Self.uploadMediaTypes.contains(where: { contentType.hasPrefix($0) }) {
             let limit = min(self.service.defaultOptions.limits.maxInputBytes, self.maxBodyBytes)
             try Self.checkDeclaredLength(request, limit: limit)
-            for (name, _) in request.uri.queryParameters where !["background", "callbackURL"].contains(String(name)) {
-                throw ServiceError.badRequest(
-                    "unknown query parameter \"\(name)\"; an upload takes only background and callbackURL")
-            }
+            try Self.checkQuery(request)
             let background = try Self.background(request.uri.queryParameters.get("background"))
             let options = self.service.options(background: background)
             let callback = try await request.uri.queryParameters.get("callbackURL").asyncMap {
@@ -88,17 +94,22 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             } catch {
                 throw ServiceError.badRequest("expected JSON {\"url\": \"https://...\", \"background\": \"#ffffff\"}")
             }
+            // The query's background and callbackURL count too (as for an upload); the body's fields win.
+            try Self.checkQuery(request)
+            let query = request.uri.queryParameters
+            let callbackURL = body.callbackURL ?? query.get("callbackURL")
             let url = try Downloader.validate(body.url)
-            let background = try Self.background(body.background)
+            let background = try Self.background(body.background ?? query.get("background"))
             let options = self.service.options(background: background)
-            let callback = try await body.callbackURL.asyncMap { try await self.webhooks.validate($0) }
+            let callback = try await callbackURL.asyncMap { try await self.webhooks.validate($0) }
             let keys = SourceKeys(url: url, options: options)
             let subscriber = callback.map { self.notify($0, id: keys.urlKey.rawValue, url: body.url) }
             answer = try await self.service.transcode(url: url, options: options, keys: keys, subscriber: subscriber)
             signed = self.links.signed(sourceURL: body.url, background: background)
             sourceURL = body.url
             // Without a webhook to queue, the same body's next hit may be answered by MediaHitHandler.
-            if case .done = answer, body.callbackURL == nil {
+            // Nor with a query: the fast path matches the body alone.
+            if case .done = answer, callbackURL == nil, request.uri.queryParameters.isEmpty {
                 self.resolved.set(
                     buffer.readableBytesView,
                     .init(keys: keys, signed: signed, sourceURL: body.url))
