@@ -3,6 +3,7 @@ import AsyncHTTPClient
 import Crypto
 import Foundation
 import NIOCore
+import Synchronization
 
 /// `transcode-server backfill --server URL [--token T] FILE`: converts every GIF URL of FILE (one per line)
 /// through a running service's batches, with a progress bar, resuming where it stopped, and writes a CSV of
@@ -15,8 +16,13 @@ struct BackfillCommand: AsyncParsableCommand {
             FILE has one URL per line (blank lines and lines starting with # are skipped). The URLs go to \
             POST /v1/batches in chunks; the batch ids are kept in a state file (FILE.backfill.json), so running \
             the same command again resumes: submitted chunks are not submitted again. Progress (done, rate, ETA) \
-            goes to standard error. The CSV (FILE.csv) has url,status,mp4,poster,recommendation,error in the \
-            order of FILE; status is done, kept-gif or failed.
+            goes to standard error; an interrupt (Ctrl-C) prints how far it got and how to resume. The CSV \
+            (FILE.csv) has url,status,mp4,poster,recommendation,error in the order of FILE; status is done, \
+            kept-gif or failed.
+
+            Exit codes: 0 done; 64 a bad option; 65 FILE has no URLs, or the state file is another run's; 66 FILE \
+            cannot be read; 69 the service cannot be reached or answered an error; 77 the service refused the \
+            token; 130 interrupted.
             """)
 
     @Option(name: .long, help: "The service, e.g. https://media.example.com")
@@ -40,6 +46,19 @@ struct BackfillCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Seconds between progress polls.")
     var pollSeconds = 1.0
 
+    @Option(
+        name: .long,
+        help: "Where the service POSTs each batch's batch.done webhook (needs webhooks.secrets on the service).")
+    var callbackURL: String?
+
+    /// A failure once the options are valid: said in one line, with its own exit code, without the usage text.
+    struct Failure: Error, CustomStringConvertible {
+        let message: String
+        /// sysexits(3): 65 data, 66 no input, 69 unavailable, 77 no permission.
+        let exitCode: Int32
+        var description: String { self.message }
+    }
+
     /// The batches submitted so far: what lets a second run resume.
     struct State: Codable {
         struct Chunk: Codable {
@@ -62,12 +81,66 @@ struct BackfillCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        let progress = RunProgress()
+        let interrupt = Self.onInterrupt { progress.interrupted() }
+        defer { Self.stop(interrupt) }
+        do {
+            try await self.backfill(progress: progress)
+        } catch let failure as Failure {
+            Self.say(failure.message)
+            throw ExitCode(failure.exitCode)
+        }
+    }
+
+    /// How far the run got, for the summary an interrupt prints.
+    final class RunProgress: Sendable {
+        private let state = Mutex<(finished: Int, total: Int, submitted: Int, statePath: String?)>((0, 0, 0, nil))
+
+        func update(finished: Int? = nil, total: Int? = nil, submitted: Int? = nil, statePath: String? = nil) {
+            self.state.withLock {
+                if let finished { $0.finished = finished }
+                if let total { $0.total = total }
+                if let submitted { $0.submitted = submitted }
+                if let statePath { $0.statePath = statePath }
+            }
+        }
+
+        /// Prints where the run stopped and how to resume, and ends the process (130: ended by SIGINT).
+        func interrupted() -> Never {
+            let (finished, total, submitted, statePath) = self.state.withLock { $0 }
+            var text = "interrupted: \(finished) of \(total) URLs done, \(submitted) batch(es) submitted"
+            if let statePath {
+                text += "; the service goes on with them. Run the same command again to follow them and get the CSV "
+                text += "(state in \(statePath))"
+            }
+            // On a line of its own, after the progress bar's.
+            FileHandle.standardError.write(Data(("\ntranscode-server backfill: " + text + "\n").utf8))
+            Foundation.exit(130)
+        }
+    }
+
+    /// Calls `handler` on SIGINT instead of the default (which ends the process without a word).
+    private static func onInterrupt(_ handler: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
+        signal(SIGINT, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        source.setEventHandler(handler: handler)
+        source.resume()
+        return source
+    }
+
+    private static func stop(_ source: any DispatchSourceSignal) {
+        source.cancel()
+        signal(SIGINT, SIG_DFL)
+    }
+
+    private func backfill(progress: RunProgress) async throws {
         guard let text = try? String(contentsOfFile: self.file, encoding: .utf8) else {
-            throw ValidationError("cannot read \(self.file)")
+            throw Failure(message: "cannot read \(self.file)", exitCode: 66)
         }
         let urls = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty && !$0.hasPrefix("#") }
-        guard !urls.isEmpty else { throw ValidationError("\(self.file) has no URLs") }
+        guard !urls.isEmpty else { throw Failure(message: "\(self.file) has no URLs", exitCode: 65) }
+        progress.update(total: urls.count)
         let statePath = self.state ?? self.file + ".backfill.json"
         let server = self.server.hasSuffix("/") ? String(self.server.dropLast()) : self.server
         let fingerprint = HexDigest.encode(
@@ -77,13 +150,15 @@ struct BackfillCommand: AsyncParsableCommand {
             guard let saved = try? JSONDecoder().decode(State.self, from: data), saved.server == server,
                 saved.fingerprint == fingerprint
             else {
-                throw ValidationError(
-                    "\(statePath) is the state of another run (another server, list or --chunk): remove it to start "
-                        + "afresh, or give --state another file")
+                throw Failure(
+                    message:
+                        "\(statePath) is the state of another run (another server, list or --chunk): remove it to "
+                        + "start afresh, or give --state another file", exitCode: 65)
             }
             state = saved
             Self.say("resuming: \(saved.chunks.count) batch(es) already submitted")
         }
+        progress.update(submitted: state.chunks.count, statePath: statePath)
         // Submit the chunks not submitted yet, saving the state after each.
         for start in stride(from: 0, to: urls.count, by: self.chunk)
         where !state.chunks.contains(where: { $0.start == start }) {
@@ -91,9 +166,10 @@ struct BackfillCommand: AsyncParsableCommand {
             let id = try await self.submit(Array(urls[start..<(start + count)]), server: server)
             state.chunks.append(.init(start: start, count: count, id: id))
             try Self.save(state, to: statePath)
+            progress.update(submitted: state.chunks.count)
         }
         try Self.save(state, to: statePath)
-        try await self.follow(state, server: server)
+        try await self.follow(state, server: server, progress: progress)
         // Every batch complete: the CSV, in the file's order.
         var rows = [[String]](repeating: [], count: urls.count)
         for chunk in state.chunks {
@@ -121,7 +197,9 @@ struct BackfillCommand: AsyncParsableCommand {
     // MARK: -
 
     private func submit(_ urls: [String], server: String) async throws -> String {
-        let body = try JSONSerialization.data(withJSONObject: ["urls": urls])
+        var fields: [String: Any] = ["urls": urls]
+        if let callbackURL = self.callbackURL { fields["callbackURL"] = callbackURL }
+        let body = try JSONSerialization.data(withJSONObject: fields)
         let (status, bytes) = try await self.send("POST", "\(server)/v1/batches", body: [UInt8](body))
         guard status == 202,
             let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
@@ -131,7 +209,7 @@ struct BackfillCommand: AsyncParsableCommand {
     }
 
     /// Polls every batch until all are complete, drawing the progress bar.
-    private func follow(_ state: State, server: String) async throws {
+    private func follow(_ state: State, server: String, progress: RunProgress) async throws {
         let started = ContinuousClock.now
         var first: Int?
         while true {
@@ -145,8 +223,10 @@ struct BackfillCommand: AsyncParsableCommand {
                 complete = complete && object["complete"] as? Bool == true
             }
             if first == nil { first = finished }
+            progress.update(finished: finished)
             let elapsed = Double((ContinuousClock.now - started).components.seconds) + 0.001
-            let rate = Double(finished - (first ?? 0)) / elapsed
+            // No rate until this run has seen items finish (a resumed run starts with those done before).
+            let rate = finished > (first ?? 0) ? Double(finished - (first ?? 0)) / elapsed : nil
             Self.progress(finished: finished, total: state.total, rate: rate, final: complete)
             if complete { return }
             try await Task.sleep(for: .milliseconds(Int64(self.pollSeconds * 1000)))
@@ -191,12 +271,15 @@ struct BackfillCommand: AsyncParsableCommand {
         do {
             return try await HTTPClient.shared.execute(request, timeout: .seconds(60))
         } catch {
-            throw ValidationError("\(method) \(url): \(error)")
+            throw Failure(message: "\(method) \(url): cannot reach the service: \(error)", exitCode: 69)
         }
     }
 
-    private static func failure(_ what: String, _ status: Int, _ bytes: [UInt8]) -> ValidationError {
-        ValidationError("\(what) answered \(status): \(String(decoding: bytes.prefix(300), as: UTF8.self))")
+    private static func failure(_ what: String, _ status: Int, _ bytes: [UInt8]) -> Failure {
+        Failure(
+            message: "\(what) answered \(status): \(String(decoding: bytes.prefix(300), as: UTF8.self))"
+                + (status == 401 || status == 403 ? " (check --token against the service's auth.tokens)" : ""),
+            exitCode: status == 401 || status == 403 ? 77 : 69)
     }
 
     private static func save(_ state: State, to path: String) throws {
@@ -205,19 +288,19 @@ struct BackfillCommand: AsyncParsableCommand {
         try encoder.encode(state).write(to: URL(fileURLWithPath: path), options: .atomic)
     }
 
-    /// `[#####.....] 1234/5000 24.7%  12.3/s  ETA 5m06s`, redrawn in place.
-    private static func progress(finished: Int, total: Int, rate: Double, final: Bool) {
+    /// `[#####.....] 1234/5000 24.7%  12.3/s  ETA 5m06s`, redrawn in place (`--/s` before any rate is known).
+    private static func progress(finished: Int, total: Int, rate: Double?, final: Bool) {
         let width = 30
         let filled = total > 0 ? min(width, finished * width / total) : width
         let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
         let percent = total > 0 ? Double(finished) * 100 / Double(total) : 100
         var eta = "--"
-        if rate > 0 {
+        if let rate, rate > 0 {
             let seconds = Int(Double(total - finished) / rate)
             eta = seconds >= 60 ? "\(seconds / 60)m\(String(format: "%02d", seconds % 60))s" : "\(seconds)s"
         }
-        let line = String(
-            format: "\r[%@] %d/%d %.1f%%  %.1f/s  ETA %@", bar, finished, total, percent, rate, eta)
+        let speed = rate.map { String(format: "%.1f/s", $0) } ?? "--/s"
+        let line = String(format: "\r[%@] %d/%d %.1f%%  %@  ETA %@", bar, finished, total, percent, speed, eta)
         FileHandle.standardError.write(Data((line + (final ? "\n" : "")).utf8))
     }
 
