@@ -75,27 +75,70 @@ final class WebhookReceiver: Sendable {
         }
     }
 
-    /// Checks a Standard Webhooks signature with Python's hmac (an implementation independent of ours).
-    static func verifyWithPython(_ delivery: WebhookReceiver.Delivery, secret: String) async throws -> Bool {
+    /// The webhook verification snippets of docs/cms.md (```LANGUAGE webhook-verify), by language: what a CMS
+    /// copies, run as written, so that the guide cannot drift from what the server sends.
+    static func verifier(_ language: String) throws -> String {
+        let guide = try PackagingTests.read("docs/cms.md")
+        let fence = "```\(language) webhook-verify\n"
+        let start = try #require(guide.range(of: fence), "docs/cms.md has no \(fence)")
+        let end = try #require(guide.range(of: "```", range: start.upperBound..<guide.endIndex))
+        return String(guide[start.upperBound..<end.lowerBound])
+    }
+
+    /// Checks a Standard Webhooks signature with the guide's snippet in `language` (python, js, php): an
+    /// implementation independent of ours, run by Python, Node.js or PHP. - Returns: whether it said valid.
+    static func verify(
+        _ delivery: WebhookReceiver.Delivery, secret: String, with language: String = "python", body: [UInt8]? = nil
+    ) async throws -> Bool {
         try await withTemporaryDirectory { directory in
+            let (interpreter, fileExtension) =
+                switch language {
+                case "js": ("/usr/bin/node", "js")
+                case "php": ("/usr/bin/php", "php")
+                default: ("/usr/bin/python3", "py")
+                }
+            let script = directory + "/verify." + fileExtension
+            try Data(try Self.verifier(language).utf8).write(to: URL(fileURLWithPath: script))
             let bodyPath = directory + "/body"
-            try Data(delivery.body).write(to: URL(fileURLWithPath: bodyPath))
-            let script = """
-                import base64, hashlib, hmac, sys
-                secret, msg_id, ts, header, path = sys.argv[1:]
-                key = base64.b64decode(secret.removeprefix("whsec_"))
-                body = open(path, "rb").read()
-                expected = base64.b64encode(hmac.new(key, f"{msg_id}.{ts}.".encode() + body, hashlib.sha256).digest()).decode()
-                ok = any(hmac.compare_digest(part.split(",", 1)[1], expected) for part in header.split(" ") if part.startswith("v1,"))
-                print("valid" if ok else "invalid")
-                """
+            try Data(body ?? delivery.body).write(to: URL(fileURLWithPath: bodyPath))
             let run = try await runProcess(
-                "/usr/bin/python3",
+                interpreter,
                 [
-                    "-c", script, secret, delivery.headers["webhook-id"] ?? "",
-                    delivery.headers["webhook-timestamp"] ?? "", delivery.headers["webhook-signature"] ?? "", bodyPath,
+                    script, secret, delivery.headers["webhook-id"] ?? "", delivery.headers["webhook-timestamp"] ?? "",
+                    delivery.headers["webhook-signature"] ?? "", bodyPath,
                 ], timeout: .seconds(30))
-            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "valid"
+            let said = run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(run.status == 0 && ["valid", "invalid"].contains(said), "\(language): \(run.stderr)")
+            return said == "valid"
+        }
+    }
+
+    /// The guide's three snippets accept a real delivery, and refuse it with one byte of the body changed or
+    /// with another secret.
+    @Test func theGuidesVerifiersAgreeWithTheServer() async throws {
+        let receiver = WebhookReceiver()
+        try await withReceiver(receiver) { port in
+            try await withHarness(configure: Self.configure) { harness in
+                let body = try JSONSerialization.data(withJSONObject: [
+                    "url": harness.originURL("/corpus/loop_1.gif"), "callbackURL": "http://127.0.0.1:\(port)/hook",
+                ])
+                let reply = try await harness.request(
+                    .POST, "/transcode", headers: [("Content-Type", "application/json")], body: Array(body))
+                #expect(reply.status == 200)
+                try await receiver.wait(for: 1)
+                let delivery = try #require(receiver.deliveries.first)
+                var tampered = delivery.body
+                tampered[tampered.count / 2] ^= 0x01
+                let other = "whsec_" + Data(repeating: 9, count: 24).base64EncodedString()
+                for language in ["python", "js", "php"] {
+                    #expect(try await Self.verify(delivery, secret: Self.secret, with: language), "\(language)")
+                    #expect(try await Self.verify(delivery, secret: Self.retired, with: language), "\(language)")
+                    #expect(
+                        try await !Self.verify(delivery, secret: Self.secret, with: language, body: tampered),
+                        "\(language)")
+                    #expect(try await !Self.verify(delivery, secret: other, with: language), "\(language)")
+                }
+            }
         }
     }
 
@@ -119,8 +162,8 @@ final class WebhookReceiver: Sendable {
                 #expect(Set(deliveries.compactMap { $0.headers["webhook-id"] }).count == 1)
                 #expect(deliveries[0].headers["webhook-id"]?.hasPrefix("msg_") == true)
                 for delivery in deliveries {
-                    #expect(try await Self.verifyWithPython(delivery, secret: Self.secret))
-                    #expect(try await Self.verifyWithPython(delivery, secret: Self.retired))
+                    #expect(try await Self.verify(delivery, secret: Self.secret))
+                    #expect(try await Self.verify(delivery, secret: Self.retired))
                     #expect(delivery.headers["content-type"] == "application/json")
                 }
                 let last = try #require(
@@ -134,7 +177,7 @@ final class WebhookReceiver: Sendable {
                 // A tampered body fails verification.
                 var tampered = deliveries[2]
                 tampered = .init(headers: tampered.headers, body: tampered.body + Array(" ".utf8))
-                #expect(try await Self.verifyWithPython(tampered, secret: Self.secret) == false)
+                #expect(try await Self.verify(tampered, secret: Self.secret) == false)
                 let counters = harness.services.transcodes.counters
                 #expect(counters.webhooks["retried"] == 2)
                 #expect(counters.webhooks["delivered"] == 1)
