@@ -67,7 +67,9 @@ let package = Package(
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
-            resources: [.copy("Resources/openapi.yaml")],
+            resources: [
+                .copy("Resources/openapi.yaml"), .copy("Resources/sample.gif"), .copy("Resources/favicon.ico"),
+            ],
             swiftSettings: [.swiftLanguageMode(.v6)],
             // EncoderHeap's memalign must be the one libx264 finds at run time.
             linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=memalign"])]

@@ -8,7 +8,7 @@ import Testing
     /// The elements the page's script and the browser check rely on.
     static let elementIDs = [
         "url", "convert", "file", "status", "result", "gif", "video", "gif-size", "mp4-size", "saved", "snippet",
-        "copy", "error",
+        "copy", "error", "sample", "background",
     ]
 
     @Test func servesTheSelfContainedPage() async throws {
@@ -27,8 +27,9 @@ import Testing
             #expect(
                 html.contains("<input id=\"file\" type=\"file\" accept=\"image/gif,image/png,image/apng,image/webp\">"))
             #expect(html.contains("<label for=\"url\">"))
-            // Self-contained: nothing is fetched from elsewhere.
-            #expect(!html.contains("<link"))
+            // Self-contained: nothing is fetched from elsewhere (the icon is the service's own).
+            #expect(html.contains("<link rel=\"icon\" href=\"/favicon.ico\">"))
+            #expect(html.components(separatedBy: "<link").count == 2)
             #expect(!html.contains("src=\"http"))
 
             let policy = try #require(reply.headers.first(name: "Content-Security-Policy"))
@@ -51,6 +52,30 @@ import Testing
             #expect(directives["script-src"] == ["'self'", DemoPage.sourceHash(script)])
             #expect(html.contains("<script src=\"/player.js\" defer></script>"))
             #expect(directives["style-src"] == [DemoPage.sourceHash(style)])
+        }
+    }
+
+    /// The sample GIF and the icon are served, as the page asks for them.
+    @Test func servesTheSampleAndTheIcon() async throws {
+        try await withHarness { harness in
+            let sample = try await harness.request(.GET, "/demo/sample.gif")
+            #expect(sample.status == 200 && sample.headers.first(name: "Content-Type") == "image/gif")
+            #expect(Array(sample.body.prefix(6)) == Array("GIF89a".utf8))
+            let icon = try await harness.request(.GET, "/favicon.ico")
+            #expect(icon.status == 200 && icon.headers.first(name: "Content-Type") == "image/x-icon")
+            #expect(Array(icon.body.prefix(4)) == [0, 0, 1, 0])
+        }
+    }
+
+    /// Dark mode, the background picker and the built-in sample, in headless Chromium (`demo_page_check.py
+    /// PAGE sample`): the picker starts at the dark page's colour; a transparent corner of the converted sample
+    /// is the colour picked; the icon loads.
+    @Test func theSampleOverAChosenBackgroundInDarkMode() async throws {
+        try await withHarness { harness in
+            let run = try await runBrowserScript(
+                Self.checker, ["http://127.0.0.1:\(harness.appPort)/", "sample"], timeout: .seconds(120))
+            #expect(run.status == 0, "\(run.output)")
+            #expect(run.result["ok"] as? Bool == true, "\(run.output)")
         }
     }
 

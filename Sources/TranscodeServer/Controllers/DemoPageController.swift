@@ -3,17 +3,32 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 
-/// `GET /`: a one-page demo of the API. Paste a GIF's address or drop a GIF file, and the page calls
-/// `POST /transcode` (following a 202 by polling its `Location`), then shows the GIF next to the MP4 with
-/// the sizes, the bytes saved and the `<video>` snippet to copy. The page is self-contained: its style and
-/// script are inline and allowed by hash, so the Content-Security-Policy needs no `'unsafe-inline'`.
+/// `GET /`: a one-page demo of the API. Paste a GIF's address, drop a GIF file or take the built-in sample, pick
+/// the colour transparency is flattened over, and the page calls `POST /transcode` (following a 202 by polling its
+/// `Location`), then shows the GIF next to the MP4 over that colour, with the sizes, the bytes saved and the
+/// snippet to copy. Light and dark, by the reader's setting. The page is self-contained: its style and script are
+/// inline and allowed by hash, so the Content-Security-Policy needs no `'unsafe-inline'`. Also `GET
+/// /demo/sample.gif` (the sample: a disc circling inside a ring, on transparency) and `GET /favicon.ico`.
 struct DemoPageController<Context: RequestContext>: Sendable {
     func addRoutes(to router: Router<Context>) {
         router.get("/", use: self.page)
+        router.get("demo/sample.gif") { _, _ in try Self.resource("sample.gif", type: "image/gif") }
+        router.get("favicon.ico") { _, _ in try Self.resource("favicon.ico", type: "image/x-icon") }
     }
 
     @Sendable func page(_ request: Request, context: Context) async throws -> Response {
         Response(status: .ok, headers: DemoPage.headers, body: .init(byteBuffer: DemoPage.body))
+    }
+
+    /// A resource shipped with the executable (`ServerResources`), read once.
+    static func resource(_ name: String, type: String) throws -> Response {
+        guard let bytes = DemoPage.resources[name] ?? nil else {
+            throw ServiceError.notFound("\(name) is not installed beside the executable")
+        }
+        return Response(
+            status: .ok,
+            headers: [.contentType: type, .cacheControl: "public, max-age=86400", .xContentTypeOptions: "nosniff"],
+            body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
     }
 }
 
@@ -27,6 +42,16 @@ enum DemoPage {
     ]
 
     static let body = ByteBuffer(string: Self.html)
+
+    /// The sample GIF and the favicon, read once (nil: not installed).
+    static let resources: [String: [UInt8]?] = [
+        "sample.gif": ServerResources.bytes("sample.gif"), "favicon.ico": ServerResources.bytes("favicon.ico"),
+    ]
+
+    /// The page's colours, light and dark: the background picker starts at the page's own, so a transparent GIF
+    /// is flattened over what the reader sees around it.
+    static let lightBackground = "#ffffff"
+    static let darkBackground = "#121212"
 
     /// Nothing loads unless listed. A pasted GIF is shown from its own address (any http: or https: host);
     /// a dropped one from a blob: URL; the video, poster and API calls are same-origin.
@@ -54,6 +79,7 @@ enum DemoPage {
         <meta charset="utf-8">
         <meta name="viewport" content="width=device-width, initial-scale=1">
         <title>GIF to MP4</title>
+        <link rel="icon" href="/favicon.ico">
         <script src="/player.js" defer></script>
         <style>\(Self.style)</style>
         </head>
@@ -73,6 +99,12 @@ enum DemoPage {
           <div id="drop" class="drop">
             <label for="file">Or drop a GIF here, or choose one</label>
             <input id="file" type="file" accept="image/gif,image/png,image/apng,image/webp">
+            <p>No GIF at hand? <button id="sample" type="button">Try the sample</button> (a transparent one)</p>
+          </div>
+          <div class="row background">
+            <label for="background">Background for transparent parts</label>
+            <input id="background" type="color" value="\(Self.lightBackground)">
+            <span>the video has no transparency: it is flattened over this colour</span>
           </div>
           <details>
             <summary>Access token</summary>
@@ -112,7 +144,12 @@ enum DemoPage {
     static let style = #"""
 
         :root { color-scheme: light dark; font-family: system-ui, sans-serif; line-height: 1.5; }
-        body { margin: 0; }
+        body { margin: 0; background: #ffffff; color: #1a1a1a; }
+        @media (prefers-color-scheme: dark) { body { background: #121212; color: #e8e8e8; } }
+        .background { align-items: center; flex-wrap: wrap; }
+        .background label { margin: 0; }
+        .background span { opacity: 0.75; font-size: 0.9rem; }
+        .pair figure { padding: 0.5rem; border-radius: 0.5rem; }
         main { max-width: 60rem; margin: 0 auto; padding: 1rem; }
         h1 { font-size: 1.6rem; margin: 0.5rem 0; }
         label { display: block; font-weight: 600; margin: 0.75rem 0 0.25rem; }
@@ -141,8 +178,24 @@ enum DemoPage {
         const $ = (id) => document.getElementById(id);
         const statusLine = $("status"), errorBox = $("error"), result = $("result");
         const gif = $("gif"), video = $("video"), fileInput = $("file"), drop = $("drop"), token = $("token");
+        const backgroundInput = $("background");
         let run = 0; // bumped by every conversion, so a stale answer or poll is dropped
         let previewURL = null;
+        let last = null; // the last conversion asked for, run again when the background changes
+
+        // The page's own background in the reader's scheme, unless they chose another.
+        const dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+        backgroundInput.value = dark ? "\#(DemoPage.darkBackground)" : "\#(DemoPage.lightBackground)";
+        function paintBackdrops() {
+          for (const figure of document.querySelectorAll(".pair figure")) {
+            figure.style.background = backgroundInput.value;
+          }
+        }
+        paintBackdrops();
+        backgroundInput.addEventListener("change", () => {
+          paintBackdrops();
+          if (last) last();
+        });
 
         try { token.value = localStorage.getItem("gif2mp4.token") || ""; } catch (_) {}
         token.addEventListener("change", () => {
@@ -169,6 +222,7 @@ enum DemoPage {
         }
 
         async function convert(body, contentType, preview) {
+          last = () => convert(body, contentType, preview);
           const mine = ++run;
           errorBox.hidden = true;
           result.hidden = true;
@@ -176,7 +230,16 @@ enum DemoPage {
           const headers = { "Content-Type": contentType };
           if (token.value.trim()) headers.Authorization = "Bearer " + token.value.trim();
           try {
-            let response = await fetch("/transcode", { method: "POST", headers, body });
+            const background = backgroundInput.value;
+            let response;
+            if (contentType === "application/json") {
+              const fields = JSON.parse(body);
+              fields.background = background;
+              response = await fetch("/transcode", { method: "POST", headers, body: JSON.stringify(fields) });
+            } else {
+              const query = "?background=" + encodeURIComponent(background);
+              response = await fetch("/transcode" + query, { method: "POST", headers, body });
+            }
             let answer;
             if (response.status === 202) {
               // Slow conversions answer 202 with the job to poll.
@@ -251,6 +314,16 @@ enum DemoPage {
           convert(JSON.stringify({ url }), "application/json", url);
         });
         fileInput.addEventListener("change", () => { convertFile(fileInput.files[0]); fileInput.value = ""; });
+        $("sample").addEventListener("click", async () => {
+          try {
+            const response = await fetch("/demo/sample.gif");
+            if (!response.ok) throw await apiError(response);
+            const blob = await response.blob();
+            convertFile(new File([blob], "sample.gif", { type: "image/gif" }));
+          } catch (error) {
+            showError(error && error.code ? error : { code: "network", message: String(error) });
+          }
+        });
         drop.addEventListener("dragover", (event) => { event.preventDefault(); drop.classList.add("over"); });
         drop.addEventListener("dragleave", () => drop.classList.remove("over"));
         drop.addEventListener("drop", (event) => {

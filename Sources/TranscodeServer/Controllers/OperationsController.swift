@@ -61,18 +61,5 @@ struct OperationsController<Context: RequestContext>: Sendable {
     }
 }
 
-/// The OpenAPI document, shipped as a SwiftPM resource beside the executable. Looked up by hand rather
-/// than through `Bundle.module`, which stops the process when the bundle is missing.
-let openAPIDocument: String? = {
-    // The arguments can be empty (a static binary without /proc cannot read them): no index, no trap.
-    let executable = CommandLine.arguments.first.map { URL(fileURLWithPath: $0).resolvingSymlinksInPath() }
-    let candidates =
-        ([executable?.deletingLastPathComponent()].compactMap { $0 } + [
-            URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
-        ]).map { $0.appendingPathComponent("gif2mp4_TranscodeServer.resources/openapi.yaml") }
-        + [Bundle.main.bundleURL.appendingPathComponent("gif2mp4_TranscodeServer.resources/openapi.yaml")]
-    for candidate in candidates {
-        if let text = try? String(contentsOf: candidate, encoding: .utf8) { return text }
-    }
-    return nil
-}()
+/// The OpenAPI document (`ServerResources`).
+let openAPIDocument: String? = ServerResources.bytes("openapi.yaml").map { String(decoding: $0, as: UTF8.self) }

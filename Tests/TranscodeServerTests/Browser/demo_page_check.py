@@ -2,6 +2,11 @@
 """Drives the demo page in headless Chromium: converts a GIF by URL and checks the MP4 really plays.
 
 Usage: /usr/bin/python3 demo_page_check.py PAGE_URL GIF_URL [PLAYS]
+       /usr/bin/python3 demo_page_check.py PAGE_URL sample
+
+With `sample`, the page is shown in dark mode (emulated): the background picker must start at the page's dark
+colour; it is set to #123456 and the built-in sample GIF (transparent corners) converted through the "Try the
+sample" button; the video's corner pixel, read through a canvas, must be that colour, and /favicon.ico an icon.
 
 With PLAYS, also waits for the video to end and checks that it played exactly PLAYS times (a loop wrap, seen
 as requestVideoFrameCallback's mediaTime going back, ends a play; so does `ended`) and stopped on its end.
@@ -52,6 +57,10 @@ def main():
         report({"ok": False, "error": "Chromium did not start: %s: %s" % (type(error).__name__, error)}, 1)
     result = {"ok": False, "page": page_url, "gif": gif_url}
     try:
+        sample = gif_url == "sample"
+        if sample:
+            driver.execute_cdp_cmd(
+                "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
         driver.get(page_url)
         script = driver.execute_script
 
@@ -59,8 +68,18 @@ def main():
         if script("return getComputedStyle(document.querySelector('main')).maxWidth") == "none":
             raise CheckFailed("the page's inline style did not apply")
 
-        driver.find_element(By.ID, "url").send_keys(gif_url)
-        driver.find_element(By.ID, "convert").click()
+        if sample:
+            picked = script("return document.getElementById('background').value")
+            page_background = script("return getComputedStyle(document.body).backgroundColor")
+            result.update(pickerDefault=picked, pageBackground=page_background)
+            if picked != "#121212" or page_background != "rgb(18, 18, 18)":
+                raise CheckFailed("dark mode: picker %s, page %s" % (picked, page_background))
+            script("const b = document.getElementById('background'); b.value = '#123456';"
+                   "b.dispatchEvent(new Event('change'));")
+            driver.find_element(By.ID, "sample").click()
+        else:
+            driver.find_element(By.ID, "url").send_keys(gif_url)
+            driver.find_element(By.ID, "convert").click()
 
         def answered():
             if script("return !document.getElementById('error').hidden"):
@@ -102,10 +121,32 @@ def main():
         if second["width"] <= 0 or second["height"] <= 0:
             raise CheckFailed("the video has no picture size: %s" % second)
 
+        if sample:
+            # The transparent corner, flattened over the chosen colour (4:2:0 and limited range: within 6).
+            corner = script(
+                "const v = document.querySelector('#video'); const c = document.createElement('canvas');"
+                "c.width = v.videoWidth; c.height = v.videoHeight; const x = c.getContext('2d');"
+                "x.drawImage(v, 0, 0); return Array.from(x.getImageData(3, 3, 1, 1).data);")
+            backdrop = script("return document.querySelector('.pair figure').style.backgroundColor")
+            icon = script(
+                "return fetch('/favicon.ico').then(async r => ({status: r.status,"
+                " type: r.headers.get('Content-Type'), bytes: (await r.arrayBuffer()).byteLength}));")
+            result.update(corner=corner, backdrop=backdrop, favicon=icon)
+            if any(abs(a - b) > 6 for a, b in zip(corner[:3], (0x12, 0x34, 0x56))):
+                raise CheckFailed("the video's transparent corner is %s, not #123456" % corner)
+            if backdrop != "rgb(18, 52, 86)":
+                raise CheckFailed("the figures' backdrop is %s" % backdrop)
+            if icon["status"] != 200 or icon["type"] != "image/x-icon" or icon["bytes"] == 0:
+                raise CheckFailed("/favicon.ico: %s" % icon)
+
         snippet = script("return document.querySelector('#snippet').value")
-        if "<video" not in snippet:
-            raise CheckFailed("#snippet does not contain <video: %r" % snippet)
-        # The original GIF is shown from its own address (the CSP's img-src allows it).
+        # A GIF better kept (no smaller video at the quality floor) named by its URL gets its own <img>.
+        keep = driver.find_element(By.ID, "advice").text.startswith("Keep the GIF")
+        result["advice"] = "keep-gif" if keep else "video"
+        expected_tag = "<img" if keep and not sample else "<video"
+        if not snippet.startswith(expected_tag):
+            raise CheckFailed("#snippet does not start with %s: %r" % (expected_tag, snippet))
+        # The original GIF is shown from its own address (the CSP's img-src allows it), or a blob: of the file.
         wait_for("#gif to load", 10, lambda: script("const g = document.querySelector('#gif');"
                                                      "return g.complete && g.naturalWidth > 0;"))
         for field in ("gif-size", "mp4-size", "saved"):
