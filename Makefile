@@ -5,7 +5,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 CACHE_DIR ?= $(CURDIR)/cache
 
-.PHONY: deps test-deps build run test lint bench
+.PHONY: deps test-deps build run test lint bench dist
 
 deps:
 	@scripts/install-deps
@@ -40,3 +40,7 @@ test: test-deps lint
 
 bench: deps
 	scripts/bench
+
+# A tarball that runs without Swift (static Swift runtime; Debian's FFmpeg libraries): dist/*.tar.gz.
+dist: deps
+	scripts/dist
