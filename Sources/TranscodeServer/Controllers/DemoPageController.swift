@@ -22,7 +22,7 @@ struct DemoPageController<Context: RequestContext>: Sendable {
 
     /// A resource shipped with the executable (`ServerResources`), read once.
     static func resource(_ name: String, type: String) throws -> Response {
-        guard let bytes = DemoPage.resources[name] ?? nil else {
+        guard let bytes = DemoPage.resources[name] else {
             throw ServiceError.notFound("\(name) is not installed beside the executable")
         }
         return Response(
@@ -43,10 +43,10 @@ enum DemoPage {
 
     static let body = ByteBuffer(string: Self.html)
 
-    /// The sample GIF and the favicon, read once (nil: not installed).
-    static let resources: [String: [UInt8]?] = [
-        "sample.gif": ServerResources.bytes("sample.gif"), "favicon.ico": ServerResources.bytes("favicon.ico"),
-    ]
+    /// The sample GIF and the favicon, read once (missing: not installed).
+    static let resources = ["sample.gif", "favicon.ico"].reduce(into: [String: [UInt8]]()) { found, name in
+        found[name] = ServerResources.bytes(name)
+    }
 
     /// The page's colours, light and dark: the background picker starts at the page's own, so a transparent GIF
     /// is flattened over what the reader sees around it.
@@ -144,8 +144,8 @@ enum DemoPage {
     static let style = #"""
 
         :root { color-scheme: light dark; font-family: system-ui, sans-serif; line-height: 1.5; }
-        body { margin: 0; background: #ffffff; color: #1a1a1a; }
-        @media (prefers-color-scheme: dark) { body { background: #121212; color: #e8e8e8; } }
+        body { margin: 0; background: \#(DemoPage.lightBackground); color: #1a1a1a; }
+        @media (prefers-color-scheme: dark) { body { background: \#(DemoPage.darkBackground); color: #e8e8e8; } }
         .background { align-items: center; flex-wrap: wrap; }
         .background label { margin: 0; }
         .background span { opacity: 0.75; font-size: 0.9rem; }

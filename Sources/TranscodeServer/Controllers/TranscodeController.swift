@@ -82,6 +82,9 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             let subscriber = callback.map { self.notify($0, id: keys.key.rawValue, url: nil) }
             answer = try await self.service.transcode(upload: gif, keys: keys, options: options, subscriber: subscriber)
         } else if contentType.hasPrefix("application/json") {
+            // The query's background and callbackURL count too (as for an upload), checked before the body is
+            // read; the body's fields win.
+            try Self.checkQuery(request)
             let buffer = try await Self.collect(request, upTo: min(64 * 1024, self.maxBodyBytes))
             let fields = (try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView))) as? [String: Any]
             if let unknown = fields?.keys.sorted().first(where: { !Self.requestFields.contains($0) }) {
@@ -94,8 +97,6 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             } catch {
                 throw ServiceError.badRequest("expected JSON {\"url\": \"https://...\", \"background\": \"#ffffff\"}")
             }
-            // The query's background and callbackURL count too (as for an upload); the body's fields win.
-            try Self.checkQuery(request)
             let query = request.uri.queryParameters
             let callbackURL = body.callbackURL ?? query.get("callbackURL")
             let url = try Downloader.validate(body.url)

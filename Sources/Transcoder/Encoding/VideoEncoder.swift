@@ -52,12 +52,4 @@ struct VideoRecipe: Sendable {
                 globalHeader: true)
         },
         makeWriter: { path, encoder in try MP4Muxer(path: path, encoder: encoder) })
-
-    /// Every video format this build encodes.
-    static let all: [VideoRecipe] = [.h264MP4]
-
-    /// The recipe for `format`, nil when this build cannot encode it.
-    static func making(_ format: OutputFormat) -> VideoRecipe? {
-        self.all.first { $0.format == format }
-    }
 }
