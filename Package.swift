@@ -82,14 +82,15 @@ let package = Package(
         .executableTarget(
             name: "FuzzDecodePath", dependencies: ["Transcoder"], path: "Tests/Fuzz/DecodePath",
             swiftSettings: [.swiftLanguageMode(.v6)]),
-        // What both test targets use to start programs (see ChildProcess).
-        .target(name: "CTestSupport", path: "Tests/CTestSupport"),
+        // What both test targets use to start programs (see ChildProcess), and the tests' pixel arithmetic
+        // (PSNR, 2x2 averages), built optimised even in a debug build: it runs over every corpus frame.
+        .target(name: "CTestSupport", path: "Tests/CTestSupport", cSettings: [.unsafeFlags(["-O2"])]),
         .target(
             name: "TestSupport", dependencies: ["CTestSupport"], path: "Tests/TestSupport",
             swiftSettings: [.swiftLanguageMode(.v6)]),
         .testTarget(
             name: "TranscoderTests",
-            dependencies: ["Transcoder", "CFFmpeg", "TestSupport"],
+            dependencies: ["Transcoder", "CFFmpeg", "TestSupport", "CTestSupport"],
             // The headless-Chromium oracle (WebCodecs ImageDecoder, <video> playback) the tests run.
             exclude: ["Browser"],
             swiftSettings: [.swiftLanguageMode(.v6)]

@@ -1,3 +1,4 @@
+import CTestSupport
 import Foundation
 import TestSupport
 import Testing
@@ -296,11 +297,11 @@ struct FFmpegReference {
             ["-v", "error", "-i", self.path, "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgba", "-"])
         let size = width * height * 4
         return stride(from: 0, to: raw.count - size + 1, by: size).map { offset in
-            (0..<(width * height)).map { index in
-                let base = offset + index * 4
-                let alpha = UInt32(raw[base + 3])
-                func channel(_ value: UInt8) -> UInt32 { (UInt32(value) * alpha + 255 * (255 - alpha)) / 255 }
-                return channel(raw[base]) | channel(raw[base + 1]) << 8 | channel(raw[base + 2]) << 16 | 0xFF00_0000
+            [UInt32](unsafeUninitializedCapacity: width * height) { out, count in
+                raw.withUnsafeBufferPointer {
+                    CTestSupport_flatten_over_white($0.baseAddress! + offset, width * height, out.baseAddress)
+                }
+                count = width * height
             }
         }
     }

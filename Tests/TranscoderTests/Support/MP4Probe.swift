@@ -1,4 +1,5 @@
 import CFFmpeg
+import CTestSupport
 import Foundation
 
 /// Reopens an MP4 with libavformat/libavcodec and reports what a player would see: the streams, the
@@ -180,18 +181,8 @@ struct MP4Probe {
 /// (infinity when identical).
 func psnr(_ a: [UInt32], _ b: [UInt32]) -> Double {
     precondition(a.count == b.count)
-    var squared: Int64 = 0
-    a.withUnsafeBufferPointer { a in
-        b.withUnsafeBufferPointer { b in
-            for index in 0..<a.count {
-                let x = a[index]
-                let y = b[index]
-                let red = Int64(x & 0xFF) - Int64(y & 0xFF)
-                let green = Int64((x >> 8) & 0xFF) - Int64((y >> 8) & 0xFF)
-                let blue = Int64((x >> 16) & 0xFF) - Int64((y >> 16) & 0xFF)
-                squared += red * red + green * green + blue * blue
-            }
-        }
+    let squared = a.withUnsafeBufferPointer { a in
+        b.withUnsafeBufferPointer { b in CTestSupport_rgb_squared_error(a.baseAddress, b.baseAddress, a.count) }
     }
     let mean = Double(squared) / Double(a.count * 3)
     return mean == 0 ? .infinity : 10 * log10(255 * 255 / mean)
@@ -242,27 +233,10 @@ func crop(_ picture: [UInt32], width stride: Int, to width: Int, _ height: Int) 
 /// Each 2x2 block's mean colour (an odd last row or column is dropped): compares pictures at the
 /// resolution 4:2:0 keeps colour at.
 func averaging2x2(_ picture: [UInt32], width: Int, height: Int) -> [UInt32] {
-    let columns = width / 2
-    let rows = height / 2
-    return [UInt32](unsafeUninitializedCapacity: columns * rows) { out, count in
-        picture.withUnsafeBufferPointer { pixels in
-            for row in 0..<rows {
-                for column in 0..<columns {
-                    let top = 2 * row * width + 2 * column
-                    let a = pixels[top]
-                    let b = pixels[top + 1]
-                    let c = pixels[top + width]
-                    let d = pixels[top + width + 1]
-                    var value: UInt32 = 0xFF00_0000
-                    for shift: UInt32 in [0, 8, 16] {
-                        let sum = (a >> shift) & 0xFF + (b >> shift) & 0xFF + (c >> shift) & 0xFF + (d >> shift) & 0xFF
-                        value |= ((sum + 2) / 4) << shift
-                    }
-                    out[row * columns + column] = value
-                }
-            }
-        }
-        count = columns * rows
+    precondition(picture.count >= width * height)
+    return [UInt32](unsafeUninitializedCapacity: (width / 2) * (height / 2)) { out, count in
+        picture.withUnsafeBufferPointer { CTestSupport_average_2x2($0.baseAddress, width, height, out.baseAddress) }
+        count = (width / 2) * (height / 2)
     }
 }
 
