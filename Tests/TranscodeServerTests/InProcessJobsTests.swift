@@ -73,6 +73,28 @@ import Transcoder
         }
     }
 
+    /// A performer whose every run fails at once.
+    struct Refuser: JobPerformer {
+        func perform(_ job: TranscodeJob, upload: [UInt8]?) async throws -> TranscodeOutcome {
+            throw ServiceError.originNotFound("no such GIF")
+        }
+    }
+
+    /// Failures are kept for polling clients, each under its job's id, but not without bound: at the bound the
+    /// older half goes.
+    @Test func recordedFailuresAreBounded() async throws {
+        let pool = TranscodePool(workers: 1, queueLength: 4, graceSeconds: 1)
+        let jobs = InProcessJobs(pool: pool, performer: Refuser(), metrics: ServiceMetrics(), maxRecordedFailures: 100)
+        for index in 0..<110 {
+            let job = TranscodeJob(id: "job-\(index)", source: .upload(Self.key), options: TranscodeOptions())
+            _ = try? await jobs.submit(job, upload: [1], waitingUpTo: nil, subscriber: nil)
+        }
+        #expect(jobs.recordedFailures <= 100)
+        #expect(jobs.recordedFailures >= 50)
+        #expect(jobs.failure(of: "job-109")?.error.code == .originNotFound)
+        #expect(jobs.failure(of: "job-0") == nil)
+    }
+
     static func job() -> TranscodeJob {
         TranscodeJob(id: "job", source: .upload(Self.key), options: TranscodeOptions())
     }

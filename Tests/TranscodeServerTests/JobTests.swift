@@ -86,21 +86,4 @@ import Testing
             if result == nil { break }
         }
     }
-
-    /// Failures are kept for polling clients, but not without bound.
-    @Test func recordedFailuresAreBounded() async throws {
-        try await withHarness { harness in
-            let limit = InProcessJobs.maxRecordedFailures
-            let service = harness.services.transcodes
-            let jobs = try #require(service.jobs as? InProcessJobs)
-            let options = harness.services.configuration.transcode.options
-            for index in 0..<(limit + 10) {
-                let gif = Array("not a gif \(index)".utf8)
-                _ = try? await service.transcode(
-                    upload: gif, keys: try await service.uploadKeys(gif, options: options), options: options)
-            }
-            #expect(jobs.recordedFailures <= limit)
-            #expect(jobs.recordedFailures >= limit / 2)
-        }
-    }
 }

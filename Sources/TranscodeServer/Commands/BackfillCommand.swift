@@ -85,7 +85,19 @@ struct BackfillCommand: AsyncParsableCommand {
         let interrupt = Self.onInterrupt { progress.interrupted() }
         defer { Self.stop(interrupt) }
         do {
-            try await self.backfill(progress: progress)
+            // A service that cannot be reached fails the run at once (69) rather than after the client's retries for
+            // a minute: the state file makes running again cheap.
+            var configuration = HTTPClient.Configuration()
+            configuration.connectionPool.retryConnectionEstablishment = false
+            configuration.timeout.connect = .seconds(10)
+            let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+            do {
+                try await self.backfill(progress: progress, client: client)
+            } catch {
+                try? await client.shutdown()
+                throw error
+            }
+            try await client.shutdown()
         } catch let failure as Failure {
             Self.say(failure.message)
             throw ExitCode(failure.exitCode)
@@ -133,7 +145,7 @@ struct BackfillCommand: AsyncParsableCommand {
         signal(SIGINT, SIG_DFL)
     }
 
-    private func backfill(progress: RunProgress) async throws {
+    private func backfill(progress: RunProgress, client: HTTPClient) async throws {
         guard let text = try? String(contentsOfFile: self.file, encoding: .utf8) else {
             throw Failure(message: "cannot read \(self.file)", exitCode: 66)
         }
@@ -163,17 +175,18 @@ struct BackfillCommand: AsyncParsableCommand {
         for start in stride(from: 0, to: urls.count, by: self.chunk)
         where !state.chunks.contains(where: { $0.start == start }) {
             let count = min(self.chunk, urls.count - start)
-            let id = try await self.submit(Array(urls[start..<(start + count)]), server: server)
+            let id = try await self.submit(Array(urls[start..<(start + count)]), server: server, client: client)
             state.chunks.append(.init(start: start, count: count, id: id))
             try Self.save(state, to: statePath)
             progress.update(submitted: state.chunks.count)
         }
         try Self.save(state, to: statePath)
-        try await self.follow(state, server: server, progress: progress)
+        try await self.follow(state, server: server, progress: progress, client: client)
         // Every batch complete: the CSV, in the file's order.
         var rows = [[String]](repeating: [], count: urls.count)
         for chunk in state.chunks {
-            for result in try await self.results(chunk.id, server: server) where result.index < chunk.count {
+            for result in try await self.results(chunk.id, server: server, client: client)
+            where result.index < chunk.count {
                 rows[chunk.start + result.index] = [
                     result.url, result.status, result.mp4 ?? "", result.poster ?? "", result.recommendation ?? "",
                     result.error.map { "\($0.code): \($0.message)" } ?? "",
@@ -196,11 +209,11 @@ struct BackfillCommand: AsyncParsableCommand {
 
     // MARK: -
 
-    private func submit(_ urls: [String], server: String) async throws -> String {
+    private func submit(_ urls: [String], server: String, client: HTTPClient) async throws -> String {
         var fields: [String: Any] = ["urls": urls]
         if let callbackURL = self.callbackURL { fields["callbackURL"] = callbackURL }
         let body = try JSONSerialization.data(withJSONObject: fields)
-        let (status, bytes) = try await self.send("POST", "\(server)/v1/batches", body: [UInt8](body))
+        let (status, bytes) = try await self.send("POST", "\(server)/v1/batches", body: [UInt8](body), client: client)
         guard status == 202,
             let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
             let id = object["id"] as? String
@@ -209,14 +222,14 @@ struct BackfillCommand: AsyncParsableCommand {
     }
 
     /// Polls every batch until all are complete, drawing the progress bar.
-    private func follow(_ state: State, server: String, progress: RunProgress) async throws {
+    private func follow(_ state: State, server: String, progress: RunProgress, client: HTTPClient) async throws {
         let started = ContinuousClock.now
         var first: Int?
         while true {
             var finished = 0
             var complete = true
             for chunk in state.chunks {
-                let (status, bytes) = try await self.send("GET", "\(server)/v1/batches/\(chunk.id)")
+                let (status, bytes) = try await self.send("GET", "\(server)/v1/batches/\(chunk.id)", client: client)
                 guard status == 200, let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
                 else { throw Self.failure("GET /v1/batches/\(chunk.id)", status, bytes) }
                 finished += (object["total"] as? Int ?? 0) - (object["pending"] as? Int ?? 0)
@@ -233,11 +246,11 @@ struct BackfillCommand: AsyncParsableCommand {
         }
     }
 
-    private func results(_ id: String, server: String) async throws -> [BatchResult] {
+    private func results(_ id: String, server: String, client: HTTPClient) async throws -> [BatchResult] {
         var results: [BatchResult] = []
         var offset = 0
         while true {
-            let (status, bytes, next) = try await self.page(id, offset: offset, server: server)
+            let (status, bytes, next) = try await self.page(id, offset: offset, server: server, client: client)
             guard status == 200 else { throw Self.failure("GET /v1/batches/\(id)/results", status, bytes) }
             for line in bytes.split(separator: UInt8(ascii: "\n")) {
                 if let result = try? JSONDecoder().decode(BatchResult.self, from: Data(line)) { results.append(result) }
@@ -247,18 +260,25 @@ struct BackfillCommand: AsyncParsableCommand {
         }
     }
 
-    private func page(_ id: String, offset: Int, server: String) async throws -> (Int, [UInt8], Int?) {
-        let response = try await self.execute("GET", "\(server)/v1/batches/\(id)/results?offset=\(offset)&limit=10000")
+    private func page(_ id: String, offset: Int, server: String, client: HTTPClient) async throws -> (
+        Int, [UInt8], Int?
+    ) {
+        let response = try await self.execute(
+            "GET", "\(server)/v1/batches/\(id)/results?offset=\(offset)&limit=10000", client: client)
         let bytes = Array(buffer: try await response.body.collect(upTo: 64 << 20))
         return (Int(response.status.code), bytes, response.headers.first(name: "X-Next-Offset").flatMap(Int.init))
     }
 
-    private func send(_ method: String, _ url: String, body: [UInt8]? = nil) async throws -> (Int, [UInt8]) {
-        let response = try await self.execute(method, url, body: body)
+    private func send(_ method: String, _ url: String, body: [UInt8]? = nil, client: HTTPClient) async throws -> (
+        Int, [UInt8]
+    ) {
+        let response = try await self.execute(method, url, body: body, client: client)
         return (Int(response.status.code), Array(buffer: try await response.body.collect(upTo: 16 << 20)))
     }
 
-    private func execute(_ method: String, _ url: String, body: [UInt8]? = nil) async throws -> HTTPClientResponse {
+    private func execute(_ method: String, _ url: String, body: [UInt8]? = nil, client: HTTPClient) async throws
+        -> HTTPClientResponse
+    {
         var request = HTTPClientRequest(url: url)
         request.method = .init(rawValue: method)
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
@@ -269,7 +289,7 @@ struct BackfillCommand: AsyncParsableCommand {
             request.body = .bytes(ByteBuffer(bytes: body))
         }
         do {
-            return try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+            return try await client.execute(request, timeout: .seconds(60))
         } catch {
             throw Failure(message: "\(method) \(url): cannot reach the service: \(error)", exitCode: 69)
         }

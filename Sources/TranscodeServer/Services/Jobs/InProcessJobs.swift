@@ -9,11 +9,15 @@ final class InProcessJobs: TranscodeJobs {
     let metrics: ServiceMetrics
     private let flights = SingleFlight<String, TranscodeOutcome>()
     private let failures = Mutex<[String: JobFailure]>([:])
+    /// Failures kept for `GET /jobs/{id}`: enough for clients polling a job, bounded however many bad
+    /// requests arrive (scripts/soak sent 120,000 not-a-GIF uploads in 30 minutes, and every one was kept).
+    let maxRecordedFailures: Int
 
-    init(pool: TranscodePool, performer: any JobPerformer, metrics: ServiceMetrics) {
+    init(pool: TranscodePool, performer: any JobPerformer, metrics: ServiceMetrics, maxRecordedFailures: Int = 10_000) {
         self.pool = pool
         self.performer = performer
         self.metrics = metrics
+        self.maxRecordedFailures = max(2, maxRecordedFailures)
     }
 
     func submit(
@@ -84,16 +88,12 @@ final class InProcessJobs: TranscodeJobs {
         }
     }
 
-    /// Failures kept for `GET /jobs/{id}`: enough for clients polling a job, bounded however many bad
-    /// requests arrive (scripts/soak sent 120,000 not-a-GIF uploads in 30 minutes, and every one was kept).
-    static var maxRecordedFailures: Int { 10_000 }
-
     private func recordFailure(_ key: String, _ error: ServiceError) {
         let now = Date()
         self.failures.withLock { failures in
-            if failures.count >= Self.maxRecordedFailures {
+            if failures.count >= self.maxRecordedFailures {
                 // Keep the newer half: amortised, one sort per 5,000 failures.
-                let newer = failures.sorted { $0.value.at > $1.value.at }.prefix(Self.maxRecordedFailures / 2)
+                let newer = failures.sorted { $0.value.at > $1.value.at }.prefix(self.maxRecordedFailures / 2)
                 failures = Dictionary(uniqueKeysWithValues: newer.map { ($0.key, $0.value) })
             }
             failures[key] = JobFailure(error: error, at: now)
