@@ -51,7 +51,7 @@ func buildApplication(
         workers: configuration.transcode.workers, queueLength: configuration.transcode.queueLength,
         graceSeconds: configuration.shutdownGraceSeconds)
     let downloader = Downloader(
-        configuration: configuration.download, temporaryDirectory: cache.temporaryDirectory,
+        configuration: configuration.download, temporaryDirectory: cache.objects.temporaryDirectory,
         eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
     var shared: SharedResults?
     if configuration.storage.kind == .s3, let s3 = configuration.storage.s3 {
@@ -152,7 +152,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     TranscodeController<AppRequestContext>(
         service: services.transcodes, maxBodyBytes: configuration.http.maxBodyBytes,
         bodyTimeout: .milliseconds(Int64(configuration.http.bodyTimeoutSeconds * 1000)),
-        temporaryDirectory: services.cache.temporaryDirectory, links: links, webhooks: services.webhooks,
+        temporaryDirectory: services.cache.objects.temporaryDirectory, links: links, webhooks: services.webhooks,
         encoded: services.encodedResults, resolved: services.resolvedBodies
     ).addRoutes(to: router, authenticator: authenticator)
     let media = MediaController<AppRequestContext>(

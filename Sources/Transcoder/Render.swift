@@ -39,7 +39,7 @@ public struct RenderResult: Sendable {
 
 extension Transcoder {
     /// Renders `source` into `directory/name.<extension>`, one file per `ObjectFiles.commitOrder` entry, and
-    /// commits nothing: the caller's store moves the artifacts into place (`DiskCache.commit`). Each file is
+    /// commits nothing: the caller's store moves the artifacts into place (`LocalObjects.commit`). Each file is
     /// complete and synced when this returns; a failure leaves none of them.
     /// - Parameters:
     ///   - source: the whole GIF, APNG or animated WebP.

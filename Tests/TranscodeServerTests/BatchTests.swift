@@ -264,7 +264,7 @@ import Testing
                 #expect(!FileManager.default.fileExists(atPath: harness.services.batches.directory + "/\(kept)"))
                 #expect(harness.services.batches.count == 0)
                 // The conversions stay.
-                #expect(harness.services.cache.indexedKeys.count == 2)
+                #expect(harness.services.cache.objects.indexedKeys.count == 2)
             }
         }
     }

@@ -29,13 +29,13 @@ import Transcoder
             try secretText.write(toFile: secret, atomically: true, encoding: .utf8)
             defer { unlink(secret) }
 
-            let video = cache.objectPath(key, "mp4")
+            let video = cache.objects.objectPath(key, "mp4")
             switch tampering {
             case .videoSymlink:
                 unlink(video)
                 #expect(symlink(secret, video) == 0)
             case .metadataSymlink:
-                let metadata = cache.objectPath(key, "json")
+                let metadata = cache.objects.objectPath(key, "json")
                 let copy = secret + ".json"
                 try FileManager.default.copyItem(atPath: metadata, toPath: copy)
                 unlink(metadata)
@@ -45,10 +45,10 @@ import Transcoder
             case .videoTruncated:
                 #expect(truncate(video, 1000) == 0)
             case .posterTruncated:
-                #expect(truncate(cache.objectPath(key, "jpg"), 10) == 0)
+                #expect(truncate(cache.objects.objectPath(key, "jpg"), 10) == 0)
             case .shardSymlink:
                 // The whole shard directory swapped for a link to a copy elsewhere.
-                let shard = cache.objectsDirectory + "/" + key.shard
+                let shard = cache.objects.directory + "/" + key.shard
                 let moved = cache.root + "/../moved-\(UUID().uuidString)"
                 #expect(rename(shard, moved) == 0)
                 #expect(symlink(moved, shard) == 0)
@@ -64,14 +64,14 @@ import Transcoder
                 #expect(!reply.text.contains("root:x:0:0"))
             }
             // Set aside for inspection, out of the objects.
-            let quarantined = try FileManager.default.contentsOfDirectory(atPath: cache.quarantineDirectory)
+            let quarantined = try FileManager.default.contentsOfDirectory(atPath: cache.objects.quarantineDirectory)
             if tampering != .shardSymlink {
                 #expect(quarantined.contains { $0.hasPrefix("\(key).json.") }, "\(quarantined)")
             }
 
             // The next request is a miss that converts again, and the result is served whole.
             if tampering == .shardSymlink {
-                let shard = cache.objectsDirectory + "/" + key.shard
+                let shard = cache.objects.directory + "/" + key.shard
                 unlink(shard)
             }
             let again = try await harness.transcode(url: url)
@@ -94,13 +94,13 @@ import Transcoder
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
             let key = ObjectKey(String(repeating: "ab", count: 32))!
-            let shard = cache.objectsDirectory + "/ab"
+            let shard = cache.objects.directory + "/ab"
             try FileManager.default.createDirectory(atPath: shard, withIntermediateDirectories: true)
             #expect(symlink("/etc/hostname", shard + "/\(key).json") == 0)
             #expect(symlink("/etc/hostname", shard + "/\(key).mp4") == 0)
             let reopened = try DiskCache(root: directory, maxBytes: 1 << 30)
-            #expect(reopened.usage.objects == 0)
-            #expect(try reopened.verifiedObject(key)?.file("mp4") == nil)
+            #expect(reopened.objects.usage.objects == 0)
+            #expect(try reopened.objects.verifiedObject(key)?.file("mp4") == nil)
         }
     }
 }
@@ -111,24 +111,24 @@ import Transcoder
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
             let keys = try CacheTests.store(["loop_1.gif", "cartoon_hotdog.gif"], in: cache)
-            #expect(keys.map(cache.verify) == [.sound, .sound])
+            #expect(keys.map(cache.objects.verify) == [.sound, .sound])
 
             // A zeroed poster of the same size: serving's size check passes, the hash does not.
-            let poster = cache.objectPath(keys[0], "jpg")
+            let poster = cache.objects.objectPath(keys[0], "jpg")
             let size = try #require(FileManager.default.attributesOfItem(atPath: poster)[.size] as? Int)
             try Data(count: size).write(to: URL(fileURLWithPath: poster))
-            #expect(cache.verify(keys[0]) == .damaged("the .jpg's SHA-256 differs"))
-            #expect(cache.verify(keys[1]) == .sound)
+            #expect(cache.objects.verify(keys[0]) == .damaged("the .jpg's SHA-256 differs"))
+            #expect(cache.objects.verify(keys[1]) == .sound)
 
             // The command, beside the cache: reports and fails, then repairs.
             let reader = try DiskCache(root: directory, maxBytes: .max, cleanUp: false)
-            #expect(reader.indexedKeys.sorted() == keys.sorted())
+            #expect(reader.objects.indexedKeys.sorted() == keys.sorted())
             let check = try CacheCommand.Verify.parse(["--cache-directory", directory])
             #expect(throws: ExitCode.failure) { try check.run() }
             let repair = try CacheCommand.Verify.parse(["--cache-directory", directory, "--repair"])
             try repair.run()
             try check.run()  // exit 0: nothing damaged is left
-            #expect(!cache.contains(keys[0]) && cache.contains(keys[1]))
+            #expect(!cache.objects.contains(keys[0]) && cache.objects.contains(keys[1]))
             let quarantined = try FileManager.default.contentsOfDirectory(atPath: directory + "/quarantine")
             #expect(quarantined.filter { $0.hasPrefix(keys[0].rawValue) }.count == 3, "\(quarantined)")
         }

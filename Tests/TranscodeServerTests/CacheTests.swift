@@ -43,39 +43,39 @@ import Transcoder
             let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
             try Self.render(gif, as: key, into: cache)
             func written() throws -> TimeInterval {
-                let attributes = try FileManager.default.attributesOfItem(atPath: cache.objectPath(key, "json"))
+                let attributes = try FileManager.default.attributesOfItem(atPath: cache.objects.objectPath(key, "json"))
                 return try #require(attributes[.modificationDate] as? Date).timeIntervalSince(start)
             }
             func advance(_ seconds: TimeInterval) { clock.withLock { $0 += seconds } }
 
             // Kept in memory the way the /media route keeps what it reads.
-            let checked = try #require(try cache.verifiedObject(key))
+            let checked = try #require(try cache.objects.verifiedObject(key))
             let poster = try #require(checked.file("jpg"))
             var bytes = ByteBuffer()
             bytes.writeWithUnsafeMutableBytes(minimumWritableBytes: poster.size) {
                 max(0, pread(poster.descriptor, $0.baseAddress, poster.size, 0))
             }
-            cache.keepBytes(bytes, of: poster, key: key, fileExtension: "jpg")
-            #expect(cache.memoryHit(key, fileExtension: "jpg") != nil)
+            cache.objects.keepBytes(bytes, of: poster, key: key, fileExtension: "jpg")
+            #expect(cache.objects.memoryHit(key, fileExtension: "jpg") != nil)
 
             // Used every 30 s: not written at 30 and 60 s, written at 90 s (60 s after the store).
             let before = try written()
             for _ in 0..<2 {
                 advance(30)
-                #expect(cache.memoryHit(key, fileExtension: "jpg") != nil)
+                #expect(cache.objects.memoryHit(key, fileExtension: "jpg") != nil)
             }
             #expect(try written() == before)
             advance(30)
-            #expect(cache.memoryHit(key, fileExtension: "jpg") == nil, "due: left to the long way")
+            #expect(cache.objects.memoryHit(key, fileExtension: "jpg") == nil, "due: left to the long way")
             #expect(try written() == before)
-            _ = try #require(try cache.verifiedObject(key))
+            _ = try #require(try cache.objects.verifiedObject(key))
             #expect(abs(try written() - 90) < 1)
             // Its new modification time makes the JSON another file to a memory hit (it is read again once).
             advance(30)
-            #expect(cache.memoryHit(key, fileExtension: "jpg") == nil)
-            _ = try #require(try cache.verifiedObject(key))
+            #expect(cache.objects.memoryHit(key, fileExtension: "jpg") == nil)
+            _ = try #require(try cache.objects.verifiedObject(key))
             #expect(abs(try written() - 90) < 1)
-            #expect(cache.memoryHit(key, fileExtension: "jpg") != nil)
+            #expect(cache.objects.memoryHit(key, fileExtension: "jpg") != nil)
         }
     }
 
@@ -88,26 +88,26 @@ import Transcoder
                 ObjectKey(String(repeating: "a", count: 64))!, ObjectKey(String(repeating: "b", count: 64))!
             )
             // A directory changed in the last two seconds is not read: its times cannot tell a change yet.
-            #expect(!cache.isBuried(.object(first)))
-            #expect(cache.tombstoneNames.withLock { $0 == nil })
+            #expect(!cache.tombstones.isBuried(.object(first)))
+            #expect(cache.tombstones.lastRead.withLock { $0 == nil })
             try await Task.sleep(for: .milliseconds(2100))
-            #expect(!cache.isBuried(.object(first)))
-            #expect(cache.tombstoneNames.withLock { $0?.names.isEmpty == true }, "the settled directory was read")
+            #expect(!cache.tombstones.isBuried(.object(first)))
+            #expect(cache.tombstones.lastRead.withLock { $0?.names.isEmpty == true }, "the settled directory was read")
 
-            try cache.bury([.object(first)], reason: "test")
-            #expect(cache.isBuried(.object(first)))
-            #expect(!cache.isBuried(.object(second)))
+            try cache.tombstones.bury([.object(first)], reason: "test")
+            #expect(cache.tombstones.isBuried(.object(first)))
+            #expect(!cache.tombstones.isBuried(.object(second)))
             // Another process: a file put there, then removed.
             let path =
-                cache.tombstonesDirectory + "/" + DiskCache.Tombstone.gif(ContentDigest(second.rawValue)!).fileName
+                cache.tombstones.directory + "/" + Tombstone.gif(ContentDigest(second.rawValue)!).fileName
             #expect(FileManager.default.createFile(atPath: path, contents: Data("{}".utf8)))
-            #expect(cache.isBuried(.object(second), .gif(ContentDigest(second.rawValue)!)))
+            #expect(cache.tombstones.isBuried(.object(second), .gif(ContentDigest(second.rawValue)!)))
             try await Task.sleep(for: .milliseconds(2100))
-            #expect(cache.isBuried(.gif(ContentDigest(second.rawValue)!)))
-            #expect(cache.tombstoneNames.withLock { $0?.names.count == 2 })
+            #expect(cache.tombstones.isBuried(.gif(ContentDigest(second.rawValue)!)))
+            #expect(cache.tombstones.lastRead.withLock { $0?.names.count == 2 })
             try FileManager.default.removeItem(atPath: path)
-            #expect(!cache.isBuried(.gif(ContentDigest(second.rawValue)!)))
-            #expect(cache.isBuried(.object(first)))
+            #expect(!cache.tombstones.isBuried(.gif(ContentDigest(second.rawValue)!)))
+            #expect(cache.tombstones.isBuried(.object(first)))
         }
     }
 
@@ -120,25 +120,25 @@ import Transcoder
             let urlKey = URLKey(
                 NormalizedURL(URL(string: "https://example.com/a.gif")!),
                 options: TranscodeOptions())
-            try cache.link(urlKey: urlKey, to: keys[0])
-            #expect(cache.freshLink(urlKey: urlKey)?.key == keys[0])
-            #expect(cache.freshLink(urlKey: urlKey)?.key == keys[0])
-            try cache.link(urlKey: urlKey, to: keys[1])
-            #expect(cache.freshLink(urlKey: urlKey)?.key == keys[1])
-            cache.renewLink(urlKey: urlKey, age: 500)
-            let renewed = try #require(cache.freshLink(urlKey: urlKey))
+            try cache.links.link(urlKey: urlKey, to: keys[0])
+            #expect(cache.links.freshLink(urlKey: urlKey)?.key == keys[0])
+            #expect(cache.links.freshLink(urlKey: urlKey)?.key == keys[0])
+            try cache.links.link(urlKey: urlKey, to: keys[1])
+            #expect(cache.links.freshLink(urlKey: urlKey)?.key == keys[1])
+            cache.links.renewLink(urlKey: urlKey, age: 500)
+            let renewed = try #require(cache.links.freshLink(urlKey: urlKey))
             #expect(renewed.key == keys[1] && abs(renewed.age - 500) < 5)
-            cache.removeLink(urlKey: urlKey)
-            #expect(cache.freshLink(urlKey: urlKey) == nil)
+            cache.links.removeLink(urlKey: urlKey)
+            #expect(cache.links.freshLink(urlKey: urlKey) == nil)
         }
     }
 
     /// Converts these corpus GIFs into `cache` with the default options; their keys.
     /// Converts `gif` and commits it as object `key`, as the service does (render under tmp/, then commit).
     static func render(_ gif: [UInt8], as key: ObjectKey, into cache: DiskCache) throws {
-        let scratch = try cache.makeScratchDirectory("test")
+        let scratch = try cache.objects.makeScratchDirectory("test")
         defer { try? FileManager.default.removeItem(atPath: scratch) }
-        try cache.commit(key, try Transcoder().render(gif, into: scratch, name: key.rawValue))
+        try cache.objects.commit(key, try Transcoder().render(gif, into: scratch, name: key.rawValue))
     }
 
     static func store(_ names: [String], in cache: DiskCache) throws -> [ObjectKey] {
@@ -158,7 +158,7 @@ import Transcoder
             try Self.render(gif, as: key, into: cache)
             let url = URL(string: "https://Example.com:443/a/loop.gif#frag")!
             let urlKey = URLKey(NormalizedURL(url), options: TranscodeOptions())
-            try cache.link(urlKey: urlKey, to: key)
+            try cache.links.link(urlKey: urlKey, to: key)
             let reopened = try DiskCache(root: directory, maxBytes: 1 << 30)
             #expect(reopened.lookup(urlKey: urlKey) == key)
             let same = URLKey(
@@ -195,7 +195,7 @@ import Transcoder
 
             try await withHarness(cacheDirectory: cache) { harness in
                 let swept = harness.services.cache
-                #expect(try fileManager.contentsOfDirectory(atPath: swept.temporaryDirectory).isEmpty)
+                #expect(try fileManager.contentsOfDirectory(atPath: swept.objects.temporaryDirectory).isEmpty)
                 #expect(try fileManager.contentsOfDirectory(atPath: cache + "/objects/ab").isEmpty)
                 #expect(
                     !(try fileManager.contentsOfDirectory(atPath: cache + "/urls").contains { $0.contains(".tmp-") }))
@@ -220,23 +220,23 @@ import Transcoder
                 return key
             }
             let first = try store("loop_1.gif")
-            #expect(cache.contains(first))
+            #expect(cache.objects.contains(first))
             let second = try store("loop_256.gif")
-            #expect(!cache.contains(first), "the least recently used object goes")
-            #expect(!FileManager.default.fileExists(atPath: cache.objectPath(first, "mp4")))
-            #expect(cache.contains(second))
-            #expect(cache.usage.evictions == 1)
+            #expect(!cache.objects.contains(first), "the least recently used object goes")
+            #expect(!FileManager.default.fileExists(atPath: cache.objects.objectPath(first, "mp4")))
+            #expect(cache.objects.contains(second))
+            #expect(cache.objects.usage.evictions == 1)
 
-            #expect(cache.beginServing(second))
+            #expect(cache.objects.beginServing(second))
             let third = try store("loop_none_no_netscape.gif")
-            #expect(cache.contains(second), "an object being served stays")
-            #expect(cache.contains(third))
-            cache.endServing(second)
+            #expect(cache.objects.contains(second), "an object being served stays")
+            #expect(cache.objects.contains(third))
+            cache.objects.endServing(second)
             let fourth = try store("loop_0_infinite.gif")
-            #expect(!cache.contains(second))
-            #expect(!cache.contains(third))
-            #expect(cache.contains(fourth))
-            #expect(cache.usage.evictions == 3)
+            #expect(!cache.objects.contains(second))
+            #expect(!cache.objects.contains(third))
+            #expect(cache.objects.contains(fourth))
+            #expect(cache.objects.usage.evictions == 3)
         }
     }
 

@@ -158,7 +158,7 @@ import Testing
             let reply = try await harness.transcode(url: harness.originURL("/endless"))
             #expect(reply.status == 413, "\(reply.text)")
             let temporary = try FileManager.default.contentsOfDirectory(
-                atPath: harness.services.cache.temporaryDirectory)
+                atPath: harness.services.cache.objects.temporaryDirectory)
             #expect(temporary.isEmpty)
         }
     }
@@ -199,9 +199,9 @@ import Testing
                 let url = harness.originURL("/corpus/loop_1.gif")
                 let options = harness.services.configuration.transcode.options
                 let key = ObjectKey.derive(source: try corpusBytes("loop_1.gif"), options: options).key
-                #expect(harness.services.cache.contains(key))
+                #expect(harness.services.cache.objects.contains(key))
                 let urlKey = URLKey(NormalizedURL(URL(string: url)!), options: options)
-                try harness.services.cache.link(urlKey: urlKey, to: key)
+                try harness.services.cache.links.link(urlKey: urlKey, to: key)
                 let before = harness.origin.total
 
                 let reply = try await harness.transcode(url: url)

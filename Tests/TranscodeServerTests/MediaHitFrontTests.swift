@@ -406,7 +406,8 @@ import Testing
             $0.http.idleTimeoutSeconds = 30
         }) { harness, key, file in
             let cache = harness.services.cache
-            try #require(cache.usage.objects == 1 && cache.usage.bytes < 500_000, "\(cache.usage)")
+            try #require(
+                cache.objects.usage.objects == 1 && cache.objects.usage.bytes < 500_000, "\(cache.objects.usage)")
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
             let socket = try RawSocket(port: harness.appPort, narrow: true)
             _ = socket.send(Array("GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
@@ -423,9 +424,9 @@ import Testing
             let other = try await harness.transcode(
                 url: harness.originURL("/corpus/photo_cats_4frames.gif"), background: "#000000")
             #expect(other.status == 200)
-            #expect(cache.usage.objects == 2 && cache.usage.bytes > 500_000, "\(cache.usage)")
-            #expect(cache.usage.evictions == 0)
-            #expect(FileManager.default.fileExists(atPath: cache.objectPath(key, "mp4")))
+            #expect(cache.objects.usage.objects == 2 && cache.objects.usage.bytes > 500_000, "\(cache.objects.usage)")
+            #expect(cache.objects.usage.evictions == 0)
+            #expect(FileManager.default.fileExists(atPath: cache.objects.objectPath(key, "mp4")))
 
             let received = await withCheckedContinuation { continuation in
                 Thread.detachNewThread {
@@ -540,7 +541,7 @@ import Testing
             let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
             let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             let file = [UInt8](
-                try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
+                try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objects.objectPath(key, "mp4"))))
             try #require(file.count > HitMemory.smallFileLimit)
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
             for expected in [fromFile, fromFile + 1] {

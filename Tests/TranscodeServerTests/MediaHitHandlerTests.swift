@@ -167,7 +167,7 @@ import Testing
             let reply = try await harness.transcode(url: harness.originURL("/corpus/photo_cats_4frames.gif"))
             let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
             let file = [UInt8](
-                try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4"))))
+                try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objects.objectPath(key, "mp4"))))
             try #require(file.count > HitMemory.smallFileLimit)
             let probe = try await harness.request(.GET, "/media/\(key).mp4", headers: [("Range", "bytes=0-1")])
             try #require(probe.status == 206 && probe.body == Array(file[0...1]))
@@ -180,7 +180,7 @@ import Testing
     @Test func answersAreTheRoutersByteForByte() async throws {
         let recorder = AccessLogTests.Recorder()
         try await Self.withWarmObject(logger: recorder.logger) { harness, key in
-            let digest = try #require(try harness.services.cache.metadata(key)?.mp4Sha256)
+            let digest = try #require(try harness.services.cache.objects.metadata(key)?.mp4Sha256)
             let etag = "\"\(key).mp4.\(digest.prefix(32))\""
             let cases: [Probe] = [
                 ("GET", "/media/\(key).mp4", []),
@@ -235,8 +235,9 @@ import Testing
             #expect(
                 ranged.body
                     == Array(
-                        try Data(contentsOf: URL(fileURLWithPath: harness.services.cache.objectPath(key, "mp4")))[
-                            4...11]))
+                        try Data(
+                            contentsOf: URL(fileURLWithPath: harness.services.cache.objects.objectPath(key, "mp4")))[
+                                4...11]))
             #expect(ranged.header("Access-Control-Allow-Origin") == "*")
             #expect(ranged.header("Access-Control-Expose-Headers")?.contains("Content-Range") == true)
         }
@@ -315,7 +316,7 @@ import Testing
         // The route reads the head once (Safari's probe) and keeps it.
         try await Self.withLargeFileKept { harness, key, file in
             let head = HitMemory.headLength
-            let digest = try #require(try harness.services.cache.metadata(key)?.mp4Sha256)
+            let digest = try #require(try harness.services.cache.objects.metadata(key)?.mp4Sha256)
 
             let inside: [Probe] = [
                 ("GET", "/media/\(key).mp4", ["Range: bytes=0-1"]),
@@ -380,15 +381,15 @@ import Testing
     @Test func fileAnswersSendTheFileChecked() async throws {
         try await Self.withLargeFileKept { harness, key, _ in
             let cache = harness.services.cache
-            let path = cache.objectPath(key, "mp4")
-            let (_, identity, _) = try #require(cache.memoryHit(key, fileExtension: "mp4"))
-            let descriptor = try #require(cache.openUnchanged(key, fileExtension: "mp4", identity: identity))
+            let path = cache.objects.objectPath(key, "mp4")
+            let (_, identity, _) = try #require(cache.objects.memoryHit(key, fileExtension: "mp4"))
+            let descriptor = try #require(cache.objects.openUnchanged(key, fileExtension: "mp4", identity: identity))
             close(descriptor)
             // The same bytes written again in place: another change time, another file as far as a hit goes.
             let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
             try bytes.write(to: URL(fileURLWithPath: path))
-            #expect(cache.openUnchanged(key, fileExtension: "mp4", identity: identity) == nil)
-            #expect(cache.memoryHit(key, fileExtension: "mp4") == nil)
+            #expect(cache.objects.openUnchanged(key, fileExtension: "mp4", identity: identity) == nil)
+            #expect(cache.objects.memoryHit(key, fileExtension: "mp4") == nil)
         }
     }
 
@@ -455,7 +456,7 @@ import Testing
             }
             #expect(try await status("mp4") == 200)
             // A link to an identical copy in the poster's place: not followed, the object quarantined.
-            let poster = cache.objectPath(key, "jpg")
+            let poster = cache.objects.objectPath(key, "jpg")
             let copy = harness.services.cache.root + "/poster-copy.jpg"
             try FileManager.default.copyItem(atPath: poster, toPath: copy)
             try FileManager.default.removeItem(atPath: poster)
@@ -465,7 +466,7 @@ import Testing
         }
         try await Self.withWarmObject { harness, key in
             let cache = harness.services.cache
-            try cache.bury([.object(key)], reason: "test")
+            try cache.tombstones.bury([.object(key)], reason: "test")
             let (answers, _) = try await Self.exchange(
                 port: harness.appPort, "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])
             #expect(answers.first?.status == 451)
@@ -473,7 +474,7 @@ import Testing
         try await Self.withWarmObject { harness, key in
             // What `cache purge` does from another process: the files go, the server is not told.
             for ext in ["json", "mp4", "jpg"] {
-                try FileManager.default.removeItem(atPath: harness.services.cache.objectPath(key, ext))
+                try FileManager.default.removeItem(atPath: harness.services.cache.objects.objectPath(key, ext))
             }
             let (answers, _) = try await Self.exchange(
                 port: harness.appPort, "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])

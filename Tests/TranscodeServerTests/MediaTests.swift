@@ -91,7 +91,7 @@ import Transcoder
             #expect(first.body == Array(mp4[4...11]))
             let again = try await harness.request(.GET, "/media/\(key).mp4")
             #expect(again.body == mp4)
-            let path = harness.services.cache.objectPath(key, "mp4")
+            let path = harness.services.cache.objects.objectPath(key, "mp4")
             var changed = mp4
             changed[4] ^= 0xFF
             // A new modification time: the identity the memory copy was kept under no longer matches.

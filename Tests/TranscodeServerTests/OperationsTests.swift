@@ -14,7 +14,7 @@ import Transcoder
             #expect(ready.status == 200)
             // A cache that cannot be written makes the service not ready. Permissions do not stop root, so
             // the temporary directory is replaced by a plain file.
-            let temporary = harness.services.cache.temporaryDirectory
+            let temporary = harness.services.cache.objects.temporaryDirectory
             try FileManager.default.removeItem(atPath: temporary)
             #expect(FileManager.default.createFile(atPath: temporary, contents: Data("x".utf8)))
             let notReady = try await harness.request(.GET, "/readyz")
@@ -510,7 +510,8 @@ final class RawSocket: Sendable {
             }
             #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer)")
             #expect(answer.contains("request-timeout"), "\(answer)")
-            let left = try FileManager.default.contentsOfDirectory(atPath: harness.services.cache.temporaryDirectory)
+            let left = try FileManager.default.contentsOfDirectory(
+                atPath: harness.services.cache.objects.temporaryDirectory)
             #expect(left.isEmpty, "\(left)")
         }
     }
@@ -544,7 +545,8 @@ final class RawSocket: Sendable {
             let reply = try await harness.upload(gif)
             #expect(reply.status == 200, "\(reply.text)")
             #expect(try reply.json()["gifBytes"] as? Int == gif.count)
-            let left = try FileManager.default.contentsOfDirectory(atPath: harness.services.cache.temporaryDirectory)
+            let left = try FileManager.default.contentsOfDirectory(
+                atPath: harness.services.cache.objects.temporaryDirectory)
             #expect(left.isEmpty, "\(left)")
         }
     }

@@ -39,14 +39,14 @@ enum ResultStoreContract {
 
         let urlKey = URLKey(NormalizedURL(normalized: "https://example.com/a.gif"), options: TranscodeOptions())
         #expect(try await store.link(urlKey: urlKey) == nil)
-        let source = DiskCache.SourceRecord(
+        let source = SourceRecord(
             url: "https://example.com/a.gif", etag: "\"v1\"", lastModified: nil, validatedAt: 1_700_000_000)
         try await store.putLink(urlKey: urlKey, ResultLink(key: key, source: source))
         #expect(try await store.link(urlKey: urlKey) == ResultLink(key: key, source: source))
         try await store.deleteLink(urlKey: urlKey)
         #expect(try await store.link(urlKey: urlKey) == nil)
 
-        let tombstone = DiskCache.Tombstone.gif(try #require(ContentDigest(String(repeating: "7", count: 64))))
+        let tombstone = Tombstone.gif(try #require(ContentDigest(String(repeating: "7", count: 64))))
         #expect(try await store.isBuried([tombstone]) == false)
         try await store.bury([tombstone], reason: "test")
         #expect(try await store.isBuried([.object(key), tombstone]))
@@ -92,7 +92,7 @@ final class CopyingDiskStore: ResultStore, @unchecked Sendable {
     let disk: DiskCache
     init(_ disk: DiskCache) { self.disk = disk }
     func putObject(_ key: ObjectKey, from directory: String) async throws {
-        let staging = self.disk.temporaryDirectory + "/put-\(UUID().uuidString)"
+        let staging = self.disk.objects.temporaryDirectory + "/put-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: staging) }
         for ext in ["mp4", "jpg", "json"] {
@@ -101,26 +101,26 @@ final class CopyingDiskStore: ResultStore, @unchecked Sendable {
         }
         try await self.disk.putObject(key, from: staging)
     }
-    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { try self.disk.metadata(key) }
+    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? { try self.disk.objects.metadata(key) }
     func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
         try await self.disk.getObject(key, into: directory)
     }
-    func deleteObject(_ key: ObjectKey) async throws -> Bool { self.disk.remove(key) }
+    func deleteObject(_ key: ObjectKey) async throws -> Bool { self.disk.objects.remove(key) }
     func link(urlKey: URLKey) async throws -> ResultLink? { try await self.disk.link(urlKey: urlKey) }
     func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
         try await self.disk.putLink(urlKey: urlKey, link)
     }
     func deleteLink(urlKey: URLKey) async throws { try await self.disk.deleteLink(urlKey: urlKey) }
-    func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
+    func isBuried(_ tombstones: [Tombstone]) async throws -> Bool {
         try await self.disk.isBuried(tombstones)
     }
-    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
-        try self.disk.bury(tombstones, reason: reason)
+    func bury(_ tombstones: [Tombstone], reason: String) async throws {
+        try self.disk.tombstones.bury(tombstones, reason: reason)
     }
     func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
-        self.disk.recordSource(of: key, digest)
+        self.disk.objects.recordSource(of: key, digest)
     }
-    func recordedSource(of key: ObjectKey) async throws -> ContentDigest? { self.disk.recordedSource(of: key) }
+    func recordedSource(of key: ObjectKey) async throws -> ContentDigest? { self.disk.objects.recordedSource(of: key) }
 }
 
 /// A store that hands every call to `inner`: the test doubles below override what they change.
@@ -140,10 +140,10 @@ class ForwardingStore: ResultStore, @unchecked Sendable {
     func link(urlKey: URLKey) async throws -> ResultLink? { try await self.inner.link(urlKey: urlKey) }
     func putLink(urlKey: URLKey, _ link: ResultLink) async throws { try await self.inner.putLink(urlKey: urlKey, link) }
     func deleteLink(urlKey: URLKey) async throws { try await self.inner.deleteLink(urlKey: urlKey) }
-    func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
+    func isBuried(_ tombstones: [Tombstone]) async throws -> Bool {
         try await self.inner.isBuried(tombstones)
     }
-    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
+    func bury(_ tombstones: [Tombstone], reason: String) async throws {
         try await self.inner.bury(tombstones, reason: reason)
     }
     func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
@@ -205,8 +205,8 @@ final class FailingPuts: ForwardingStore, @unchecked Sendable {
                 let purge = try await harness.request(.DELETE, "/v1/objects/\(derived.key)")
                 #expect(purge.status == 200)
             }
-            #expect(!sharedDisk.contains(derived.key))
-            try FileManager.default.removeItem(atPath: sharedDisk.sourceLedgerPath)
+            #expect(!sharedDisk.objects.contains(derived.key))
+            try FileManager.default.removeItem(atPath: sharedDisk.objects.ledgerPath)
             #expect(try await shared.recordedSource(of: derived.key) == derived.source)
             try await withHarness(cacheDirectory: directory + "/b", sharedStore: shared) {
                 harness in
@@ -232,13 +232,15 @@ final class FailingPuts: ForwardingStore, @unchecked Sendable {
             try await withHarness(cacheDirectory: cache, sharedStore: failing) { harness in
                 let reply = try await harness.upload(gif)
                 #expect(reply.errorCode == "storage-unavailable")
-                #expect(harness.services.cache.contains(key))
+                #expect(harness.services.cache.objects.contains(key))
             }
-            #expect(!sharedDisk.contains(key))
+            #expect(!sharedDisk.objects.contains(key))
             #expect(FileManager.default.fileExists(atPath: cache + "/unpublished/\(key)"))
             try await withHarness(cacheDirectory: cache, sharedStore: CopyingDiskStore(sharedDisk)) { harness in
-                for _ in 0..<100 where !sharedDisk.contains(key) { try await Task.sleep(for: .milliseconds(50)) }
-                #expect(sharedDisk.contains(key))
+                for _ in 0..<100 where !sharedDisk.objects.contains(key) {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+                #expect(sharedDisk.objects.contains(key))
                 #expect(harness.services.transcodes.counters.storage["publish"] == 1)
                 #expect(harness.services.transcodes.counters.transcodes == 0)
             }
@@ -259,11 +261,11 @@ final class FailingPuts: ForwardingStore, @unchecked Sendable {
                 let first = try await harness.upload(gif)
                 #expect(first.status == 503)
                 #expect(first.errorCode == "storage-unavailable")
-                #expect(harness.services.cache.contains(key))
-                #expect(!sharedDisk.contains(key))
+                #expect(harness.services.cache.objects.contains(key))
+                #expect(!sharedDisk.objects.contains(key))
                 let second = try await harness.upload(gif)
                 #expect(second.status == 200)
-                #expect(sharedDisk.contains(key))
+                #expect(sharedDisk.objects.contains(key))
                 #expect(harness.services.transcodes.counters.transcodes == 1)
                 #expect(harness.services.transcodes.counters.storage["publish"] == 1)
             }
@@ -273,7 +275,7 @@ final class FailingPuts: ForwardingStore, @unchecked Sendable {
     @Test func theLocalDiskKeepsTheContract() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory + "/cache", maxBytes: 1 << 30)
-            try await ResultStoreContract.roundTrip(cache, scratch: cache.temporaryDirectory)
+            try await ResultStoreContract.roundTrip(cache, scratch: cache.objects.temporaryDirectory)
         }
     }
 
@@ -281,7 +283,7 @@ final class FailingPuts: ForwardingStore, @unchecked Sendable {
     @Test func theLocalDiskRefusesFilesThatDisagreeWithTheirMetadata() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory + "/cache", maxBytes: 1 << 30)
-            let made = cache.temporaryDirectory + "/made"
+            let made = cache.objects.temporaryDirectory + "/made"
             try FileManager.default.createDirectory(atPath: made, withIntermediateDirectories: true)
             let (key, _) = try ResultStoreContract.makeObject(in: made)
             let handle = try #require(FileHandle(forWritingAtPath: "\(made)/\(key).mp4"))
@@ -289,7 +291,7 @@ final class FailingPuts: ForwardingStore, @unchecked Sendable {
             try handle.write(contentsOf: Data([0]))
             try handle.close()
             await #expect(throws: TranscodeError.self) { try await cache.putObject(key, from: made) }
-            #expect(!cache.contains(key))
+            #expect(!cache.objects.contains(key))
         }
     }
 }

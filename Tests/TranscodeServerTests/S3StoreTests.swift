@@ -186,7 +186,7 @@ import Transcoder
                 // What this node has on disk is still served; the process answers.
                 #expect(try await harness.request(.GET, "/media/\(warmKey).mp4").status == 200)
                 #expect(try await harness.request(.GET, "/healthz").status == 200)
-                #expect(!harness.services.cache.contains(key))
+                #expect(!harness.services.cache.objects.contains(key))
 
                 try await store.start()
                 let client = S3Client(configuration: store.configuration())

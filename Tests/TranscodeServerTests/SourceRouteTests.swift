@@ -209,7 +209,7 @@ import Transcoder
             )
             .urlKey
             // An hour and a bit later the origin fails: the stored video is served, the origin asked once.
-            cache.renewLink(urlKey: urlKey, age: 3700)
+            cache.links.renewLink(urlKey: urlKey, age: 3700)
             harness.origin.setVersion("clip.gif", "status:503")
             for _ in 0..<3 {
                 let reply = try await harness.request(.GET, Self.signed(url))
@@ -218,12 +218,12 @@ import Transcoder
             #expect(harness.origin.count("/versioned/clip.gif") == 2)
             #expect(harness.services.transcodes.counters.revalidations["failed"] == 1)
             // Past the grace (last validated more than TTL + grace ago): the origin's error.
-            var record = try #require(cache.sourceRecord(urlKey: urlKey))
+            var record = try #require(cache.links.sourceRecord(urlKey: urlKey))
             record.validatedAt = Date().timeIntervalSince1970 - 3600 - 7200 - 10
             let etag = try #require(first.headers.first(name: "ETag"))
             let key = try #require(ObjectKey(etag.dropFirst().prefix(64)))
-            try cache.writeSource(record, urlKey: urlKey, key: key)
-            cache.renewLink(urlKey: urlKey, age: 3700)
+            try cache.links.writeSource(record, urlKey: urlKey, key: key)
+            cache.links.renewLink(urlKey: urlKey, age: 3700)
             let late = try await harness.request(.GET, Self.signed(url))
             #expect(late.status == 502 && late.errorCode == "origin-error", "\(late.status) \(late.text)")
         }
@@ -251,14 +251,14 @@ import Transcoder
             let etag = try #require(first.headers.first(name: "ETag"))
             let key = try #require(ObjectKey(etag.dropFirst().prefix(64)))
             let cache = harness.services.cache
-            #expect(FileManager.default.fileExists(atPath: cache.objectPath(key, "mp4")))
+            #expect(FileManager.default.fileExists(atPath: cache.objects.objectPath(key, "mp4")))
 
             #expect(try await harness.request(.DELETE, "/v1/objects/\(key)").status == 401)
             let purged = try await harness.request(.DELETE, "/v1/objects/\(key)", headers: self.auth)
             #expect(purged.status == 200, "\(purged.text)")
             #expect(try purged.json()["objects"] as? [String] == [key.rawValue])
             for fileExtension in ["mp4", "jpg", "json"] {
-                #expect(!FileManager.default.fileExists(atPath: cache.objectPath(key, fileExtension)))
+                #expect(!FileManager.default.fileExists(atPath: cache.objects.objectPath(key, fileExtension)))
             }
             #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 404)
             #expect(try await harness.request(.GET, Self.signed(url)).status == 200)
@@ -270,7 +270,7 @@ import Transcoder
             #expect(takedown.status == 200, "\(takedown.text)")
             #expect(try takedown.json()["objects"] as? [String] == [key.rawValue])
             #expect(try takedown.json()["links"] as? Int == 1)
-            #expect(!FileManager.default.fileExists(atPath: cache.objectPath(key, "mp4")))
+            #expect(!FileManager.default.fileExists(atPath: cache.objects.objectPath(key, "mp4")))
 
             let downloads = harness.services.transcodes.counters.downloads
             for reply in [
@@ -306,8 +306,8 @@ import Transcoder
             let key = try #require(ObjectKey(try first.json()["key"] as? String ?? ""))
             // Rewrite the metadata as an older version wrote it: no source hash under either name (and no ledger
             // of sources, which came later).
-            unlink(harness.services.cache.sourceLedgerPath)
-            let path = harness.services.cache.objectPath(key, "json")
+            unlink(harness.services.cache.objects.ledgerPath)
+            let path = harness.services.cache.objects.objectPath(key, "json")
             var metadata = try #require(
                 try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
             metadata["gifSha256"] = nil
@@ -319,7 +319,7 @@ import Transcoder
             #expect(try takedown.json()["tombstones"] as? [String] == ["object-\(key)"])
             #expect(try await harness.upload(gif, headers: self.auth).status == 451)
             #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 451)
-            #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objectPath(key, "mp4")))
+            #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objects.objectPath(key, "mp4")))
         }
     }
 
@@ -354,7 +354,7 @@ import Transcoder
             let first = try await harness.upload(gif, headers: self.auth)
             let key = try #require(ObjectKey(try first.json()["key"] as? String ?? ""))
             #expect(try await harness.request(.DELETE, "/v1/objects/\(key)", headers: self.auth).status == 200)
-            #expect(!harness.services.cache.contains(key))
+            #expect(!harness.services.cache.objects.contains(key))
             let takedown = try await harness.request(.DELETE, "/v1/objects/\(key)?takedown=true", headers: self.auth)
             #expect(takedown.status == 200)
             let digest = ObjectKey.derive(source: gif, options: TranscodeOptions()).source
@@ -410,7 +410,7 @@ import Transcoder
                 cacheControl: "no-cache")
             let purged = try await harness.request(.DELETE, "/v1/objects/\(key)", headers: self.auth)
             #expect(purged.status == 200)
-            #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objectPath(key, "mp4")))
+            #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objects.objectPath(key, "mp4")))
             let collector = Collector()
             try await response.body.write(CollectingWriter(collector: collector))
             #expect(collector.bytes == whole.body)
@@ -437,7 +437,7 @@ import Transcoder
                 try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any], "\(run.stdout)")
             #expect(report["objects"] as? [String] == [key.rawValue])
             #expect((report["tombstones"] as? [String])?.contains("object-\(key)") == true)
-            #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objectPath(key, "mp4")))
+            #expect(!FileManager.default.fileExists(atPath: harness.services.cache.objects.objectPath(key, "mp4")))
             #expect(try await harness.request(.GET, Self.signed(url)).status == 451)
             #expect(try await harness.request(.GET, "/media/\(key).jpg").status == 451)
         }

@@ -199,10 +199,10 @@ import Testing
             #expect(reply.status == status, "\(reply.text)")
             #expect(reply.errorCode == code)
             // Nothing partial is left in the cache, and the service still serves.
-            let objects = try FileManager.default.subpathsOfDirectory(atPath: harness.services.cache.objectsDirectory)
+            let objects = try FileManager.default.subpathsOfDirectory(atPath: harness.services.cache.objects.directory)
             #expect(objects.allSatisfy { !$0.contains(".") }, "\(objects)")
             let temporary = try FileManager.default.contentsOfDirectory(
-                atPath: harness.services.cache.temporaryDirectory)
+                atPath: harness.services.cache.objects.temporaryDirectory)
             #expect(temporary.isEmpty)
             let healthy = try await harness.transcode(url: harness.originURL("/corpus/loop_1.gif"))
             #expect(healthy.status == 200)

@@ -38,8 +38,8 @@ struct CacheCommand: ParsableCommand {
             var unhashed = 0
             var damaged = 0
             var unreadable = 0
-            for key in cache.indexedKeys {
-                switch cache.verify(key) {
+            for key in cache.objects.indexedKeys {
+                switch cache.objects.verify(key) {
                 case .sound:
                     sound += 1
                 case .unhashed:
@@ -52,7 +52,7 @@ struct CacheCommand: ParsableCommand {
                 case .damaged(let reason):
                     damaged += 1
                     print("\(key): damaged: \(reason)\(self.repair ? " (quarantined)" : "")")
-                    if self.repair { cache.quarantine(key) }
+                    if self.repair { cache.objects.quarantine(key) }
                 }
             }
             print(

@@ -5,7 +5,7 @@ import NIOPosix
 
 /// `GET` and `HEAD /media/{key}.mp4|.jpg|.json`: immutable, content-addressed files with strong ETags
 /// and byte ranges (Safari and AVPlayer fetch video with `Range` and need 206 answers). Only files the cache
-/// wrote are served (`DiskCache.verifiedObject`), read from the descriptor that was checked, so a link
+/// wrote are served (`LocalObjects.verifiedObject`), read from the descriptor that was checked, so a link
 /// planted after the check changes nothing.
 struct MediaController<Context: RequestContext>: Sendable {
     /// This node's disk, read through to the fleet's shared store: what the disk lacks is pulled from it (or
@@ -56,26 +56,28 @@ struct MediaController<Context: RequestContext>: Sendable {
     /// `GET /v1/...`, which differ only in `Cache-Control`.
     /// - Throws: `not-found` when the object is not stored; `taken-down` when it, or its GIF, was taken down.
     /// - Parameter checked: the object, when the caller has just checked its files
-    ///   (`DiskCache.verifiedObject`) and its tombstones (`DiskCache.checkNotTakenDown`): not checked again.
+    ///   (`LocalObjects.verifiedObject`) and its tombstones (`Takedowns.check`): not checked again.
     func respond(
         key: ObjectKey, fileExtension: String, contentType: String, request: Request, includeBody: Bool,
-        cacheControl: String, checked: DiskCache.CheckedObject? = nil
+        cacheControl: String, checked: LocalObjects.CheckedObject? = nil
     ) async throws -> Response {
-        guard self.cache.beginServing(key) else {
-            if self.cache.isBuried(.object(key)) { throw ServiceError.takenDown("this media was taken down") }
+        guard self.cache.objects.beginServing(key) else {
+            if self.cache.tombstones.isBuried(.object(key)) {
+                throw ServiceError.takenDown("this media was taken down")
+            }
             guard let shared = self.results.shared else { throw ServiceError.notFound("no such media") }
             return try await self.respondFromShared(
                 shared, key: key, fileExtension: fileExtension, contentType: contentType, request: request,
                 includeBody: includeBody, cacheControl: cacheControl)
         }
         var released = false
-        defer { if !released { self.cache.endServing(key) } }
+        defer { if !released { self.cache.objects.endServing(key) } }
 
-        let object: DiskCache.CheckedObject
+        let object: LocalObjects.CheckedObject
         if let checked {
             object = checked
         } else {
-            guard let verified = try self.cache.verifiedObject(key) else {
+            guard let verified = try self.cache.objects.verifiedObject(key) else {
                 throw ServiceError.notFound("no such media")
             }
             try await self.takedowns.check(key, metadata: verified.metadata, recently: true)
@@ -92,7 +94,7 @@ struct MediaController<Context: RequestContext>: Sendable {
         guard includeBody, let bytes = answer.bytes else {
             return Response(status: status, headers: headers, body: .init())
         }
-        if bytes.upperBound < DiskCache.keptLength(ofFileOfSize: file.size) {
+        if bytes.upperBound < HitMemory.keptLength(ofFileOfSize: file.size) {
             // A small file is read whole once, a larger one's head (players' probes, the `moov`), then served
             // from memory.
             let kept = try await self.keptBytes(file, key: key, fileExtension: fileExtension)
@@ -111,7 +113,7 @@ struct MediaController<Context: RequestContext>: Sendable {
         let counted = self.bytesServed
         // The object stays pinned (not evictable) until the last byte has been written.
         let pinned = ResponseBody(contentLength: length) { writer in
-            defer { cache.endServing(key) }
+            defer { cache.objects.endServing(key) }
             var offset = bytes.lowerBound
             while offset <= bytes.upperBound {
                 let count = min(Self.chunkLength, bytes.upperBound - offset + 1)
@@ -134,12 +136,11 @@ struct MediaController<Context: RequestContext>: Sendable {
         return Response(status: status, headers: headers, body: pinned)
     }
 
-    /// The bytes of `file` kept in memory (`DiskCache.keptLength`: all of a small file, the head of a larger
+    /// The bytes of `file` kept in memory (`HitMemory.keptLength`: all of a small file, the head of a larger
     /// one), read on the I/O pool and kept the first time.
-    private func keptBytes(_ file: DiskCache.OpenFile, key: ObjectKey, fileExtension: String) async throws -> ByteBuffer
-    {
-        if let kept = self.cache.cachedBytes(file, key: key, fileExtension: fileExtension) { return kept }
-        let keptLength = DiskCache.keptLength(ofFileOfSize: file.size)
+    private func keptBytes(_ file: StoredFile, key: ObjectKey, fileExtension: String) async throws -> ByteBuffer {
+        if let kept = self.cache.objects.cachedBytes(file, key: key, fileExtension: fileExtension) { return kept }
+        let keptLength = HitMemory.keptLength(ofFileOfSize: file.size)
         let kept = try await NIOThreadPool.singleton.runIfActive {
             var buffer = ByteBuffer()
             let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: max(1, keptLength)) { pointer in
@@ -148,7 +149,7 @@ struct MediaController<Context: RequestContext>: Sendable {
             guard read == keptLength else { throw ServiceError.notFound("the file shrank while being served") }
             return buffer
         }
-        self.cache.keepBytes(kept, of: file, key: key, fileExtension: fileExtension)
+        self.cache.objects.keepBytes(kept, of: file, key: key, fileExtension: fileExtension)
         return kept
     }
 }
@@ -184,10 +185,10 @@ extension MediaController {
                     .cacheControl: "private, max-age=\(redirect.cacheSeconds)",
                 ])
         }
-        guard try await self.results.object(key) != nil, self.cache.beginServing(key) else {
+        guard try await self.results.object(key) != nil, self.cache.objects.beginServing(key) else {
             throw ServiceError.notFound("no such media")
         }
-        self.cache.endServing(key)
+        self.cache.objects.endServing(key)
         return try await self.respond(
             key: key, fileExtension: fileExtension, contentType: contentType, request: request,
             includeBody: includeBody, cacheControl: cacheControl)

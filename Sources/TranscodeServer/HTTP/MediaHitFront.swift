@@ -256,7 +256,7 @@ final class MediaHitFront: ChannelInboundHandler, RemovableChannelHandler {
         // Writes complete in order, and once one fails all later ones do: the last is the answer's end.
         last.futureResult.assumeIsolated().whenComplete { _ in
             if let file = answer.file {
-                // The descriptor is the answer's own (`DiskCache.openUnchanged`): closed once the kernel has sent
+                // The descriptor is the answer's own (`LocalObjects.openUnchanged`): closed once the kernel has sent
                 // the bytes, or the write failed; the object may be evicted from then on.
                 try? file.fileHandle.close()
                 answer.release?()

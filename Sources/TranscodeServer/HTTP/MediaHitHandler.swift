@@ -14,7 +14,7 @@ import Transcoder
 /// Answers cache hits on the event loop when everything they need is already in memory: `GET`/`HEAD
 /// /media/{key}.{ext}`, and `GET`/`HEAD /v1/...` (answered with bytes) for a signed path the route has
 /// already verified whose URL's link is fresh (`TranscodeService.freshHitKey`). The object must be on the
-/// local disk, still the files that were checked and read (`DiskCache.memoryHit`), not taken down (in a
+/// local disk, still the files that were checked and read (`LocalObjects.memoryHit`), not taken down (in a
 /// fleet, by a recent "no" of the store), and the bytes asked for kept in memory after a first read (all of a
 /// small file, the first 64 KB of a larger one; ahead of the codec, bytes past those are sent from the file,
 /// see `MediaHitFront`). Everything else (a miss, a range past the kept bytes behind the codec, a file not
@@ -210,7 +210,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         /// Or the part of an open file sent by the kernel (`sendfile`), past the head of a large file kept in
         /// memory; ahead of the HTTP codec only (`MediaHitFront`), whose writer closes its descriptor.
         var file: FileRegion? = nil
-        /// With `file`: ends the object's pin (`DiskCache.beginServing`: not evicted while it is sent, as by the
+        /// With `file`: ends the object's pin (`LocalObjects.beginServing`: not evicted while it is sent, as by the
         /// route), once the file has been sent.
         var release: (() -> Void)? = nil
         /// The request asked for `Connection: close`: nothing is read after it.
@@ -275,7 +275,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The answer to a `GET` or `HEAD` whose headers are `fields`, when the object is a local hit whose bytes are
     /// in memory, or `sendingFiles` and the file's head is (then bytes past it are sent from the file, the very
-    /// file whose head was kept: `DiskCache.openUnchanged`); `nil` when the router has to answer.
+    /// file whose head was kept: `LocalObjects.openUnchanged`); `nil` when the router has to answer.
     func answer(method: HTTPRequest.Method, fields: HitFields, _ candidate: Candidate, sendingFiles: Bool = false)
         -> Answer?
     {
@@ -316,13 +316,14 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             } else {
                 // Of a large file only the head is kept: other ranges are sent from the file ahead of the codec,
                 // else read by the route.
-                guard sendingFiles, cache.beginServing(key) else { return nil }
-                guard let descriptor = cache.openUnchanged(key, fileExtension: fileExtension, identity: identity)
+                guard sendingFiles, cache.objects.beginServing(key) else { return nil }
+                guard
+                    let descriptor = cache.objects.openUnchanged(key, fileExtension: fileExtension, identity: identity)
                 else {
-                    cache.endServing(key)
+                    cache.objects.endServing(key)
                     return nil
                 }
-                release = { cache.endServing(key) }
+                release = { cache.objects.endServing(key) }
                 file = FileRegion(
                     fileHandle: NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: descriptor),
                     readerIndex: bytes.lowerBound, endIndex: bytes.upperBound + 1)

@@ -3,7 +3,7 @@ import Transcoder
 
 /// The one rule of a hit answered without an `await` (on an event loop, by `MediaHitHandler` ahead of the
 /// router): the object is on this disk, its files are still the very files checked and read before
-/// (`DiskCache.memoryHit`, `memoryObject`), nothing of it is taken down (`Takedowns.isClearNow`) and, for a URL,
+/// (`LocalObjects.memoryHit`, `memoryObject`), nothing of it is taken down (`Takedowns.isClearNow`) and, for a URL,
 /// its link is fresh (`TranscodeService.freshHitKey`). `nil` from any of these sends the request to the route,
 /// which decides everything afresh.
 struct HitLookup: Sendable {
@@ -37,14 +37,14 @@ struct HitLookup: Sendable {
     /// A cache-hit `POST /transcode` of a body the route answered before: the object the URL's fresh link leads
     /// to, its three files unchanged, nothing of it or of the URL taken down.
     func transcode(_ keys: SourceKeys, service: TranscodeService) -> (key: ObjectKey, metadata: TranscodeMetadata)? {
-        guard let key = service.freshHitKey(keys: keys), let metadata = self.cache.memoryObject(key),
+        guard let key = service.freshHitKey(keys: keys), let metadata = self.cache.objects.memoryObject(key),
             self.takedowns.isClearNow(key, metadata: metadata, also: [.source(keys.sourceHash)])
         else { return nil }
         return (key, metadata)
     }
 
-    private func file(_ key: ObjectKey, fileExtension: String, also: [DiskCache.Tombstone]) -> FileHit? {
-        guard let hit = self.cache.memoryHit(key, fileExtension: fileExtension),
+    private func file(_ key: ObjectKey, fileExtension: String, also: [Tombstone]) -> FileHit? {
+        guard let hit = self.cache.objects.memoryHit(key, fileExtension: fileExtension),
             self.takedowns.isClearNow(key, metadata: hit.metadata, also: also)
         else { return nil }
         return (hit.metadata, hit.file, hit.bytes)

@@ -22,7 +22,7 @@ struct ReadThroughResults: Sendable {
     /// Object `key` when this disk has it. One converted here whose publish failed is published first: a
     /// result the fleet cannot find is no result. - Throws: `storage-unavailable` when that publish fails.
     func localObject(_ key: ObjectKey) async throws -> TranscodeMetadata? {
-        guard let metadata = try self.local.metadata(key) else { return nil }
+        guard let metadata = try self.local.objects.metadata(key) else { return nil }
         try await self.publishIfPending(key)
         return metadata
     }
@@ -40,7 +40,7 @@ struct ReadThroughResults: Sendable {
         return try await self.shared?.pull(key)
     }
 
-    /// Object `key`, already committed to this disk (`DiskCache.commit`), written to the shared store.
+    /// Object `key`, already committed to this disk (`LocalObjects.commit`), written to the shared store.
     func publish(_ key: ObjectKey) async throws {
         try await self.shared?.publish(key)
     }
@@ -59,21 +59,21 @@ struct ReadThroughResults: Sendable {
     }
 
     /// Points `urlKey` at object `key` with the URL's source record, here and in the shared store.
-    func link(urlKey: URLKey, to key: ObjectKey, source: DiskCache.SourceRecord) async throws {
-        try self.local.link(urlKey: urlKey, to: key, source: source)
+    func link(urlKey: URLKey, to key: ObjectKey, source: SourceRecord) async throws {
+        try self.local.links.link(urlKey: urlKey, to: key, source: source)
         try await self.shared?.putLink(urlKey: urlKey, ResultLink(key: key, source: source))
     }
 
     /// Records a revalidation the origin answered 304 to: the record here and, best effort, in the shared
     /// store (a node that cannot reach it still has a fresh link; another node revalidates on its own).
-    func revalidated(urlKey: URLKey, key: ObjectKey, record: DiskCache.SourceRecord) async {
-        try? self.local.writeSource(record, urlKey: urlKey, key: key)
+    func revalidated(urlKey: URLKey, key: ObjectKey, record: SourceRecord) async {
+        try? self.local.links.writeSource(record, urlKey: urlKey, key: key)
         try? await self.shared?.putLink(urlKey: urlKey, ResultLink(key: key, source: record))
     }
 
     /// Forgets `urlKey`'s link here and, best effort, in the shared store (its origin no longer has it).
     func dropLink(urlKey: URLKey) async {
-        self.local.removeLink(urlKey: urlKey)
+        self.local.links.removeLink(urlKey: urlKey)
         try? await self.shared?.deleteLink(urlKey: urlKey)
     }
 

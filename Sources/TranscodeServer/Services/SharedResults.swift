@@ -50,7 +50,7 @@ final class SharedResults: Service, Sendable {
         try? FileManager.default.createDirectory(atPath: self.unpublishedDirectory, withIntermediateDirectories: true)
         let recorded = (try? FileManager.default.contentsOfDirectory(atPath: self.unpublishedDirectory)) ?? []
         // Only objects still on this disk: one evicted or purged meanwhile has nothing to publish.
-        let pending = recorded.compactMap(ObjectKey.init).filter { cache.contains($0) }
+        let pending = recorded.compactMap(ObjectKey.init).filter { cache.objects.contains($0) }
         for name in recorded where !pending.contains(where: { $0.rawValue == name }) {
             unlink("\(self.unpublishedDirectory)/\(name)")
         }
@@ -66,9 +66,9 @@ final class SharedResults: Service, Sendable {
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             for key in self.unpublished.withLock({ $0.sorted() }) {
                 // Gone from this disk, or taken down here or on another node since: nothing to publish.
-                guard let metadata = try? self.cache.metadata(key),
-                    case let tombstones = DiskCache.Tombstone.of(key, metadata: metadata),
-                    !self.cache.isBuried(anyOf: tombstones)
+                guard let metadata = try? self.cache.objects.metadata(key),
+                    case let tombstones = Tombstone.of(key, metadata: metadata),
+                    !self.cache.tombstones.isBuried(anyOf: tombstones)
                 else {
                     self.forgetUnpublished(key)
                     continue
@@ -91,7 +91,7 @@ final class SharedResults: Service, Sendable {
     /// - Returns: its metadata; nil when the shared store does not have it.
     /// - Throws: `storage-unavailable` when the store fails.
     func pull(_ key: ObjectKey) async throws -> TranscodeMetadata? {
-        let directory = "\(self.cache.temporaryDirectory)/pull-\(UInt64.random(in: 0...UInt64.max))"
+        let directory = "\(self.cache.objects.temporaryDirectory)/pull-\(UInt64.random(in: 0...UInt64.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         guard let metadata = try await self.guarded({ try await self.store.getObject(key, into: directory) }) else {
@@ -104,7 +104,7 @@ final class SharedResults: Service, Sendable {
 
     /// Writes object `key` (already in the local cache) to the shared store, the JSON last.
     func publish(_ key: ObjectKey) async throws {
-        let directory = (self.cache.objectPath(key, ObjectFiles.manifest) as NSString).deletingLastPathComponent
+        let directory = (self.cache.objects.objectPath(key, ObjectFiles.manifest) as NSString).deletingLastPathComponent
         do {
             try await self.guarded { try await self.store.putObject(key, from: directory) }
         } catch {
@@ -120,7 +120,7 @@ final class SharedResults: Service, Sendable {
         self.metrics.storage("publish")
         // What the object was made from, for a takedown by key once it is gone. Best effort, as on the disk: a
         // store that refuses it (a bucket policy without `sources/`) costs only that takedown the GIF's digest.
-        if let digest = self.cache.storedSourceDigest(key) {
+        if let digest = self.cache.objects.storedSourceDigest(key) {
             do {
                 try await self.store.recordSource(of: key, digest)
             } catch {
@@ -161,12 +161,12 @@ final class SharedResults: Service, Sendable {
         try await self.guarded { try await self.store.metadata(key) }
     }
 
-    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
+    func bury(_ tombstones: [Tombstone], reason: String) async throws {
         try await self.guarded { try await self.store.bury(tombstones, reason: reason) }
     }
 
     /// Whether the store said, less than `tombstoneCheckSeconds` ago, that none of `tombstones` is buried.
-    func notBuriedRecently(_ tombstones: [DiskCache.Tombstone]) -> Bool {
+    func notBuriedRecently(_ tombstones: [Tombstone]) -> Bool {
         self.unchecked(tombstones, at: .now).isEmpty
     }
 
@@ -176,8 +176,8 @@ final class SharedResults: Service, Sendable {
     }
 
     /// Those of `tombstones` not found absent in the last `tombstoneCheckSeconds`.
-    private func unchecked(_ tombstones: [DiskCache.Tombstone], at now: ContinuousClock.Instant)
-        -> [DiskCache.Tombstone]
+    private func unchecked(_ tombstones: [Tombstone], at now: ContinuousClock.Instant)
+        -> [Tombstone]
     {
         self.checked.withLock { checked in
             tombstones.filter { tombstone in
@@ -189,7 +189,7 @@ final class SharedResults: Service, Sendable {
 
     /// Whether any of `tombstones` is recorded in the shared store (then also locally, from now on).
     /// - Parameter recently: trust a "no" given less than `tombstoneCheckSeconds` ago (cache hits).
-    func isBuried(_ tombstones: [DiskCache.Tombstone], recently: Bool = false) async throws -> Bool {
+    func isBuried(_ tombstones: [Tombstone], recently: Bool = false) async throws -> Bool {
         let now = ContinuousClock.now
         let asked = recently ? self.unchecked(tombstones, at: now) : tombstones
         guard !asked.isEmpty else { return false }
@@ -203,7 +203,7 @@ final class SharedResults: Service, Sendable {
                 return false
             }
             if buried {
-                try? self.cache.bury([tombstone], reason: "taken down on another node")
+                try? self.cache.tombstones.bury([tombstone], reason: "taken down on another node")
                 return true
             }
         }
@@ -246,12 +246,12 @@ final class SharedResults: Service, Sendable {
             if let hash = metadata.sourceSha256.flatMap(ContentDigest.init(rawValue:)) { gifHashes.insert(hash) }
         }
         if let reason {
-            var tombstones: [DiskCache.Tombstone] = source.map { [.source($0)] } ?? []
+            var tombstones: [Tombstone] = source.map { [.source($0)] } ?? []
             tombstones +=
                 keys.sorted().map { .object($0) }
                 + gifHashes.sorted().map { .gif($0) }
             try await self.bury(tombstones, reason: reason)
-            try self.cache.bury(tombstones, reason: reason)
+            try self.cache.tombstones.bury(tombstones, reason: reason)
             for tombstone in tombstones where !report.tombstones.contains(tombstone.fileName) {
                 report.tombstones.append(tombstone.fileName)
             }

@@ -64,14 +64,15 @@ struct SourceResolver: Sendable {
         if try await self.takedowns.isBuried([.source(keys.sourceHash)], recently: true) {
             throw ServiceError.takenDown("this URL was taken down")
         }
-        guard let key = self.cache.lookup(urlKey: keys.urlKey), let object = try self.cache.verifiedObject(key) else {
+        guard let key = self.cache.lookup(urlKey: keys.urlKey), let object = try self.cache.objects.verifiedObject(key)
+        else {
             return .miss
         }
         try await self.takedowns.check(key, metadata: object.metadata, recently: true)
         // The policy of today decides, not the one the URL was fetched under.
         try await self.downloader.checkCachedDestination(url)
         try await self.results.publishIfPending(key)
-        if let age = self.cache.linkAge(urlKey: keys.urlKey), age < self.urlTTLSeconds {
+        if let age = self.cache.links.linkAge(urlKey: keys.urlKey), age < self.urlTTLSeconds {
             return .fresh(TranscodeOutcome(key: key, metadata: object.metadata, object: object))
         }
         return .stale(TranscodeOutcome(key: key, metadata: object.metadata))
@@ -86,7 +87,7 @@ struct SourceResolver: Sendable {
         guard let outcome = try await self.adopt(link, urlKey: keys.urlKey) else { return .miss }
         let validated = link.source?.validatedAt ?? 0
         let age = max(0, Date().timeIntervalSince1970 - validated)
-        self.cache.renewLink(urlKey: keys.urlKey, age: age)
+        self.cache.links.renewLink(urlKey: keys.urlKey, age: age)
         return age < self.urlTTLSeconds ? .fresh(outcome) : .stale(outcome)
     }
 
@@ -99,31 +100,31 @@ struct SourceResolver: Sendable {
         }
         guard let metadata = try await self.results.object(link.key) else { return nil }
         try await self.takedowns.check(link.key, metadata: metadata)
-        try self.cache.link(urlKey: urlKey, to: link.key, source: link.source)
+        try self.cache.links.link(urlKey: urlKey, to: link.key, source: link.source)
         return TranscodeOutcome(key: link.key, metadata: metadata)
     }
 
     /// The origin answered 304 to a revalidation: the stored result is fresh again.
-    func notModified(_ stale: TranscodeOutcome, urlKey: URLKey, record: DiskCache.SourceRecord?) async {
+    func notModified(_ stale: TranscodeOutcome, urlKey: URLKey, record: SourceRecord?) async {
         if var record {
             record.validatedAt = Date().timeIntervalSince1970
             await self.results.revalidated(urlKey: urlKey, key: stale.key, record: record)
         }
-        self.cache.renewLink(urlKey: urlKey)
+        self.cache.links.renewLink(urlKey: urlKey)
         self.metrics.revalidated(.notModified)
     }
 
     /// A revalidation the origin did not answer: the stored result stays in service (stale-if-error) when
     /// the origin is down or slow; a URL the origin no longer has, or may no longer be fetched, fails.
     func revalidationFailed(
-        _ error: ServiceError, stale: TranscodeOutcome, urlKey: URLKey, record: DiskCache.SourceRecord?
+        _ error: ServiceError, stale: TranscodeOutcome, urlKey: URLKey, record: SourceRecord?
     ) async throws -> TranscodeOutcome {
         switch error.code {
         case .originError, .originTimeout:
             self.metrics.revalidated(.failed)
             // Stale for too long: the origin has been failing past the grace; answer its error.
             let now = Date().timeIntervalSince1970
-            let validated = record?.validatedAt ?? (now - (self.cache.linkAge(urlKey: urlKey) ?? .infinity))
+            let validated = record?.validatedAt ?? (now - (self.cache.links.linkAge(urlKey: urlKey) ?? .infinity))
             guard now - validated < self.urlTTLSeconds + self.staleIfErrorSeconds else { throw error }
             self.logger.warning(
                 "revalidation failed; serving the stored result",
@@ -131,7 +132,7 @@ struct SourceResolver: Sendable {
             // Back off: the next minute's requests are answered from the cache at once instead of each waiting
             // for the failing origin. The grace counts from the last validation, which this does not move.
             let backoff = min(Self.revalidationBackoffSeconds, self.urlTTLSeconds)
-            self.cache.renewLink(urlKey: urlKey, age: self.urlTTLSeconds - backoff)
+            self.cache.links.renewLink(urlKey: urlKey, age: self.urlTTLSeconds - backoff)
             return stale
         case .originNotFound, .originRefused:
             await self.results.dropLink(urlKey: urlKey)

@@ -1,7 +1,7 @@
 import Transcoder
 
 /// The one owner of takedowns: what is buried, here and (in a fleet) in the shared store, and the rule of what
-/// a stored object is buried under (`DiskCache.Tombstone.of`: its key and its source's bytes, plus the URL that
+/// a stored object is buried under (`Tombstone.of`: its key and its source's bytes, plus the URL that
 /// led to it when there is one). Every answer that serves or converts something asks here.
 struct Takedowns: Sendable {
     let cache: DiskCache
@@ -11,16 +11,16 @@ struct Takedowns: Sendable {
     /// Whether any of `tombstones` is recorded, on this disk or in the shared store.
     /// - Parameter recently: a cache hit: trust a "not buried" the shared store gave in the last
     ///   `tombstoneCheckSeconds`, and serve if the store is down.
-    func isBuried(_ tombstones: [DiskCache.Tombstone], recently: Bool = false) async throws -> Bool {
-        if self.cache.isBuried(anyOf: tombstones) { return true }
+    func isBuried(_ tombstones: [Tombstone], recently: Bool = false) async throws -> Bool {
+        if self.cache.tombstones.isBuried(anyOf: tombstones) { return true }
         return try await self.shared?.isBuried(tombstones, recently: recently) ?? false
     }
 
     /// Throws `taken-down` when object `key`, the bytes it was made from, or any of `also` is buried.
     func check(
-        _ key: ObjectKey, metadata: TranscodeMetadata, also: [DiskCache.Tombstone] = [], recently: Bool = false
+        _ key: ObjectKey, metadata: TranscodeMetadata, also: [Tombstone] = [], recently: Bool = false
     ) async throws {
-        if try await self.isBuried(DiskCache.Tombstone.of(key, metadata: metadata) + also, recently: recently) {
+        if try await self.isBuried(Tombstone.of(key, metadata: metadata) + also, recently: recently) {
             throw ServiceError.takenDown("this was taken down")
         }
     }
@@ -28,12 +28,12 @@ struct Takedowns: Sendable {
     /// Whether object `key` may be served without an `await` (a hit answered on an event loop): nothing of it is
     /// buried on this disk, and the shared store said so recently. `false` leaves the request to the route,
     /// which asks `check`.
-    func isClearNow(_ key: ObjectKey, metadata: TranscodeMetadata, also: [DiskCache.Tombstone] = []) -> Bool {
+    func isClearNow(_ key: ObjectKey, metadata: TranscodeMetadata, also: [Tombstone] = []) -> Bool {
         // Built only when there is something to compare with: nothing taken down is the common case, and a hit
         // asks this on every request.
-        if self.cache.isBuried(lazily: { DiskCache.Tombstone.of(key, metadata: metadata) + also }) { return false }
+        if self.cache.tombstones.isBuried(lazily: { Tombstone.of(key, metadata: metadata) + also }) { return false }
         guard let shared = self.shared else { return true }
-        return shared.notBuriedRecently(DiskCache.Tombstone.of(key, metadata: metadata) + also)
+        return shared.notBuriedRecently(Tombstone.of(key, metadata: metadata) + also)
     }
 
     /// Whether the URL with `sourceHash` may be answered from a link without an `await`: not buried here (the

@@ -9,7 +9,7 @@ struct TranscodeOutcome: Sendable {
     let key: ObjectKey
     let metadata: TranscodeMetadata
     /// On a cache hit, the object's files as checked and held open: served without checking them again.
-    var object: DiskCache.CheckedObject? = nil
+    var object: LocalObjects.CheckedObject? = nil
 
     /// The same outcome without the files held open: what is kept for later (a job's end told to a subscriber, a
     /// job's result), so that no descriptor outlives the answer that needed it.
@@ -208,8 +208,8 @@ final class TranscodeService: Sendable {
         // A job's id is its request key: a URL key or, for an upload, an object key (both a SHA-256).
         guard let urlKey = URLKey(id), let objectKey = ObjectKey(id) else { return nil }
         if await self.jobs.isRunning(id) { return .pending }
-        if let key = self.cache.lookup(urlKey: urlKey) ?? (self.cache.contains(objectKey) ? objectKey : nil),
-            let metadata = try self.cache.metadata(key)
+        if let key = self.cache.lookup(urlKey: urlKey) ?? (self.cache.objects.contains(objectKey) ? objectKey : nil),
+            let metadata = try self.cache.objects.metadata(key)
         {
             return .done(TranscodeOutcome(key: key, metadata: metadata))
         }
@@ -230,17 +230,17 @@ final class TranscodeService: Sendable {
     /// - Throws: `overloaded` when it cannot be checked now.
     func cachedMetadata(url: URL, options: TranscodeOptions) throws -> TranscodeMetadata? {
         let keys = SourceKeys(url: url, options: options)
-        return try self.cache.lookup(urlKey: keys.urlKey).flatMap { try self.cache.metadata($0) }
+        return try self.cache.lookup(urlKey: keys.urlKey).flatMap { try self.cache.objects.metadata($0) }
     }
 
     /// The object the URL of `keys` leads to, when a hit needs no `await` (`MediaHitHandler`): the URL not
     /// taken down in a fleet by a recent "no" of the store, its link fresh, its host's policy decision
     /// remembered as allowed, the object not waiting to be published. `nil` leaves the request to
     /// `transcode(url:...)`, which decides everything afresh. The object's own checks, and the URL's local
-    /// tombstone (`DiskCache.Tombstone.source`, asked with the object's in one look), are the caller's.
+    /// tombstone (`Tombstone.source`, asked with the object's in one look), are the caller's.
     func freshHitKey(keys: SourceKeys) -> ObjectKey? {
         guard self.takedowns.isURLClearNow(keys.sourceHash),
-            let (key, age) = self.cache.freshLink(urlKey: keys.urlKey), age < self.urlTTLSeconds,
+            let (key, age) = self.cache.links.freshLink(urlKey: keys.urlKey), age < self.urlTTLSeconds,
             self.downloader.isRememberedAllowed(host: keys.host), !self.results.isUnpublished(key)
         else { return nil }
         return key

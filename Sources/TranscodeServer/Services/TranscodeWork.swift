@@ -60,7 +60,7 @@ struct TranscodeWork: JobPerformer {
             case .miss: break
             }
         }
-        let record = stale == nil ? nil : self.cache.sourceRecord(urlKey: urlKey)
+        let record = stale == nil ? nil : self.cache.links.sourceRecord(urlKey: urlKey)
         let fetched: Fetched
         do {
             fetched = try await self.downloader.fetch(url, etag: record?.etag, lastModified: record?.lastModified)
@@ -99,7 +99,7 @@ struct TranscodeWork: JobPerformer {
                 outcome.key, source: keys.sourceHash, takedown: "taken down while being converted")
             throw ServiceError.takenDown("this URL was taken down")
         }
-        let source = DiskCache.SourceRecord(
+        let source = SourceRecord(
             url: keys.normalized.text, etag: file.etag, lastModified: file.lastModified,
             validatedAt: Date().timeIntervalSince1970, sourceSha256: content.source.rawValue)
         try await self.results.link(urlKey: urlKey, to: outcome.key, source: source)
@@ -120,12 +120,12 @@ struct TranscodeWork: JobPerformer {
             let started = ContinuousClock.now
             let metadata = try await self.pool.run {
                 // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
-                if let existing = try self.cache.metadata(key) { return existing }
+                if let existing = try self.cache.objects.metadata(key) { return existing }
                 // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
-                let scratch = try self.cache.makeScratchDirectory("render")
+                let scratch = try self.cache.objects.makeScratchDirectory("render")
                 defer { try? FileManager.default.removeItem(atPath: scratch) }
                 let rendered = try Transcoder(options: options).render(gif, into: scratch, name: key.rawValue)
-                try self.cache.commit(key, rendered)
+                try self.cache.objects.commit(key, rendered)
                 return rendered.metadata
             }
             let elapsed = ContinuousClock.now - started

@@ -103,14 +103,14 @@ struct S3ResultStore: ResultStore {
         try await self.client.delete("urls/\(urlKey.rawValue)")
     }
 
-    func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool {
+    func isBuried(_ tombstones: [Tombstone]) async throws -> Bool {
         for tombstone in tombstones where try await self.client.head("tombstones/\(tombstone.fileName)") != nil {
             return true
         }
         return false
     }
 
-    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws {
+    func bury(_ tombstones: [Tombstone], reason: String) async throws {
         let stone = try JSONSerialization.data(
             withJSONObject: ["reason": reason, "at": ISO8601DateFormatter().string(from: Date())],
             options: [.sortedKeys])

@@ -2,30 +2,24 @@ import Foundation
 import NIOCore
 import Transcoder
 
-/// Reading only what the cache wrote: object files are opened without following a link (at the file or its two
+/// Reading only what was written here: object files are opened without following a link (at the file or its two
 /// parent directories), must be regular files with a single link, and the video's and poster's sizes must be
 /// what the metadata says; hits answered from memory (`HitMemory`) check that the files at the paths are still
 /// the very files read.
-extension DiskCache {
-    typealias OpenFile = StoredFile
-    typealias FileIdentity = TranscodeServer.FileIdentity
-
-    /// How many bytes of a file of `size` bytes hits keep in memory (`HitMemory.keptLength`).
-    static func keptLength(ofFileOfSize size: Int) -> Int { HitMemory.keptLength(ofFileOfSize: size) }
-
+extension LocalObjects {
     /// The bytes of `file` (object `key`'s `.fileExtension`) kept in memory, if they are.
-    func cachedBytes(_ file: OpenFile, key: ObjectKey, fileExtension: String) -> ByteBuffer? {
+    func cachedBytes(_ file: StoredFile, key: ObjectKey, fileExtension: String) -> ByteBuffer? {
         self.memory.bytes(.init(key: key, fileExtension: fileExtension), identity: file.identity)
     }
 
     /// Keeps the bytes just read of `file`: all of it when small, else its head (`keptLength`).
-    func keepBytes(_ bytes: ByteBuffer, of file: OpenFile, key: ObjectKey, fileExtension: String) {
+    func keepBytes(_ bytes: ByteBuffer, of file: StoredFile, key: ObjectKey, fileExtension: String) {
         self.memory.keep(
             bytes, of: .init(key: key, fileExtension: fileExtension), identity: file.identity, size: file.size)
     }
 
     private enum Opened {
-        case file(OpenFile)
+        case file(StoredFile)
         case missing
         /// A link, a directory, a device, a file with other names (a hard link): not written by the cache.
         case foreign
@@ -46,7 +40,7 @@ extension DiskCache {
         func all(_ opened: Opened) -> [String: Opened] {
             Dictionary(uniqueKeysWithValues: extensions.map { ($0, opened) })
         }
-        let objects = open(self.objectsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        let objects = open(self.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard objects >= 0 else { return all(Self.failedOpen(errno)) }
         defer { close(objects) }
         let shard = openat(objects, String(key.shard), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -74,7 +68,7 @@ extension DiskCache {
                 continue
             }
             files[fileExtension] = .file(
-                OpenFile(descriptor: descriptor, size: Int(info.st_size), identity: FileIdentity(info)))
+                StoredFile(descriptor: descriptor, size: Int(info.st_size), identity: FileIdentity(info)))
         }
         return files
     }
@@ -82,12 +76,12 @@ extension DiskCache {
     /// An object whose files passed the checks, held open: what is served or hashed is what was checked.
     struct CheckedObject: Sendable {
         let metadata: TranscodeMetadata
-        let json: OpenFile
-        let video: OpenFile
-        let poster: OpenFile
+        let json: StoredFile
+        let video: StoredFile
+        let poster: StoredFile
 
         /// The open file for `.json`, `.mp4` or `.jpg`.
-        func file(_ fileExtension: String) -> OpenFile? {
+        func file(_ fileExtension: String) -> StoredFile? {
             switch OutputFormat.withExtension(fileExtension) {
             case ObjectFiles.manifest?: self.json
             case ObjectFiles.video?: self.video
@@ -113,7 +107,7 @@ extension DiskCache {
         for case (let fileExtension, .unavailable(let code)) in files {
             return .unavailable("cannot open the .\(fileExtension) now: \(String(cString: strerror(code)))")
         }
-        let json: OpenFile
+        let json: StoredFile
         switch files[ObjectFiles.manifest.fileExtension] {
         case .missing, nil: return .missing
         case .foreign: return .damaged("the metadata is a link, not a regular file, or has other names")
@@ -121,7 +115,7 @@ extension DiskCache {
         case .file(let file): json = file
         }
         guard let metadata = self.decodedMetadata(key, json) else { return .damaged("the metadata does not read") }
-        var checked: [OpenFile] = []
+        var checked: [StoredFile] = []
         for format in ObjectFiles.media {
             let (fileExtension, size) = (format.fileExtension, ObjectFiles.recordedSize(of: format, in: metadata) ?? 0)
             switch files[fileExtension] {
@@ -194,7 +188,7 @@ extension DiskCache {
 
     /// The metadata in `json`, decoded once per file identity: decoding was the largest cost of a cache hit
     /// after the network (objects are immutable; a file replaced or rewritten has a new identity).
-    private func decodedMetadata(_ key: ObjectKey, _ json: OpenFile) -> TranscodeMetadata? {
+    private func decodedMetadata(_ key: ObjectKey, _ json: StoredFile) -> TranscodeMetadata? {
         if let cached = self.memory.metadata(key, identity: json.identity) { return cached }
         guard let bytes = json.readAll(),
             let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))

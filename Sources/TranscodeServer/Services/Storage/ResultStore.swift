@@ -45,10 +45,10 @@ protocol LinkStore: Sendable {
 /// Takedowns: tombstones of objects, sources' bytes and URLs, never removed.
 protocol TombstoneStore: Sendable {
     /// Whether any of `tombstones` was recorded.
-    func isBuried(_ tombstones: [DiskCache.Tombstone]) async throws -> Bool
+    func isBuried(_ tombstones: [Tombstone]) async throws -> Bool
 
     /// Records takedowns: from then on these are answered 451 and never converted again.
-    func bury(_ tombstones: [DiskCache.Tombstone], reason: String) async throws
+    func bury(_ tombstones: [Tombstone], reason: String) async throws
 }
 
 /// What each object was made from: its GIF's SHA-256, kept after the object is deleted, so that a takedown by
@@ -64,20 +64,23 @@ protocol SourceLedger: Sendable {
 /// A URL key's link: the object it leads to and how the URL was last fetched.
 struct ResultLink: Codable, Equatable, Sendable {
     var key: ObjectKey
-    var source: DiskCache.SourceRecord?
+    var source: SourceRecord?
 }
 
-/// The local disk as a result store: the cache's own operations (`metadata(_:)` and `bury(_:reason:)` are its
-/// synchronous ones), plus moving whole objects in and out.
+/// The local disk as a result store: its parts' own operations, plus moving whole objects in and out.
 extension DiskCache: ResultStore {
+    func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? {
+        try self.objects.metadata(key)
+    }
+
     /// Moves the files into `objects/ab/` (the JSON last), after checking they agree with their metadata.
     /// - Throws: `TranscodeError` `.io` when the files are missing, disagree or cannot be moved.
     func putObject(_ key: ObjectKey, from directory: String) async throws {
-        try self.adopt(key, from: directory)
+        try self.objects.adopt(key, from: directory)
     }
 
     func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
-        guard let object = try self.verifiedObject(key) else { return nil }
+        guard let object = try self.objects.verifiedObject(key) else { return nil }
         for (entry, format) in ObjectFiles.stored(in: object.metadata) {
             guard let file = object.file(format.fileExtension) else {
                 throw TranscodeError(.io, "object \(key) lists a \(entry.format) file this store does not keep")
@@ -89,23 +92,35 @@ extension DiskCache: ResultStore {
     }
 
     func deleteObject(_ key: ObjectKey) async throws -> Bool {
-        self.remove(key)
+        self.objects.remove(key)
     }
 
     func link(urlKey: URLKey) async throws -> ResultLink? {
         guard let key = self.lookup(urlKey: urlKey) else { return nil }
-        return ResultLink(key: key, source: self.sourceRecord(urlKey: urlKey))
+        return ResultLink(key: key, source: self.links.sourceRecord(urlKey: urlKey))
     }
 
     func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
-        try self.link(urlKey: urlKey, to: link.key, source: link.source)
+        try self.links.link(urlKey: urlKey, to: link.key, source: link.source)
     }
 
     func deleteLink(urlKey: URLKey) async throws {
-        self.removeLink(urlKey: urlKey)
+        self.links.removeLink(urlKey: urlKey)
     }
 
     func isBuried(_ tombstones: [Tombstone]) async throws -> Bool {
-        tombstones.contains { self.isBuried($0) }
+        self.tombstones.isBuried(anyOf: tombstones)
+    }
+
+    func bury(_ tombstones: [Tombstone], reason: String) async throws {
+        try self.tombstones.bury(tombstones, reason: reason)
+    }
+
+    func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
+        self.objects.recordSource(of: key, digest)
+    }
+
+    func recordedSource(of key: ObjectKey) async throws -> ContentDigest? {
+        self.objects.recordedSource(of: key)
     }
 }

@@ -1,39 +1,21 @@
-import Crypto
 import Foundation
 import NIOCore
 import Synchronization
 import Transcoder
 
-/// The on-disk result store: content stored once, reached by key through symlinks.
+/// The objects of the local disk: `objects/ab/<key>.<ext>` (what the output-format registry lists, the manifest
+/// last), their index for eviction, the pins of objects being served, and `quarantine/` for objects found damaged.
 ///
-/// ```
-/// objects/ab/<key>.mp4 .jpg .json    key = SHA-256 of the GIF's bytes and the output options
-/// urls/<url-key> -> ../objects/ab/<key>.json    url-key = SHA-256 of the normalized URL and the options
-/// urls/<url-key>.source                 the URL and its validators (ETag, Last-Modified), for revalidation
-/// sources/ab/<source-hash>/<url-key>    every link of one URL (all its options), for a purge by URL
-/// tombstones/<kind>-<hash>              taken down: an object key, a GIF's SHA-256 or a source hash
-/// tmp/                                  downloads in progress; emptied at startup
-/// quarantine/<key>.<ext>.<time>         objects found damaged or tampered with, kept for inspection
-/// ```
-/// Objects are written by the transcoder under temporary names, synced and renamed, the JSON last, so
-/// an object exists exactly when its JSON does. Links are created under a temporary name and renamed
-/// over. A dangling or malformed link is a miss. Beyond `maxBytes`, the least recently used objects are
-/// evicted, never one that is being served.
-///
-/// Only what the cache wrote is ever served or reported: object files are opened without following a link
-/// (at the file or its two parent directories), must be regular files with a single link, and the video's
-/// and poster's sizes must be what the metadata says. Anything else is a miss: the object is moved to
-/// `quarantine/` and the next request converts it again.
-///
-/// File operations are short syscalls; the transcode itself runs on the transcode pool.
-final class DiskCache: Sendable {
-    let root: String
+/// Objects are written under temporary names in `tmp/` (`makeScratchDirectory`), checked and renamed into place,
+/// the manifest last (`commit`), so an object exists exactly when its manifest does. Beyond `maxBytes`, the least
+/// recently used objects are evicted, never one that is being served. Only what was written here is read back
+/// (`LocalObjects+Reading.swift`: the anti-tamper open and checks).
+final class LocalObjects: Sendable {
     let maxBytes: Int64
     private let state: Mutex<State>
-    /// What hits are answered from without reading the disk: decoded metadata, kept bytes, link targets.
-    let memory = HitMemory()
-    /// The names in `tombstones/` as last read, and the directory's stamp then (`settledTombstones`).
-    let tombstoneNames = Mutex<(stamp: DirectoryStamp, names: Set<String>)?>(nil)
+    /// What hits are answered from without reading the disk: decoded metadata, kept bytes (and, for the link
+    /// index, link targets).
+    let memory: HitMemory
     private let onEviction: @Sendable (Int) -> Void
     private let onQuarantine: @Sendable (ObjectKey) -> Void
     /// The time uses are recorded at (a test's own clock).
@@ -54,34 +36,32 @@ final class DiskCache: Sendable {
     }
 
     // Stored, not computed: a cache hit builds paths under them (each was an allocation per use).
-    let objectsDirectory: String
-    let urlsDirectory: String
-    let tombstonesDirectory: String
-    var temporaryDirectory: String { self.root + "/tmp" }
-    var quarantineDirectory: String { self.root + "/quarantine" }
+    let directory: String
+    let temporaryDirectory: String
+    let quarantineDirectory: String
+    /// The ledger of what each object was made from (`recordSource`).
+    let ledgerPath: String
 
-    /// Opens (or creates) the cache at `root`, removes what a killed process left behind, and indexes
-    /// the objects. - Throws: when the directories cannot be created.
+    /// Opens (or creates) `objects/`, `quarantine/` and `tmp/` under `root`, removes what a killed process left
+    /// behind, and indexes the objects. - Throws: when the directories cannot be created.
     /// - Parameter cleanUp: remove what a killed process left behind (the server, which owns the cache);
     ///   false to only index it (a command run beside a live server must not touch its temporary files).
     init(
-        root: String, maxBytes: Int64, cleanUp: Bool = true, onEviction: @escaping @Sendable (Int) -> Void = { _ in },
-        onQuarantine: @escaping @Sendable (ObjectKey) -> Void = { _ in },
-        now: @escaping @Sendable () -> Date = { Date() }
+        root: String, maxBytes: Int64, cleanUp: Bool, memory: HitMemory, ledgerPath: String,
+        onEviction: @escaping @Sendable (Int) -> Void, onQuarantine: @escaping @Sendable (ObjectKey) -> Void,
+        now: @escaping @Sendable () -> Date
     ) throws {
-        self.root = URL(fileURLWithPath: root).standardizedFileURL.path
-        (self.objectsDirectory, self.urlsDirectory, self.tombstonesDirectory) =
-            (self.root + "/objects", self.root + "/urls", self.root + "/tombstones")
+        (self.directory, self.temporaryDirectory, self.quarantineDirectory) =
+            (root + "/objects", root + "/tmp", root + "/quarantine")
+        self.ledgerPath = ledgerPath
         self.maxBytes = maxBytes
+        self.memory = memory
         self.now = now
         self.onEviction = onEviction
         self.onQuarantine = onQuarantine
         self.state = Mutex(State())
         let fileManager = FileManager.default
-        for directory in [
-            self.objectsDirectory, self.urlsDirectory, self.quarantineDirectory, self.sourcesDirectory,
-            self.tombstonesDirectory,
-        ] {
+        for directory in [self.directory, self.quarantineDirectory] {
             try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
         if cleanUp { try? fileManager.removeItem(atPath: self.temporaryDirectory) }
@@ -89,58 +69,14 @@ final class DiskCache: Sendable {
         self.sweepAndIndex(cleanUp: cleanUp)
     }
 
-    // MARK: Paths
+    // MARK: Paths and lookups
 
     func objectPath(_ key: ObjectKey, _ fileExtension: String) -> String {
-        "\(self.objectsDirectory)/\(key.shard)/\(key.rawValue).\(fileExtension)"
+        "\(self.directory)/\(key.shard)/\(key.rawValue).\(fileExtension)"
     }
 
     func objectPath(_ key: ObjectKey, _ format: OutputFormat) -> String {
         self.objectPath(key, format.fileExtension)
-    }
-
-    func urlLinkPath(_ urlKey: URLKey) -> String { "\(self.urlsDirectory)/\(urlKey.rawValue)" }
-
-    // MARK: Lookups
-
-    /// The object a URL key links to, if the link exists and its object is complete.
-    /// - Parameter checkingObject: false for a caller that checks the object's files itself.
-    func lookup(urlKey: URLKey, checkingObject: Bool = true) -> ObjectKey? {
-        guard let target = Self.readLink(self.urlLinkPath(urlKey)) else { return nil }
-        let name = target.split(separator: "/").last ?? ""
-        let suffix = "." + ObjectFiles.manifest.fileExtension
-        guard name.hasSuffix(suffix), let key = ObjectKey(name.dropLast(suffix.count)),
-            !checkingObject || self.contains(key)
-        else { return nil }
-        return key
-    }
-
-    /// The object a URL key links to and the link's age, from one `lstat` of the link while it is the link read
-    /// before (the same `FileIdentity`: a link's target never changes in place, relinking makes a new one, and
-    /// renewing it changes its times), else `lstat` and `readlink`. For a hit answered from
-    /// memory, which checks the object's files itself.
-    func freshLink(urlKey: URLKey) -> (key: ObjectKey, age: TimeInterval)? {
-        var info = stat()
-        let path = self.urlLinkPath(urlKey)
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK else { return nil }
-        let age = Self.age(info)
-        let identity = FileIdentity(info)
-        if let known = self.memory.linkTarget(urlKey, identity: identity) { return (known, age) }
-        guard let key = self.lookup(urlKey: urlKey, checkingObject: false) else { return nil }
-        // Read after the lstat: a link replaced in between is stored under the old identity, which no later
-        // lstat matches.
-        self.memory.rememberLink(urlKey, identity: identity, target: key)
-        return (key, age)
-    }
-
-    /// The target of the symbolic link at `path` (`readlink`), nil when it is not a link.
-    static func readLink(_ path: String) -> String? {
-        var buffer = [UInt8](repeating: 0, count: 512)
-        let count = buffer.withUnsafeMutableBufferPointer { pointer in
-            pointer.withMemoryRebound(to: CChar.self) { readlink(path, $0.baseAddress!, $0.count) }
-        }
-        guard count > 0, count < buffer.count else { return nil }
-        return String(decoding: buffer[0..<count], as: UTF8.self)
     }
 
     /// Whether the object `key` is complete on disk.
@@ -213,7 +149,7 @@ final class DiskCache: Sendable {
             throw TranscodeError(
                 .io, "object \(key): the .\(artifact.format.fileExtension) is not the size its metadata says")
         }
-        let shard = "\(self.objectsDirectory)/\(key.shard)"
+        let shard = "\(self.directory)/\(key.shard)"
         do {
             try FileManager.default.createDirectory(atPath: shard, withIntermediateDirectories: true)
         } catch {
@@ -254,24 +190,6 @@ final class DiskCache: Sendable {
         self.evictIfNeeded(keeping: key)
     }
 
-    /// Points `urlKey` at the object `key`: a symlink made under a temporary name and renamed over. The
-    /// link's own modification time is when the URL was last fetched or revalidated (`linkAge`).
-    /// - Parameter source: the URL and its validators, written beside the link first, and indexed under
-    ///   the URL's source hash for a purge by URL; nil for tests that only need the link.
-    func link(urlKey: URLKey, to key: ObjectKey, source: SourceRecord? = nil) throws {
-        if let source { try self.writeSource(source, urlKey: urlKey, key: key) }
-        let target = "../objects/\(key.shard)/" + key.fileName(ObjectFiles.manifest)
-        let temporary = "\(self.urlsDirectory)/.\(urlKey).tmp-\(UInt64.random(in: 0...UInt64.max))"
-        guard symlink(target, temporary) == 0 else {
-            throw TranscodeError(
-                .io, "cannot create a link in \(self.urlsDirectory): \(String(cString: strerror(errno)))")
-        }
-        guard rename(temporary, self.urlLinkPath(urlKey)) == 0 else {
-            unlink(temporary)
-            throw TranscodeError(.io, "cannot rename a link in \(self.urlsDirectory)")
-        }
-    }
-
     // MARK: Serving and eviction
 
     /// Marks `key` as being served (not evictable) until `endServing`. Returns false when it is not stored.
@@ -290,23 +208,6 @@ final class DiskCache: Sendable {
                 state.serving[key] = nil
             }
         }
-    }
-
-    /// Whether files can be created in the cache (readiness).
-    var isWritable: Bool {
-        let probe = "\(self.temporaryDirectory)/.ready-\(UInt64.random(in: 0...UInt64.max))"
-        let descriptor = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard descriptor >= 0 else { return false }
-        close(descriptor)
-        unlink(probe)
-        return true
-    }
-
-    /// Bytes available to this process on the cache's file system, or nil when it cannot be read.
-    var freeBytes: Int64? {
-        var info = statvfs()
-        guard statvfs(self.root, &info) == 0 else { return nil }
-        return Int64(info.f_bavail) * Int64(info.f_frsize)
     }
 
     /// Bytes stored and objects evicted so far.
@@ -366,12 +267,47 @@ final class DiskCache: Sendable {
         return stat(path, &info) == 0 ? Int64(info.st_size) : 0
     }
 
+    // MARK: What each object was made from
+
+    /// Appends `key`'s line to the ledger (one `write` with `O_APPEND`: lines never interleave): one line
+    /// `<object key> <source SHA-256>` per object stored, never rewritten, so a takedown by key can name the bytes
+    /// after the object is gone. About 130 bytes per conversion; read only by a takedown. Best effort: a line lost
+    /// to a full disk costs only a later takedown of a gone object its digest.
+    func recordSource(of key: ObjectKey, _ digest: ContentDigest) {
+        let line = Array("\(key.rawValue) \(digest.rawValue)\n".utf8)
+        let descriptor = open(self.ledgerPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { return }
+        _ = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        close(descriptor)
+    }
+
+    /// The source digest the ledger records for `key` (its last line for it), nil when it has none.
+    func recordedSource(of key: ObjectKey) -> ContentDigest? {
+        guard let data = FileManager.default.contents(atPath: self.ledgerPath) else { return nil }
+        let prefix = Array(key.rawValue.utf8) + [UInt8(ascii: " ")]
+        var found: ContentDigest?
+        for line in data.split(separator: UInt8(ascii: "\n")) where line.count == 129 && line.starts(with: prefix) {
+            found = ContentDigest(String(decoding: line.suffix(64), as: UTF8.self)) ?? found
+        }
+        return found
+    }
+
+    /// The GIF digest object `key`'s stored manifest records, read without the serving checks (nothing is
+    /// quarantined or marked used); nil when it is not stored or records none.
+    func storedSourceDigest(_ key: ObjectKey) -> ContentDigest? {
+        guard let data = FileManager.default.contents(atPath: self.objectPath(key, ObjectFiles.manifest)) else {
+            return nil
+        }
+        return (try? JSONDecoder().decode(TranscodeMetadata.self, from: data))?.sourceSha256.flatMap(
+            ContentDigest.init(rawValue:))
+    }
+
     /// Removes temporary leftovers and incomplete objects of a killed process, then indexes the rest.
     private func sweepAndIndex(cleanUp: Bool) {
         let fileManager = FileManager.default
         var objects: [ObjectKey: Object] = [:]
-        for shard in (try? fileManager.contentsOfDirectory(atPath: self.objectsDirectory)) ?? [] {
-            let directory = "\(self.objectsDirectory)/\(shard)"
+        for shard in (try? fileManager.contentsOfDirectory(atPath: self.directory)) ?? [] {
+            let directory = "\(self.directory)/\(shard)"
             let names = (try? fileManager.contentsOfDirectory(atPath: directory)) ?? []
             var groups: [String: [String]] = [:]
             for name in names {
@@ -399,10 +335,6 @@ final class DiskCache: Sendable {
                     ?? Date(timeIntervalSince1970: 0)
                 objects[key] = Object(bytes: bytes, lastUse: modified, persistedUse: modified)
             }
-        }
-        for name in (try? fileManager.contentsOfDirectory(atPath: self.urlsDirectory)) ?? []
-        where cleanUp && name.contains(".tmp-") {
-            unlink("\(self.urlsDirectory)/\(name)")
         }
         self.state.withLock { state in
             state.objects = objects
