@@ -48,8 +48,16 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
 
     /// The format whose files end in `.fileExtension`, nil for any other (a request's extension is checked here
     /// before anything touches a store).
-    public static func withExtension(_ fileExtension: some StringProtocol) -> OutputFormat? {
-        self.all.first { $0.fileExtension == fileExtension }
+    public static func withExtension(_ fileExtension: String) -> OutputFormat? {
+        // Asked several times by every cache hit: `String == String` (small ASCII strings compare by their bits),
+        // and the registry's entries compared in place rather than each copied into a closure.
+        let all = self.all
+        for index in all.indices where all[index].fileExtension == fileExtension { return all[index] }
+        return nil
+    }
+
+    public static func withExtension(_ fileExtension: Substring) -> OutputFormat? {
+        self.withExtension(String(fileExtension))
     }
 }
 
