@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import TestSupport
 import Testing
 import Transcoder
@@ -36,6 +37,20 @@ enum ResultStoreContract {
         #expect(fetched?.mp4Bytes == metadata.mp4Bytes)
         #expect(FileManager.default.contents(atPath: "\(back)/\(key).mp4") == video)
         #expect(FileManager.default.contents(atPath: "\(back)/\(key).jpg")?.count == metadata.posterBytes)
+
+        // Opened for serving: the manifest, the size it records, any range of the bytes, and nothing past them.
+        let opened = try #require(try await store.openFile(key, ObjectFiles.video))
+        #expect(opened.metadata.mp4Sha256 == metadata.mp4Sha256)
+        #expect(opened.file.size == video.count)
+        #expect(Array(buffer: try await opened.file.read(at: 0, length: 2)) == Array(video.prefix(2)))
+        #expect(
+            Array(buffer: try await opened.file.read(at: video.count - 100, length: 100)) == Array(video.suffix(100)))
+        await #expect(throws: ServiceError.self) { try await opened.file.read(at: video.count - 1, length: 2) }
+        let manifest = try #require(try await store.openFile(key, ObjectFiles.manifest))
+        let json = try await manifest.file.read(at: 0, length: manifest.file.size)
+        #expect(try JSONDecoder().decode(TranscodeMetadata.self, from: Data(Array(buffer: json))) == opened.metadata)
+        let absent = ObjectKey.derive(source: [4, 5, 6], options: TranscodeOptions()).key
+        #expect(try await store.openFile(absent, ObjectFiles.video) == nil)
 
         let urlKey = URLKey(NormalizedURL(normalized: "https://example.com/a.gif"), options: TranscodeOptions())
         #expect(try await store.link(urlKey: urlKey) == nil)
@@ -106,6 +121,9 @@ final class CopyingDiskStore: ResultStore, @unchecked Sendable {
         try await self.disk.getObject(key, into: directory)
     }
     func deleteObject(_ key: ObjectKey) async throws -> Bool { self.disk.objects.remove(key) }
+    func openFile(_ key: ObjectKey, _ format: OutputFormat) async throws -> OpenedFile? {
+        try await self.disk.openFile(key, format)
+    }
     func link(urlKey: URLKey) async throws -> ResultLink? { try await self.disk.link(urlKey: urlKey) }
     func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
         try await self.disk.putLink(urlKey: urlKey, link)
@@ -137,6 +155,9 @@ class ForwardingStore: ResultStore, @unchecked Sendable {
         try await self.inner.getObject(key, into: directory)
     }
     func deleteObject(_ key: ObjectKey) async throws -> Bool { try await self.inner.deleteObject(key) }
+    func openFile(_ key: ObjectKey, _ format: OutputFormat) async throws -> OpenedFile? {
+        try await self.inner.openFile(key, format)
+    }
     func link(urlKey: URLKey) async throws -> ResultLink? { try await self.inner.link(urlKey: urlKey) }
     func putLink(urlKey: URLKey, _ link: ResultLink) async throws { try await self.inner.putLink(urlKey: urlKey, link) }
     func deleteLink(urlKey: URLKey) async throws { try await self.inner.deleteLink(urlKey: urlKey) }

@@ -110,45 +110,36 @@ struct MediaController<Context: RequestContext>: Sendable {
         _ = try await self.keptBytes(file, key: key, fileExtension: fileExtension)
         released = true
         let cache = self.cache
-        let counted = self.bytesServed
         // The object stays pinned (not evictable) until the last byte has been written.
-        let pinned = ResponseBody(contentLength: length) { writer in
-            defer { cache.objects.endServing(key) }
-            var offset = bytes.lowerBound
-            while offset <= bytes.upperBound {
-                let count = min(Self.chunkLength, bytes.upperBound - offset + 1)
-                let start = offset
-                // pread on the I/O pool: never a blocking read on the executor.
-                let chunk = try await NIOThreadPool.singleton.runIfActive {
-                    var buffer = ByteBuffer()
-                    let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { pointer in
-                        max(0, pread(file.descriptor, pointer.baseAddress, count, off_t(start)))
-                    }
-                    guard read == count else { throw ServiceError.notFound("the file shrank while being served") }
-                    return buffer
-                }
-                try await writer.write(chunk)
+        return Response(
+            status: status, headers: headers,
+            body: Self.body(file, bytes, counted: self.bytesServed) { cache.objects.endServing(key) })
+    }
+
+    /// The bytes `range` of an opened file, read a chunk at a time as the client takes them; `done` runs when the
+    /// body ends, sent or not.
+    static func body(
+        _ file: any ObjectFileReader, _ range: ClosedRange<Int>, counted: @escaping @Sendable (Int) -> Void,
+        done: @escaping @Sendable () -> Void
+    ) -> ResponseBody {
+        ResponseBody(contentLength: range.count) { writer in
+            defer { done() }
+            var offset = range.lowerBound
+            while offset <= range.upperBound {
+                let count = min(Self.chunkLength, range.upperBound - offset + 1)
+                try await writer.write(try await file.read(at: offset, length: count))
                 offset += count
             }
             try await writer.finish(nil)
-            counted(length)
+            counted(range.count)
         }
-        return Response(status: status, headers: headers, body: pinned)
     }
 
     /// The bytes of `file` kept in memory (`HitMemory.keptLength`: all of a small file, the head of a larger
     /// one), read on the I/O pool and kept the first time.
     private func keptBytes(_ file: StoredFile, key: ObjectKey, fileExtension: String) async throws -> ByteBuffer {
         if let kept = self.cache.objects.cachedBytes(file, key: key, fileExtension: fileExtension) { return kept }
-        let keptLength = HitMemory.keptLength(ofFileOfSize: file.size)
-        let kept = try await NIOThreadPool.singleton.runIfActive {
-            var buffer = ByteBuffer()
-            let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: max(1, keptLength)) { pointer in
-                max(0, pread(file.descriptor, pointer.baseAddress, keptLength, 0))
-            }
-            guard read == keptLength else { throw ServiceError.notFound("the file shrank while being served") }
-            return buffer
-        }
+        let kept = try await file.read(at: 0, length: HitMemory.keptLength(ofFileOfSize: file.size))
         self.cache.objects.keepBytes(kept, of: file, key: key, fileExtension: fileExtension)
         return kept
     }

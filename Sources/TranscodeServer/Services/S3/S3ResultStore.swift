@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import NIOCore
 import Transcoder
 
 /// Results in an S3-compatible bucket, named as on the local disk:
@@ -84,6 +85,42 @@ struct S3ResultStore: ResultStore {
             try await self.client.delete(Self.objectName(key, format.fileExtension))
         }
         return existed
+    }
+
+    /// The manifest, read now; the file's size from it (the manifest's own from a `HEAD`); its bytes by ranged
+    /// `GET`s, each checked to be as long as asked.
+    func openFile(_ key: ObjectKey, _ format: OutputFormat) async throws -> OpenedFile? {
+        let manifestName = Self.objectName(key, ObjectFiles.manifest.fileExtension)
+        guard let json = try await self.client.get(manifestName) else { return nil }
+        let metadata = try Self.decodeMetadata(key, json.bytes)
+        let size: Int
+        if format == ObjectFiles.manifest {
+            size = json.bytes.count
+        } else {
+            guard let stored = ObjectFiles.stored(in: metadata).first(where: { $0.format == format }) else {
+                return nil
+            }
+            size = stored.entry.bytes
+        }
+        return OpenedFile(
+            metadata: metadata,
+            file: RangedFile(client: self.client, name: Self.objectName(key, format.fileExtension), size: size))
+    }
+
+    /// A bucket object read by range.
+    struct RangedFile: ObjectFileReader {
+        let client: S3Client
+        let name: String
+        let size: Int
+
+        func read(at offset: Int, length: Int) async throws -> ByteBuffer {
+            guard length > 0 else { return ByteBuffer() }
+            guard offset >= 0, offset + length <= self.size,
+                let object = try await self.client.get(self.name, range: offset...(offset + length - 1)),
+                object.bytes.count == length, object.totalSize == self.size
+            else { throw ServiceError.notFound("the stored file is not the size its manifest says") }
+            return ByteBuffer(bytes: object.bytes)
+        }
     }
 
     func link(urlKey: URLKey) async throws -> ResultLink? {

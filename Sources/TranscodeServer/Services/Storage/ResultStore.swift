@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import Transcoder
 
 /// Where results are kept, in four parts a store implements together (`ResultStore`): objects
@@ -28,6 +29,27 @@ protocol ObjectStore: Sendable {
     /// Deletes object `key`, the manifest first. - Returns: whether there was anything to delete.
     @discardableResult
     func deleteObject(_ key: ObjectKey) async throws -> Bool
+
+    /// Opens object `key`'s file of `format` for serving: the object's manifest and the file, whose bytes are
+    /// then read by range from what was opened (on the model of Hummingbird's `FileProvider`). Nil when the
+    /// object is not stored, or keeps no such file.
+    func openFile(_ key: ObjectKey, _ format: OutputFormat) async throws -> OpenedFile?
+}
+
+/// A file of a stored object, opened: what media serving takes, whichever store holds it.
+protocol ObjectFileReader: Sendable {
+    /// Its size when it was opened.
+    var size: Int { get }
+
+    /// `length` bytes from `offset`. - Throws: `not-found` when fewer are there (the file changed), or the
+    /// store's own error.
+    func read(at offset: Int, length: Int) async throws -> ByteBuffer
+}
+
+/// An object's file opened for serving, with the object's manifest (its digests make the entity tags).
+struct OpenedFile: Sendable {
+    let metadata: TranscodeMetadata
+    let file: any ObjectFileReader
 }
 
 /// The links from URL keys to objects, each with how its URL was last fetched.
@@ -93,6 +115,14 @@ extension DiskCache: ResultStore {
 
     func deleteObject(_ key: ObjectKey) async throws -> Bool {
         self.objects.remove(key)
+    }
+
+    /// The file as the anti-tamper open found it (`LocalObjects.verifiedObject`), read from that descriptor.
+    func openFile(_ key: ObjectKey, _ format: OutputFormat) async throws -> OpenedFile? {
+        guard let object = try self.objects.verifiedObject(key), let file = object.file(format.fileExtension) else {
+            return nil
+        }
+        return OpenedFile(metadata: object.metadata, file: file)
     }
 
     func link(urlKey: URLKey) async throws -> ResultLink? {

@@ -1,10 +1,12 @@
 import Crypto
 import Foundation
+import NIOCore
+import NIOPosix
 import Transcoder
 
 /// A stored file opened for reading, with the size and identity `fstat` gave when it was opened: what is
 /// served, hashed or copied is what was checked. The descriptor is closed when the last reference goes.
-final class StoredFile: Sendable {
+final class StoredFile: ObjectFileReader {
     let descriptor: CInt
     let size: Int
     /// A file rewritten in place or replaced has another identity.
@@ -19,6 +21,20 @@ final class StoredFile: Sendable {
 
     deinit {
         close(self.descriptor)
+    }
+
+    /// `length` bytes from `offset`, read (`pread`) on the I/O thread pool: never a blocking read on the caller's
+    /// executor. - Throws: `not-found` when the file holds fewer (it shrank while being served).
+    func read(at offset: Int, length: Int) async throws -> ByteBuffer {
+        let descriptor = self.descriptor
+        return try await NIOThreadPool.singleton.runIfActive {
+            var buffer = ByteBuffer()
+            let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: max(1, length)) { pointer in
+                max(0, pread(descriptor, pointer.baseAddress, length, off_t(offset)))
+            }
+            guard read == length else { throw ServiceError.notFound("the file shrank while being served") }
+            return buffer
+        }
     }
 
     /// The whole file, when it is small enough to be metadata (a few hundred bytes; anything much larger was
