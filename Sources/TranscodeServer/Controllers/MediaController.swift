@@ -1,7 +1,6 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
-import NIOPosix
 
 /// `GET` and `HEAD /media/{key}.mp4|.jpg|.json`: immutable, content-addressed files with strong ETags
 /// and byte ranges (Safari and AVPlayer fetch video with `Range` and need 206 answers). Only files the cache

@@ -87,8 +87,8 @@ struct S3ResultStore: ResultStore {
         return existed
     }
 
-    /// The manifest, read now; the file's size from it (the manifest's own from a `HEAD`); its bytes by ranged
-    /// `GET`s, each checked to be as long as asked.
+    /// The manifest, read now; the file's size as the manifest records it (the manifest's own: the bytes just
+    /// read); its bytes by ranged `GET`s, each checked against that size.
     func openFile(_ key: ObjectKey, _ format: OutputFormat) async throws -> OpenedFile? {
         let manifestName = Self.objectName(key, ObjectFiles.manifest.fileExtension)
         guard let json = try await self.client.get(manifestName) else { return nil }

@@ -1,5 +1,4 @@
 import Foundation
-import NIOCore
 import Transcoder
 
 /// The local disk as a result store: content stored once, reached by key through symlinks. Its parts, each the

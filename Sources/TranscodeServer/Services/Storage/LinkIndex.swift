@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Transcoder
 
 /// A URL as it was last fetched: written beside its link (`urls/<url-key>.source`).
@@ -193,11 +192,7 @@ final class LinkIndex: Sendable {
             } else if name.hasPrefix("gif-"), let hash = ContentDigest(String(name.dropFirst(4))) {
                 if !gifHashes.contains(hash) { gifHashes.append(hash) }
             } else if let urlKey = URLKey(name) {
-                if let target = Self.readLink(self.urlLinkPath(urlKey)),
-                    let key = ObjectKey((target.split(separator: "/").last ?? "").prefix { $0 != "." })
-                {
-                    objects.insert(key)
-                }
+                if let key = self.target(urlKey: urlKey) { objects.insert(key) }
                 links.append(urlKey)
             }
         }

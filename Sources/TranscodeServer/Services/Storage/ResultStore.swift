@@ -32,7 +32,9 @@ protocol ObjectStore: Sendable {
 
     /// Opens object `key`'s file of `format` for serving: the object's manifest and the file, whose bytes are
     /// then read by range from what was opened (on the model of Hummingbird's `FileProvider`). Nil when the
-    /// object is not stored, or keeps no such file.
+    /// object is not stored, or keeps no such file. No route calls it yet: `/media` streams the local disk's
+    /// checked file (an `ObjectFileReader` too) and pulls a shared object onto the disk first; serving a shared
+    /// object by range without that copy is what this is for.
     func openFile(_ key: ObjectKey, _ format: OutputFormat) async throws -> OpenedFile?
 }
 
