@@ -382,7 +382,7 @@ import Testing
         try await Self.withLargeFileKept { harness, key, _ in
             let cache = harness.services.cache
             let path = cache.objects.objectPath(key, "mp4")
-            let (_, identity, _) = try #require(cache.objects.memoryHit(key, fileExtension: "mp4"))
+            let identity = try #require(cache.objects.memoryHit(key, fileExtension: "mp4")).file
             let descriptor = try #require(cache.objects.openUnchanged(key, fileExtension: "mp4", identity: identity))
             close(descriptor)
             // The same bytes written again in place: another change time, another file as far as a hit goes.

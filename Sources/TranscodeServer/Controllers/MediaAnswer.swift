@@ -42,38 +42,19 @@ struct MediaAnswer {
 
     /// The answer to a request with these fields (`request`, as the router has them).
     init(
-        key: ObjectKey, fileExtension: String, contentType: String, size: Int, digest: String?, request: HTTPFields,
-        cacheControl: String
+        contentType: String, size: Int, etag: String, request: HTTPFields, cacheControl: String
     ) {
         self.init(
-            key: key, fileExtension: fileExtension, contentType: contentType, size: size, digest: digest,
-            range: request[.range], ifRange: request[.ifRange], ifNoneMatch: request[.ifNoneMatch],
-            cacheControl: cacheControl)
+            contentType: contentType, size: size, etag: etag, range: request[.range], ifRange: request[.ifRange],
+            ifNoneMatch: request[.ifNoneMatch], cacheControl: cacheControl)
     }
 
-    /// The strong entity tag of object `key`'s `.fileExtension` file: the key, the extension and the file's own
-    /// SHA-256 (its first 128 bits), so that two encodings of one key (two nodes, two moments) can never share a
-    /// tag and a client resuming with `If-Range` never splices them. Objects recorded before digests were have
-    /// `"<key>.<extension>"`.
-    static func entityTag(key: ObjectKey, fileExtension: String, digest: String?) -> String {
-        guard let digest else { return "\"\(key).\(fileExtension)\"" }
-        return "\"\(key).\(fileExtension).\(digest.prefix(32))\""
-    }
-
-    /// The digest an entity tag carries for `fileExtension` of an object with `metadata`: the video's or the
-    /// poster's recorded SHA-256; for the manifest, the video's (the manifest records the files' digests and
-    /// sizes, so it differs exactly when they do; its own digest is not recorded).
-    static func digest(of fileExtension: String, in metadata: TranscodeMetadata) -> String? {
-        guard let format = OutputFormat.withExtension(fileExtension) else { return nil }
-        return ObjectFiles.recordedSha256(of: format == ObjectFiles.manifest ? ObjectFiles.video : format, in: metadata)
-    }
-
-    /// The answer to a request whose `Range`, `If-Range` and `If-None-Match` are these.
+    /// The answer to a request whose `Range`, `If-Range` and `If-None-Match` are these, for a file whose entity
+    /// tag is `etag` (`ObjectKey.entityTag`).
     init(
-        key: ObjectKey, fileExtension: String, contentType: String, size: Int, digest: String?, range: String?,
-        ifRange: String?, ifNoneMatch: String?, cacheControl: String
+        contentType: String, size: Int, etag: String, range: String?, ifRange: String?, ifNoneMatch: String?,
+        cacheControl: String
     ) {
-        let etag = Self.entityTag(key: key, fileExtension: fileExtension, digest: digest)
         (self.contentType, self.etag, self.cacheControl) = (contentType, etag, cacheControl)
         if let match = ifNoneMatch, EntityTag.matches(match, etag) {
             self.status = .notModified

@@ -84,8 +84,8 @@ struct MediaController<Context: RequestContext>: Sendable {
         }
         guard let file = object.file(fileExtension) else { throw ServiceError.notFound("no such media") }
         let answer = MediaAnswer(
-            key: key, fileExtension: fileExtension, contentType: contentType, size: file.size,
-            digest: MediaAnswer.digest(of: fileExtension, in: object.metadata), request: request.headers,
+            contentType: contentType, size: file.size,
+            etag: key.entityTag(fileExtension: fileExtension, metadata: object.metadata), request: request.headers,
             cacheControl: cacheControl)
         let (status, headers) = (answer.status, answer.headers)
         guard answer.sendsBody else { return Response(status: status, headers: headers) }

@@ -302,10 +302,9 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 (found.key, target.source.fileExtension, signed.cacheControl, "/v1/**", found.hit)
         }
         guard let contentType = OutputFormat.withExtension(fileExtension)?.mediaType else { return nil }
-        let (identity, kept) = (hit.identity, hit.kept)
+        let (identity, kept) = (hit.file, hit.bytes)
         let answer = MediaAnswer(
-            key: key, fileExtension: fileExtension, contentType: contentType, size: identity.size,
-            digest: MediaAnswer.digest(of: fileExtension, in: hit.metadata), range: fields.range,
+            contentType: contentType, size: identity.size, etag: hit.etag, range: fields.range,
             ifRange: fields.ifRange, ifNoneMatch: fields.ifNoneMatch, cacheControl: cacheControl)
         var body: ByteBuffer?
         var file: FileRegion?

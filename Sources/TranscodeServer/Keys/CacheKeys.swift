@@ -89,6 +89,19 @@ extension ObjectKey {
 
     /// The `/media` path of the object's `format` file.
     func mediaPath(_ format: OutputFormat) -> String { "/media/" + self.fileName(format) }
+
+    /// The strong entity tag of the object's `.fileExtension` file: the key, the extension and the file's own
+    /// SHA-256 (its first 128 bits), so that two encodings of one key (two nodes, two moments) can never share a
+    /// tag and a client resuming with `If-Range` never splices them. The manifest carries the video's digest (it
+    /// records the files' digests and sizes, so it differs exactly when they do; its own is not recorded).
+    /// Objects recorded before digests were have `"<key>.<extension>"`.
+    func entityTag(fileExtension: String, metadata: TranscodeMetadata) -> String {
+        guard let format = OutputFormat.withExtension(fileExtension),
+            let digest = ObjectFiles.recordedSha256(
+                of: format == ObjectFiles.manifest ? ObjectFiles.video : format, in: metadata)
+        else { return "\"\(self.rawValue).\(fileExtension)\"" }
+        return "\"\(self.rawValue).\(fileExtension).\(digest.prefix(32))\""
+    }
 }
 
 /// A URL converted with some options: the name of its link (`urls/<key>`).

@@ -15,9 +15,9 @@ struct HitLookup: Sendable {
         self.takedowns = results.takedowns
     }
 
-    /// A file answerable from memory: the object's metadata, the identity (and size) of the file, and the bytes
-    /// of it kept in memory (all of a small file, the head of another).
-    typealias FileHit = (metadata: TranscodeMetadata, identity: FileIdentity, kept: ByteBuffer)
+    /// A file answerable from memory: the object's metadata, the file's entity tag and identity (and size), and
+    /// the bytes of it kept in memory (all of a small file, the head of another).
+    typealias FileHit = LocalObjects.MemoryHit
 
     /// `/media/<key>.<extension>`.
     func media(_ key: ObjectKey, fileExtension: String) -> FileHit? {
@@ -47,6 +47,6 @@ struct HitLookup: Sendable {
         guard let hit = self.cache.objects.memoryHit(key, fileExtension: fileExtension),
             self.takedowns.isClearNow(key, metadata: hit.metadata, also: also)
         else { return nil }
-        return (hit.metadata, hit.file, hit.bytes)
+        return hit
     }
 }

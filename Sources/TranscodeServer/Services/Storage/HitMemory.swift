@@ -5,7 +5,8 @@ import Transcoder
 /// What a cache hit is answered from without reading the disk, each entry tied to the identity of the file it
 /// was read from (objects are immutable; a file replaced or rewritten has another identity, so what is kept is
 /// what was checked):
-/// - the metadata decoded from an object's JSON (decoding was the largest cost of a hit after the network);
+/// - the metadata decoded from an object's JSON (decoding was the largest cost of a hit after the network), with
+///   the entity tags of the object's files derived from it;
 /// - the bytes of object files: all of a file of at most `smallFileLimit` bytes, the head of a larger one, up to
 ///   `smallFilesCapacity` bytes in all, the least recently used dropped first (a hit on a small file then costs
 ///   no read at all: every read is a hop to the I/O thread pool, which cost most of a hit's time);
@@ -13,7 +14,7 @@ import Transcoder
 ///
 /// It holds no rule of its own: `DiskCache` decides what is checked, and asks here only for what it checked.
 final class HitMemory: Sendable {
-    private let decoded = Mutex<[ObjectKey: (identity: FileIdentity, metadata: TranscodeMetadata)]>([:])
+    private let decoded = Mutex<[ObjectKey: (identity: FileIdentity, object: RememberedObject)]>([:])
     private let smallFiles = Mutex(SmallFiles())
     private let linkTargets = Mutex<[URLKey: (identity: FileIdentity, key: ObjectKey)]>([:])
 
@@ -44,15 +45,36 @@ final class HitMemory: Sendable {
 
     // MARK: Metadata
 
-    /// The metadata decoded from object `key`'s JSON while it is still the file `identity` names.
-    func metadata(_ key: ObjectKey, identity: FileIdentity) -> TranscodeMetadata? {
-        self.decoded.withLock({ $0[key] }).flatMap({ $0.identity == identity ? $0.metadata : nil })
+    /// An object's decoded metadata, and what every hit on it derives from the metadata, derived once.
+    struct RememberedObject: Sendable {
+        let metadata: TranscodeMetadata
+        /// The entity tag of each of the object's files (`ObjectKey.entityTag`): building it on every hit (the
+        /// digest looked up, the string joined) was a visible part of a `Range: bytes=0-1` hit's cost.
+        private let entityTags: [(fileExtension: String, tag: String)]
+
+        init(_ metadata: TranscodeMetadata, of key: ObjectKey) {
+            self.metadata = metadata
+            self.entityTags = (ObjectFiles.stored(in: metadata).map(\.format) + [ObjectFiles.manifest]).map {
+                ($0.fileExtension, key.entityTag(fileExtension: $0.fileExtension, metadata: metadata))
+            }
+        }
+
+        /// The entity tag of the object's `.fileExtension` file; `nil` for a file the object does not have.
+        func entityTag(_ fileExtension: String) -> String? {
+            self.entityTags.first { $0.fileExtension == fileExtension }?.tag
+        }
+    }
+
+    /// The object decoded from object `key`'s JSON while it is still the file `identity` names.
+    func object(_ key: ObjectKey, identity: FileIdentity) -> RememberedObject? {
+        self.decoded.withLock({ $0[key] }).flatMap({ $0.identity == identity ? $0.object : nil })
     }
 
     func remember(_ metadata: TranscodeMetadata, of key: ObjectKey, identity: FileIdentity) {
+        let object = RememberedObject(metadata, of: key)
         self.decoded.withLock { decoded in
             if decoded.count >= Self.decodedCapacity { decoded.removeAll(keepingCapacity: true) }
-            decoded[key] = (identity, metadata)
+            decoded[key] = (identity, object)
         }
     }
 

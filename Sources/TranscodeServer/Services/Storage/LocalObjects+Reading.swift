@@ -189,7 +189,7 @@ extension LocalObjects {
     /// The metadata in `json`, decoded once per file identity: decoding was the largest cost of a cache hit
     /// after the network (objects are immutable; a file replaced or rewritten has a new identity).
     private func decodedMetadata(_ key: ObjectKey, _ json: StoredFile) -> TranscodeMetadata? {
-        if let cached = self.memory.metadata(key, identity: json.identity) { return cached }
+        if let cached = self.memory.object(key, identity: json.identity) { return cached.metadata }
         guard let bytes = json.readAll(),
             let metadata = try? JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))
         else { return nil }
@@ -204,16 +204,25 @@ extension LocalObjects {
     /// checked descriptor, so a link or another file put at the path is not followed but misses. `nil` sends the
     /// request the long way (`verifiedObject`), which reads and keeps what is missing, and also when the use
     /// is due to be written to disk: that write blocks, and this runs on an event loop.
-    func memoryHit(_ key: ObjectKey, fileExtension: String) -> (
-        metadata: TranscodeMetadata, file: FileIdentity, bytes: ByteBuffer
-    )? {
-        guard let metadata = self.memoryMetadata(key),
+    func memoryHit(_ key: ObjectKey, fileExtension: String) -> MemoryHit? {
+        guard let object = self.memoryMetadata(key), let etag = object.entityTag(fileExtension),
             let file = FileIdentity.current(self.objectPath(key, fileExtension))
         else { return nil }
         guard let bytes = self.memory.bytes(.init(key: key, fileExtension: fileExtension), identity: file),
             !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
         else { return nil }
-        return (metadata, file, bytes)
+        return MemoryHit(metadata: object.metadata, etag: etag, file: file, bytes: bytes)
+    }
+
+    /// A file answerable from memory (`memoryHit`).
+    struct MemoryHit {
+        let metadata: TranscodeMetadata
+        /// The file's entity tag (`ObjectKey.entityTag`).
+        let etag: String
+        /// The identity (and size) of the file.
+        let file: FileIdentity
+        /// The bytes of it kept in memory: all of a small file, the head of another.
+        let bytes: ByteBuffer
     }
 
     /// Opens object `key`'s `.fileExtension` for the bytes of a `memoryHit` past those kept in memory, when the
@@ -237,7 +246,7 @@ extension LocalObjects {
     /// sizes the metadata says (what `verifiedObject` checks of them), its use not due to be written. Three
     /// `lstat`s; `nil` sends the request the long way.
     func memoryObject(_ key: ObjectKey) -> TranscodeMetadata? {
-        guard let metadata = self.memoryMetadata(key),
+        guard let metadata = self.memoryMetadata(key)?.metadata,
             FileIdentity.current(self.objectPath(key, ObjectFiles.video))?.size == metadata.mp4Bytes,
             FileIdentity.current(self.objectPath(key, ObjectFiles.poster))?.size == metadata.posterBytes,
             !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
@@ -245,9 +254,9 @@ extension LocalObjects {
         return metadata
     }
 
-    /// The metadata decoded from `key`'s JSON while that file is still the one decoded (`lstat`).
-    private func memoryMetadata(_ key: ObjectKey) -> TranscodeMetadata? {
+    /// The object decoded from `key`'s JSON while that file is still the one decoded (`lstat`).
+    private func memoryMetadata(_ key: ObjectKey) -> HitMemory.RememberedObject? {
         guard let json = FileIdentity.current(self.objectPath(key, ObjectFiles.manifest)) else { return nil }
-        return self.memory.metadata(key, identity: json)
+        return self.memory.object(key, identity: json)
     }
 }
