@@ -11,9 +11,6 @@ struct MediaController<Context: RequestContext>: Sendable {
     /// redirected to it).
     let results: ReadThroughResults
     let bytesServed: @Sendable (Int) -> Void
-    var cache: DiskCache { self.results.local }
-    /// Whether an object may be served: the one takedown rule.
-    var takedowns: Takedowns { self.results.takedowns }
     /// `Cache-Control` of `/media`: content-addressed, so immutable (`http.mediaMaxAgeSeconds`).
     var maxAgeSeconds = 31_536_000
     /// `Cache-Control` of `/media`.
@@ -60,32 +57,24 @@ struct MediaController<Context: RequestContext>: Sendable {
         key: ObjectKey, fileExtension: String, contentType: String, request: Request, includeBody: Bool,
         cacheControl: String, checked: LocalObjects.CheckedObject? = nil
     ) async throws -> Response {
-        guard self.cache.objects.beginServing(key) else {
-            if self.cache.tombstones.isBuried(.object(key)) {
-                throw ServiceError.takenDown("this media was taken down")
-            }
-            guard let shared = self.results.shared else { throw ServiceError.notFound("no such media") }
-            return try await self.respondFromShared(
-                shared, key: key, fileExtension: fileExtension, contentType: contentType, request: request,
-                includeBody: includeBody, cacheControl: cacheControl)
+        let file: ServedFile
+        switch try await self.results.serve(key, fileExtension: fileExtension, checked: checked) {
+        case .file(let served):
+            file = served
+        case .redirect(let url, let cacheSeconds):
+            return Response(
+                status: .found,
+                headers: [
+                    .location: url,
+                    // The presigned URL expires: this answer must not outlive it.
+                    .cacheControl: "private, max-age=\(cacheSeconds)",
+                ])
         }
         var released = false
-        defer { if !released { self.cache.objects.endServing(key) } }
+        defer { if !released { file.release() } }
 
-        let object: LocalObjects.CheckedObject
-        if let checked {
-            object = checked
-        } else {
-            guard let verified = try self.cache.objects.verifiedObject(key) else {
-                throw ServiceError.notFound("no such media")
-            }
-            try await self.takedowns.check(key, metadata: verified.metadata, recently: true)
-            object = verified
-        }
-        guard let file = object.file(fileExtension) else { throw ServiceError.notFound("no such media") }
         let answer = MediaAnswer(
-            contentType: contentType, size: file.size,
-            etag: key.entityTag(fileExtension: fileExtension, metadata: object.metadata), request: request.headers,
+            contentType: contentType, size: file.size, etag: file.etag, request: request.headers,
             cacheControl: cacheControl)
         let (status, headers) = (answer.status, answer.headers)
         guard answer.sendsBody else { return Response(status: status, headers: headers) }
@@ -93,10 +82,10 @@ struct MediaController<Context: RequestContext>: Sendable {
         guard includeBody, let bytes = answer.bytes else {
             return Response(status: status, headers: headers, body: .init())
         }
-        if bytes.upperBound < HitMemory.keptLength(ofFileOfSize: file.size) {
+        if bytes.upperBound < file.keptLength {
             // A small file is read whole once, a larger one's head (players' probes, the `moov`), then served
             // from memory.
-            let kept = try await self.keptBytes(file, key: key, fileExtension: fileExtension)
+            let kept = try await file.keptBytes()
             guard let slice = kept.getSlice(at: bytes.lowerBound, length: length) else {
                 throw ServiceError.notFound("the file shrank while being served")
             }
@@ -106,13 +95,12 @@ struct MediaController<Context: RequestContext>: Sendable {
         // Past the head. Keep the head too: from then on requests for this file are answered ahead of the HTTP
         // codec, the rest sent from the file (`MediaHitFront`). Without it a file only ever asked for whole (curl,
         // a CDN filling its cache) came here every time.
-        _ = try await self.keptBytes(file, key: key, fileExtension: fileExtension)
+        _ = try await file.keptBytes()
         released = true
-        let cache = self.cache
         // The object stays pinned (not evictable) until the last byte has been written.
         return Response(
             status: status, headers: headers,
-            body: Self.body(file, bytes, counted: self.bytesServed) { cache.objects.endServing(key) })
+            body: Self.body(file.reader, bytes, counted: self.bytesServed) { file.release() })
     }
 
     /// The bytes `range` of an opened file, read a chunk at a time as the client takes them; `done` runs when the
@@ -133,15 +121,6 @@ struct MediaController<Context: RequestContext>: Sendable {
             counted(range.count)
         }
     }
-
-    /// The bytes of `file` kept in memory (`HitMemory.keptLength`: all of a small file, the head of a larger
-    /// one), read on the I/O pool and kept the first time.
-    private func keptBytes(_ file: StoredFile, key: ObjectKey, fileExtension: String) async throws -> ByteBuffer {
-        if let kept = self.cache.objects.cachedBytes(file, key: key, fileExtension: fileExtension) { return kept }
-        let kept = try await file.read(at: 0, length: HitMemory.keptLength(ofFileOfSize: file.size))
-        self.cache.objects.keepBytes(kept, of: file, key: key, fileExtension: fileExtension)
-        return kept
-    }
 }
 
 /// Entity-tag comparison, shared by every route that answers `304`.
@@ -154,33 +133,5 @@ enum EntityTag {
             if tag.hasPrefix("W/") { tag.removeFirst(2) }
             return tag == etag
         }
-    }
-}
-
-extension MediaController {
-    /// An object the local disk lacks, in a fleet: a 302 to a presigned URL of the shared store
-    /// (`storage.s3.serve: redirect`), or the object pulled onto the local disk and served from there.
-    fileprivate func respondFromShared(
-        _ shared: SharedResults, key: ObjectKey, fileExtension: String, contentType: String, request: Request,
-        includeBody: Bool, cacheControl: String
-    ) async throws -> Response {
-        if let redirect = shared.redirect {
-            guard let metadata = try await shared.metadata(key) else { throw ServiceError.notFound("no such media") }
-            try await self.takedowns.check(key, metadata: metadata)
-            return Response(
-                status: .found,
-                headers: [
-                    .location: redirect.url(S3ResultStore.objectName(key, fileExtension)),
-                    // The presigned URL expires: this answer must not outlive it.
-                    .cacheControl: "private, max-age=\(redirect.cacheSeconds)",
-                ])
-        }
-        guard try await self.results.object(key) != nil, self.cache.objects.beginServing(key) else {
-            throw ServiceError.notFound("no such media")
-        }
-        self.cache.objects.endServing(key)
-        return try await self.respond(
-            key: key, fileExtension: fileExtension, contentType: contentType, request: request,
-            includeBody: includeBody, cacheControl: cacheControl)
     }
 }

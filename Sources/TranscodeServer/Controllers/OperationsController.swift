@@ -32,7 +32,7 @@ struct OperationsController<Context: RequestContext>: Sendable {
         router.get("metrics") { request, _ in
             let metrics = self.services.transcodes.metrics
             let load = self.services.pool.load
-            let bytes = self.services.cache.objects.usage.bytes
+            let bytes = self.services.cache.usedBytes
             // OpenMetrics for scrapers that ask for it, the classic text format otherwise.
             if request.headers[.accept]?.contains("application/openmetrics-text") == true {
                 return Response(

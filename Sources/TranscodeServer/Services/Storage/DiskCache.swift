@@ -60,6 +60,9 @@ final class DiskCache: Sendable {
         return true
     }
 
+    /// Bytes the cache's objects take (`/metrics`).
+    var usedBytes: Int64 { self.objects.usage.bytes }
+
     /// Bytes available to this process on the cache's file system, or nil when it cannot be read.
     var freeBytes: Int64? {
         var info = statvfs()
