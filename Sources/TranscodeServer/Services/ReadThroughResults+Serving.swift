@@ -65,7 +65,7 @@ extension ReadThroughResults {
     {
         let objects = self.local.objects
         if !objects.beginServing(key) {
-            if self.local.tombstones.isBuried(.object(key)) {
+            if self.takedowns.isBuriedHere(.object(key)) {
                 throw ServiceError.takenDown("this media was taken down")
             }
             guard let shared = self.shared else { throw ServiceError.notFound("no such media") }

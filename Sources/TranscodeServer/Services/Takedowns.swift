@@ -16,6 +16,13 @@ struct Takedowns: Sendable {
         return try await self.shared?.isBuried(tombstones, recently: recently) ?? false
     }
 
+    /// Whether `tombstone` is recorded on this disk: asked, without the shared store, of an object this disk
+    /// lacks, before the shared store is asked for it (a local purge with a takedown removes the files and
+    /// leaves the tombstone).
+    func isBuriedHere(_ tombstone: Tombstone) -> Bool {
+        self.cache.tombstones.isBuried(tombstone)
+    }
+
     /// Throws `taken-down` when object `key`, the bytes it was made from, or any of `also` is buried.
     func check(
         _ key: ObjectKey, metadata: TranscodeMetadata, also: [Tombstone] = [], recently: Bool = false
