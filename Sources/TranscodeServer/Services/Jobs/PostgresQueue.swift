@@ -1,0 +1,257 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// The fleet's job table in PostgreSQL: the storage half of the queue of issue 34. Nothing submits to it yet;
+/// `TranscodeJobs` gets its PostgreSQL implementation on top of it. One row per job:
+/// - at most one live (queued or running) job per result and rendition spec, fleet-wide: a unique index, so
+///   two nodes that enqueue the same result at once get the same job instead of racing;
+/// - claimed with `FOR UPDATE SKIP LOCKED` (workers never wait on each other's rows) under a lease the worker
+///   renews (`heartbeat`); a lease that expires is claimed again by any worker, and counted;
+/// - a failure retried after a backoff the caller chooses, until `maxAttempts` claims, then kept as a dead
+///   letter with its last error;
+/// - `pg_notify` on every enqueue, on `channel`, for idle workers that `LISTEN` instead of polling.
+///
+/// Times are the database's (`now()`), so the nodes' clocks do not matter.
+struct PostgresQueue: Sendable {
+    let client: PostgresClient
+    let logger: Logger
+
+    /// The channel `enqueue` notifies.
+    static let channel = "transcode_jobs"
+
+    /// The advisory lock that serializes migrations: nodes that start together apply each one once.
+    static let migrationLock: Int64 = 0x6769_6632_6d70_3401
+
+    enum State: String, CaseIterable, Sendable {
+        case queued, running, done, dead
+    }
+
+    /// A job a worker holds the lease of.
+    struct Claimed: Sendable, Equatable {
+        let id: Int64
+        let resultKey: String
+        let spec: String
+        /// The job, as enqueued (JSON).
+        let payload: String
+        /// Which claim this is: 1 for the first.
+        let attempt: Int
+        /// Claimed from a worker whose lease had expired (it died, or stalled past its lease).
+        let reclaimed: Bool
+    }
+
+    /// A job as the table has it.
+    struct Row: Sendable, Equatable {
+        let state: State
+        let attempts: Int
+        let lastError: String?
+    }
+
+    /// The schema, one version per entry, each a list of statements (the extended protocol takes one at a
+    /// time). Applied in order, each once, by `migrate`; a version is never edited once released.
+    static let migrations: [[String]] = [
+        [
+            """
+            CREATE TABLE transcode_jobs (
+                id bigserial PRIMARY KEY,
+                result_key text NOT NULL,
+                spec text NOT NULL,
+                payload jsonb NOT NULL,
+                state text NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done', 'dead')),
+                attempts integer NOT NULL DEFAULT 0,
+                max_attempts integer NOT NULL CHECK (max_attempts > 0),
+                run_after timestamptz NOT NULL DEFAULT now(),
+                lease_owner text,
+                lease_until timestamptz,
+                last_error text,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                updated_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            CREATE UNIQUE INDEX transcode_jobs_one_live ON transcode_jobs (result_key, spec)
+                WHERE state IN ('queued', 'running')
+            """,
+            "CREATE INDEX transcode_jobs_ready ON transcode_jobs (run_after, id) WHERE state = 'queued'",
+            "CREATE INDEX transcode_jobs_leases ON transcode_jobs (lease_until) WHERE state = 'running'",
+        ]
+    ]
+
+    /// Brings the schema to the latest version, under a transaction-scoped advisory lock.
+    /// - Returns: the versions this call applied (none when another node had).
+    @discardableResult
+    func migrate() async throws -> [Int] {
+        let logger = self.logger
+        return try await self.client.withTransaction(logger: logger) { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+            try await connection.query(
+                "CREATE TABLE IF NOT EXISTS transcode_schema (version integer PRIMARY KEY)", logger: logger)
+            var current = 0
+            for try await version in try await connection.query(
+                "SELECT coalesce(max(version), 0) FROM transcode_schema", logger: logger
+            ).decode(Int.self) {
+                current = version
+            }
+            var applied: [Int] = []
+            for (index, statements) in Self.migrations.enumerated() where index + 1 > current {
+                for statement in statements {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                try await connection.query(
+                    "INSERT INTO transcode_schema (version) VALUES (\(index + 1))", logger: logger)
+                applied.append(index + 1)
+            }
+            return applied
+        }
+    }
+
+    /// Adds a job for `resultKey` and `spec`, unless one is live: then that one is the job.
+    /// - Returns: the live job's id, and whether this call created it.
+    func enqueue(resultKey: String, spec: String, payload: String, maxAttempts: Int) async throws
+        -> (id: Int64, created: Bool)
+    {
+        // A live job may end between the insert that saw it and the select that reads it: then insert again.
+        for _ in 0..<3 {
+            for try await id in try await self.client.query(
+                """
+                INSERT INTO transcode_jobs (result_key, spec, payload, max_attempts)
+                VALUES (\(resultKey), \(spec), \(payload)::jsonb, \(maxAttempts))
+                ON CONFLICT (result_key, spec) WHERE state IN ('queued', 'running') DO NOTHING
+                RETURNING id
+                """, logger: self.logger
+            ).decode(Int64.self) {
+                try await self.client.query("SELECT pg_notify(\(Self.channel), '')", logger: self.logger)
+                return (id, true)
+            }
+            for try await id in try await self.client.query(
+                """
+                SELECT id FROM transcode_jobs
+                WHERE result_key = \(resultKey) AND spec = \(spec) AND state IN ('queued', 'running')
+                """, logger: self.logger
+            ).decode(Int64.self) {
+                return (id, false)
+            }
+        }
+        throw PostgresQueueError.contended
+    }
+
+    /// Takes the oldest job that is due, or whose lease expired, for `owner`, leased for `leaseSeconds`.
+    /// A running job whose lease expired after its last allowed claim becomes a dead letter instead.
+    /// - Returns: nil when no job is ready.
+    func claim(owner: String, leaseSeconds: Double) async throws -> Claimed? {
+        try await self.client.query(
+            """
+            UPDATE transcode_jobs
+            SET state = 'dead', last_error = coalesce(last_error, 'lease expired'), lease_owner = NULL,
+                lease_until = NULL, updated_at = now()
+            WHERE state = 'running' AND lease_until < now() AND attempts >= max_attempts
+            """, logger: self.logger)
+        let rows = try await self.client.query(
+            """
+            WITH next AS (
+                SELECT id, state AS was FROM transcode_jobs
+                WHERE (state = 'queued' AND run_after <= now())
+                    OR (state = 'running' AND lease_until < now() AND attempts < max_attempts)
+                ORDER BY run_after, id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE transcode_jobs AS job
+            SET state = 'running', lease_owner = \(owner),
+                lease_until = now() + make_interval(secs => \(leaseSeconds)), attempts = job.attempts + 1,
+                updated_at = now()
+            FROM next WHERE job.id = next.id
+            RETURNING job.id, job.result_key, job.spec, job.payload::text, job.attempts, next.was = 'running'
+            """, logger: self.logger)
+        for try await (id, resultKey, spec, payload, attempt, reclaimed) in rows.decode(
+            (Int64, String, String, String, Int, Bool).self)
+        {
+            return Claimed(
+                id: id, resultKey: resultKey, spec: spec, payload: payload, attempt: attempt, reclaimed: reclaimed)
+        }
+        return nil
+    }
+
+    /// Renews `owner`'s lease of job `id` for `leaseSeconds` from now.
+    /// - Returns: false when the lease is no longer `owner`'s (it expired and another worker claimed the job):
+    ///   the worker stops and does not report.
+    func heartbeat(_ id: Int64, owner: String, leaseSeconds: Double) async throws -> Bool {
+        try await self.updated(
+            """
+            UPDATE transcode_jobs
+            SET lease_until = now() + make_interval(secs => \(leaseSeconds)), updated_at = now()
+            WHERE id = \(id) AND state = 'running' AND lease_owner = \(owner)
+            RETURNING id
+            """)
+    }
+
+    /// Marks job `id` done, when `owner` still holds its lease.
+    /// - Returns: false when it does not (the job was claimed again: its new owner reports).
+    func complete(_ id: Int64, owner: String) async throws -> Bool {
+        try await self.updated(
+            """
+            UPDATE transcode_jobs
+            SET state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL, updated_at = now()
+            WHERE id = \(id) AND state = 'running' AND lease_owner = \(owner)
+            RETURNING id
+            """)
+    }
+
+    /// Records the failure of `owner`'s claim of job `id`: queued again after `retryAfterSeconds`, or a dead
+    /// letter once it has had `maxAttempts` claims; `error` is kept either way.
+    /// - Returns: the job's state now; nil when `owner` no longer holds the lease.
+    func fail(_ id: Int64, owner: String, error: String, retryAfterSeconds: Double) async throws -> State? {
+        let rows = try await self.client.query(
+            """
+            UPDATE transcode_jobs
+            SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
+                run_after = now() + make_interval(secs => \(retryAfterSeconds)), last_error = \(error),
+                lease_owner = NULL, lease_until = NULL, updated_at = now()
+            WHERE id = \(id) AND state = 'running' AND lease_owner = \(owner)
+            RETURNING state
+            """, logger: self.logger)
+        for try await state in rows.decode(String.self) { return State(rawValue: state) }
+        return nil
+    }
+
+    /// Job `id` as the table has it; nil when there is no such job.
+    func row(_ id: Int64) async throws -> Row? {
+        let rows = try await self.client.query(
+            "SELECT state, attempts, last_error FROM transcode_jobs WHERE id = \(id)", logger: self.logger)
+        for try await (state, attempts, lastError) in rows.decode((String, Int, String?).self) {
+            guard let state = State(rawValue: state) else { return nil }
+            return Row(state: state, attempts: attempts, lastError: lastError)
+        }
+        return nil
+    }
+
+    /// How many jobs are in each state (the queue-depth metric).
+    func depth() async throws -> [State: Int] {
+        var depth = Dictionary(uniqueKeysWithValues: State.allCases.map { ($0, 0) })
+        let rows = try await self.client.query(
+            "SELECT state, count(*) FROM transcode_jobs GROUP BY state", logger: self.logger)
+        for try await (state, count) in rows.decode((String, Int).self) {
+            if let state = State(rawValue: state) { depth[state] = count }
+        }
+        return depth
+    }
+
+    /// Runs an `UPDATE ... RETURNING id`: whether it changed a row.
+    private func updated(_ query: PostgresQuery) async throws -> Bool {
+        for try await _ in try await self.client.query(query, logger: self.logger).decode(Int64.self) {
+            return true
+        }
+        return false
+    }
+}
+
+enum PostgresQueueError: Error, CustomStringConvertible {
+    /// A live job appeared and ended three times between an insert and a read.
+    case contended
+
+    var description: String {
+        switch self {
+        case .contended: "the job was enqueued and ended repeatedly while being added; try again"
+        }
+    }
+}

@@ -1,0 +1,169 @@
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import TranscodeServer
+
+/// The fleet's job table (`PostgresQueue`) against a real PostgreSQL started by each test on a free loopback
+/// port.
+@Suite(.serialized, .tags(.system), .timeLimit(.minutes(5))) struct PostgresQueueTests {
+    static let logger = Logger(label: "test")
+
+    static func migrated(_ client: PostgresClient) async throws -> PostgresQueue {
+        let queue = PostgresQueue(client: client, logger: Self.logger)
+        try await queue.migrate()
+        return queue
+    }
+
+    @Test func nodesStartingTogetherApplyEachMigrationOnce() async throws {
+        try await withPostgres { _, client in
+            let queue = PostgresQueue(client: client, logger: Self.logger)
+            let applied = try await withThrowingTaskGroup(of: [Int].self) { group in
+                for _ in 0..<3 { group.addTask { try await queue.migrate() } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(applied.sorted { $0.count < $1.count } == [[], [], Array(1...PostgresQueue.migrations.count)])
+            #expect(try await queue.migrate() == [])
+        }
+    }
+
+    @Test func oneLiveJobPerResult() async throws {
+        try await withPostgres { _, client in
+            let queue = try await Self.migrated(client)
+            // Ten enqueues of one result at once: one job.
+            let ids = try await withThrowingTaskGroup(of: (Int64, Bool).self) { group in
+                for index in 0..<10 {
+                    group.addTask {
+                        let added = try await queue.enqueue(
+                            resultKey: "k1", spec: "h264", payload: "{\"n\":\(index)}", maxAttempts: 3)
+                        return (added.id, added.created)
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(Set(ids.map(\.0)).count == 1)
+            #expect(ids.filter(\.1).count == 1)
+            // Another spec of the same result is another job.
+            let other = try await queue.enqueue(resultKey: "k1", spec: "av1", payload: "{}", maxAttempts: 3)
+            #expect(other.created && other.id != ids[0].0)
+            // Once the job is done, the result may be enqueued again (a purge, a new conversion).
+            let claimed = try #require(try await queue.claim(owner: "a", leaseSeconds: 30))
+            #expect(claimed.id == ids[0].0 && claimed.attempt == 1 && !claimed.reclaimed)
+            #expect(try await queue.complete(claimed.id, owner: "a"))
+            let again = try await queue.enqueue(resultKey: "k1", spec: "h264", payload: "{}", maxAttempts: 3)
+            #expect(again.created && again.id != claimed.id)
+        }
+    }
+
+    @Test func workersClaimDistinctJobs() async throws {
+        try await withPostgres { _, client in
+            let queue = try await Self.migrated(client)
+            for index in 0..<40 {
+                _ = try await queue.enqueue(
+                    resultKey: "k\(index)", spec: "h264", payload: "{\"n\":\(index)}", maxAttempts: 3)
+            }
+            // Four workers claim until the table is empty: every job once.
+            let claimed = try await withThrowingTaskGroup(of: [Int64].self) { group in
+                for worker in 0..<4 {
+                    group.addTask {
+                        var mine: [Int64] = []
+                        while let job = try await queue.claim(owner: "w\(worker)", leaseSeconds: 30) {
+                            mine.append(job.id)
+                            #expect(try await queue.complete(job.id, owner: "w\(worker)"))
+                        }
+                        return mine
+                    }
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            #expect(claimed.count == 40 && Set(claimed).count == 40)
+            #expect(try await queue.depth() == [.queued: 0, .running: 0, .done: 40, .dead: 0])
+        }
+    }
+
+    @Test func anExpiredLeaseIsClaimedAgainAndTheOldOwnerLosesIt() async throws {
+        try await withPostgres { _, client in
+            let queue = try await Self.migrated(client)
+            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{\"a\":1}", maxAttempts: 3)
+            let first = try #require(try await queue.claim(owner: "dead-node", leaseSeconds: 0.2))
+            #expect(first.payload == "{\"a\": 1}" && first.resultKey == "k" && first.spec == "h264")
+            // Leased: nobody else gets it.
+            #expect(try await queue.claim(owner: "other", leaseSeconds: 30) == nil)
+            try await Task.sleep(for: .milliseconds(400))
+            let second = try #require(try await queue.claim(owner: "other", leaseSeconds: 30))
+            #expect(second.id == job.id && second.attempt == 2 && second.reclaimed)
+            // The first owner's reports are refused: the job is not its any more.
+            #expect(try await !queue.heartbeat(job.id, owner: "dead-node", leaseSeconds: 30))
+            #expect(try await !queue.complete(job.id, owner: "dead-node"))
+            #expect(try await queue.fail(job.id, owner: "dead-node", error: "late", retryAfterSeconds: 0) == nil)
+            #expect(try await queue.heartbeat(job.id, owner: "other", leaseSeconds: 30))
+            #expect(try await queue.complete(job.id, owner: "other"))
+            #expect(try await queue.row(job.id) == .init(state: .done, attempts: 2, lastError: nil))
+        }
+    }
+
+    @Test func aHeartbeatKeepsTheLease() async throws {
+        try await withPostgres { _, client in
+            let queue = try await Self.migrated(client)
+            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 3)
+            _ = try #require(try await queue.claim(owner: "a", leaseSeconds: 0.5))
+            for _ in 0..<4 {
+                try await Task.sleep(for: .milliseconds(250))
+                #expect(try await queue.heartbeat(job.id, owner: "a", leaseSeconds: 0.5))
+            }
+            #expect(try await queue.claim(owner: "b", leaseSeconds: 30) == nil)
+        }
+    }
+
+    @Test func failuresBackOffThenBecomeADeadLetterWithTheLastError() async throws {
+        try await withPostgres { _, client in
+            let queue = try await Self.migrated(client)
+            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 2)
+            let first = try #require(try await queue.claim(owner: "a", leaseSeconds: 30))
+            #expect(try await queue.fail(first.id, owner: "a", error: "origin 503", retryAfterSeconds: 0.3) == .queued)
+            // Not due before its backoff.
+            #expect(try await queue.claim(owner: "a", leaseSeconds: 30) == nil)
+            try await Task.sleep(for: .milliseconds(500))
+            let second = try #require(try await queue.claim(owner: "b", leaseSeconds: 30))
+            #expect(second.id == job.id && second.attempt == 2 && !second.reclaimed)
+            #expect(try await queue.fail(second.id, owner: "b", error: "origin 500", retryAfterSeconds: 0) == .dead)
+            #expect(try await queue.row(job.id) == .init(state: .dead, attempts: 2, lastError: "origin 500"))
+            #expect(try await queue.claim(owner: "c", leaseSeconds: 30) == nil)
+            // A dead letter is not live: the result may be enqueued again.
+            #expect(try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 2).created)
+        }
+    }
+
+    @Test func aLeaseThatExpiresOnTheLastAttemptIsADeadLetter() async throws {
+        try await withPostgres { _, client in
+            let queue = try await Self.migrated(client)
+            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 1)
+            _ = try #require(try await queue.claim(owner: "a", leaseSeconds: 0.2))
+            try await Task.sleep(for: .milliseconds(400))
+            #expect(try await queue.claim(owner: "b", leaseSeconds: 30) == nil)
+            #expect(try await queue.row(job.id) == .init(state: .dead, attempts: 1, lastError: "lease expired"))
+        }
+    }
+
+    @Test func jobsSurviveADatabaseRestart() async throws {
+        try await withPostgres { server, client in
+            let queue = try await Self.migrated(client)
+            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 3)
+            server.stop()
+            try await server.start()
+            // The port changed: a new client, as a node whose database moved would have.
+            let again = PostgresClient(configuration: server.configuration())
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await again.run() }
+                defer { group.cancelAll() }
+                let queue = PostgresQueue(client: again, logger: Self.logger)
+                #expect(try await queue.migrate() == [])
+                let claimed = try #require(try await queue.claim(owner: "a", leaseSeconds: 30))
+                #expect(claimed.id == job.id)
+            }
+        }
+    }
+}
