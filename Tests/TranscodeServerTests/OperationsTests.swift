@@ -125,11 +125,15 @@ import Transcoder
                     // tests wait for; they need its 200, not a 202.
                     "--transcode-sync-wait-seconds", "600",
                 ] + extra
+            // Its standard error is kept, for `exitedSaying` to tell why it died.
+            let log = ChildProcess.Output.file(directory + "/stderr.log")
             let process =
                 try descriptorLimit.map { limit in
                     // dash's `ulimit -n` sets both limits; `exec` keeps the process id.
-                    try ChildProcess("/bin/sh", ["-c", "ulimit -n \(limit) && exec \"$0\" \"$@\"", binary] + arguments)
-                } ?? ChildProcess(binary, arguments)
+                    try ChildProcess(
+                        "/bin/sh", ["-c", "ulimit -n \(limit) && exec \"$0\" \"$@\"", binary] + arguments,
+                        standardError: log)
+                } ?? ChildProcess(binary, arguments, standardError: log)
             defer {
                 process.send(SIGKILL)
                 _ = process.waitUntilExit()
@@ -144,6 +148,19 @@ import Transcoder
             try #require(up, "the server did not start")
             try await body(process, client, port, directory)
         }
+    }
+
+    /// Fails the test when the serving binary is no longer running, saying how it ended and the end of what it wrote
+    /// to standard error: a request to a dead server otherwise waits out its whole timeout (AsyncHTTPClient retries a
+    /// refused connection until the deadline), and a loop of them looked like a hang.
+    static func requireRunning(
+        _ process: ChildProcess, _ directory: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        guard let exit = process.exit else { return }
+        let log = String(
+            decoding: FileManager.default.contents(atPath: directory + "/stderr.log") ?? Data(), as: UTF8.self)
+        Issue.record("the serving binary ended (\(exit)):\n\(log.suffix(3000))", sourceLocation: sourceLocation)
+        throw CancellationError()
     }
 
     /// Whether the serving binary counts `jobs` jobs admitted (`transcode_queue_depth` in `/metrics`).
@@ -268,6 +285,7 @@ import Transcoder
             }
             try #require(openDescriptors() >= limit, "the server never ran out of descriptors")
 
+            try Self.requireRunning(process, directory)
             #expect(kept.send(Array(media.utf8)))
             let refused = try await Self.answer(on: kept)
             #expect(refused.hasPrefix("HTTP/1.1 503"), "\(refused.prefix(300))")
@@ -279,7 +297,8 @@ import Transcoder
             #expect((try? FileManager.default.contentsOfDirectory(atPath: quarantine))?.isEmpty ?? true)
             var served = 0
             for _ in 0..<100 where served != 200 {
-                served = (try? await client.get("/media/\(key).mp4")) ?? 0
+                try Self.requireRunning(process, directory)
+                served = (try? await client.get("/media/\(key).mp4", timeout: .seconds(10))) ?? 0
                 if served != 200 { try await Task.sleep(for: .milliseconds(100)) }
             }
             #expect(served == 200)
