@@ -155,10 +155,7 @@ import Testing
             server.stop()
             try await server.start()
             // The port changed: a new client, as a node whose database moved would have.
-            let again = PostgresClient(configuration: server.configuration())
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { await again.run() }
-                defer { group.cancelAll() }
+            try await withClient(of: server) { again in
                 let queue = PostgresQueue(client: again, logger: Self.logger)
                 #expect(try await queue.migrate() == [])
                 let claimed = try #require(try await queue.claim(owner: "a", leaseSeconds: 30))

@@ -7,7 +7,7 @@ import Testing
 /// A PostgreSQL server of its own (Debian's `postgresql` package: `initdb` and `postgres` from
 /// `/usr/lib/postgresql/<version>/bin`) in a temporary directory, on a free loopback port, with trust
 /// authentication for the user `queue`. PostgreSQL refuses to run as root: under root the cluster belongs to
-/// `nobody` and both programs run as it (`setpriv`). Stopped (SIGKILL, an outage) by `stop`, or when this
+/// `nobody` and both programs run as it (`setpriv`). Stopped at once (SIGQUIT, an outage) by `stop`, or when this
 /// object goes.
 final class PostgresServer: @unchecked Sendable {
     let directory: String
@@ -27,9 +27,11 @@ final class PostgresServer: @unchecked Sendable {
             sourceLocation: sourceLocation)
     }
 
-    /// The command prefix that runs a program as an unprivileged user when this process is root.
-    private static var unprivileged: [String] {
-        getuid() == 0 ? ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] : []
+    /// `program` of `binaries` with `arguments`, as an unprivileged user when this process is root.
+    private static func command(_ binaries: String, _ program: String, _ arguments: [String]) -> (String, [String]) {
+        let path = binaries + "/" + program
+        guard getuid() == 0 else { return (path, arguments) }
+        return ("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "--", path] + arguments)
     }
 
     /// Makes the cluster (`initdb`, a second or two) and starts the server.
@@ -38,16 +40,15 @@ final class PostgresServer: @unchecked Sendable {
         let binaries = try Self.binaries()
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         if getuid() == 0 { chown(directory, 65534, 65534) }
-        let prefix = Self.unprivileged
+        let (program, arguments) = Self.command(
+            binaries, "initdb",
+            [
+                "-D", directory + "/data", "-U", Self.user, "--auth=trust", "--encoding=UTF8", "--no-sync",
+                "--no-instructions",
+            ])
         let initdb = try ChildProcess(
-            prefix.first ?? binaries + "/initdb",
-            Array(prefix.dropFirst())
-                + (prefix.isEmpty ? [] : [binaries + "/initdb"])
-                + [
-                    "-D", directory + "/data", "-U", Self.user, "--auth=trust", "--encoding=UTF8", "--no-sync",
-                    "--no-instructions",
-                ],
-            standardOutput: .file(directory + "/initdb.log"), standardError: .file(directory + "/initdb.log"))
+            program, arguments, standardOutput: .file(directory + "/initdb.log"),
+            standardError: .file(directory + "/initdb.log"))
         let ended = await initdb.exited()
         guard ended == .exited(0) else {
             Issue.record("initdb failed (\(ended)):\n\(self.log("initdb.log"))")
@@ -59,17 +60,16 @@ final class PostgresServer: @unchecked Sendable {
     /// Starts the server (again, after `stop`: the data is kept) and waits until it accepts connections.
     func start() async throws {
         let binaries = try Self.binaries()
-        let prefix = Self.unprivileged
         for _ in 0..<3 {
             self.port = try freePort()
+            let (program, arguments) = Self.command(
+                binaries, "postgres",
+                [
+                    "-D", self.directory + "/data", "-h", "127.0.0.1", "-p", "\(self.port)", "-k", self.directory,
+                    "-F", "-c", "max_connections=50",
+                ])
             let process = try ChildProcess(
-                prefix.first ?? binaries + "/postgres",
-                Array(prefix.dropFirst()) + (prefix.isEmpty ? [] : [binaries + "/postgres"])
-                    + [
-                        "-D", self.directory + "/data", "-h", "127.0.0.1", "-p", "\(self.port)", "-k", self.directory,
-                        "-F", "-c", "max_connections=50",
-                    ],
-                standardOutput: .file(self.directory + "/postgres.log"),
+                program, arguments, standardOutput: .file(self.directory + "/postgres.log"),
                 standardError: .file(self.directory + "/postgres.log"))
             self.process = process
             // Counted in attempts, not wall time (see SeaweedFS.start): at least 60 s.
@@ -133,11 +133,18 @@ func withPostgres<Result: Sendable>(_ body: (PostgresServer, PostgresClient) asy
     try await withTemporaryDirectory(prefix: "postgres") { directory in
         let server = try await PostgresServer(directory: directory + "/cluster")
         defer { server.stop() }
-        let client = PostgresClient(configuration: server.configuration())
-        return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await client.run() }
-            defer { group.cancelAll() }
-            return try await body(server, client)
-        }
+        return try await withClient(of: server) { try await body(server, $0) }
+    }
+}
+
+/// Runs `body` with a client of `server` as it listens now, running until `body` returns.
+func withClient<Result: Sendable>(of server: PostgresServer, _ body: (PostgresClient) async throws -> Result)
+    async throws -> Result
+{
+    let client = PostgresClient(configuration: server.configuration())
+    return try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { await client.run() }
+        defer { group.cancelAll() }
+        return try await body(client)
     }
 }

@@ -205,7 +205,7 @@ extension LocalObjects {
     /// request the long way (`verifiedObject`), which reads and keeps what is missing, and also when the use
     /// is due to be written to disk: that write blocks, and this runs on an event loop.
     func memoryHit(_ key: ObjectKey, fileExtension: String) -> MemoryHit? {
-        guard let object = self.memoryMetadata(key), let etag = object.entityTag(fileExtension),
+        guard let object = self.rememberedObject(key), let etag = object.entityTag(fileExtension),
             let file = FileIdentity.current(self.objectPath(key, fileExtension))
         else { return nil }
         guard let bytes = self.memory.bytes(.init(key: key, fileExtension: fileExtension), identity: file),
@@ -246,7 +246,7 @@ extension LocalObjects {
     /// sizes the metadata says (what `verifiedObject` checks of them), its use not due to be written. Three
     /// `lstat`s; `nil` sends the request the long way.
     func memoryObject(_ key: ObjectKey) -> TranscodeMetadata? {
-        guard let metadata = self.memoryMetadata(key)?.metadata,
+        guard let metadata = self.rememberedObject(key)?.metadata,
             FileIdentity.current(self.objectPath(key, ObjectFiles.video))?.size == metadata.mp4Bytes,
             FileIdentity.current(self.objectPath(key, ObjectFiles.poster))?.size == metadata.posterBytes,
             !self.recordUse(key, at: self.now(), onlyIfNotDue: true)
@@ -255,7 +255,7 @@ extension LocalObjects {
     }
 
     /// The object decoded from `key`'s JSON while that file is still the one decoded (`lstat`).
-    private func memoryMetadata(_ key: ObjectKey) -> HitMemory.RememberedObject? {
+    private func rememberedObject(_ key: ObjectKey) -> HitMemory.RememberedObject? {
         guard let json = FileIdentity.current(self.objectPath(key, ObjectFiles.manifest)) else { return nil }
         return self.memory.object(key, identity: json)
     }
