@@ -13,7 +13,7 @@ struct AppServices: Sendable {
     let pool: TranscodePool
     let transcodes: TranscodeService
     let webhooks: WebhookDispatcher
-    let batches: BatchRunner
+    let batches: any BatchStore
     let configuration: ServerConfiguration
     /// The signed `GET /v1/...` paths verified so far (the route and `MediaHitHandler`).
     let resolvedPaths = ResolvedPaths()
@@ -165,7 +165,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         maxAgeSeconds: configuration.http.sourceMaxAgeSeconds, resolved: services.resolvedPaths
     ).addRoutes(to: router)
     BatchController<AppRequestContext>(
-        runner: services.batches, webhooks: services.webhooks, links: links, maxURLs: configuration.batchMaxURLs,
+        batches: services.batches, webhooks: services.webhooks, links: links, maxURLs: configuration.batchMaxURLs,
         maxBodyBytes: configuration.http.maxBodyBytes
     ).addRoutes(to: router, authenticator: authenticator)
     RewriteController<AppRequestContext>(

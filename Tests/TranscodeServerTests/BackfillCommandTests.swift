@@ -31,7 +31,7 @@ import Testing
                     try await BackfillCommand.parse(
                         arguments + ["--callback-url", "http://127.0.0.1:\(hookPort)/hook"]
                     ).run()
-                    #expect(harness.services.batches.count == 3)
+                    #expect(harness.localBatches.count == 3)
                     // One batch.done per batch, at the callback URL.
                     try await receiver.wait(for: 3)
                     #expect(receiver.deliveries.count == 3)
@@ -55,7 +55,7 @@ import Testing
                     // Again: the saved batches are followed, none submitted.
                     try FileManager.default.removeItem(atPath: file + ".csv")
                     try await BackfillCommand.parse(arguments).run()
-                    #expect(harness.services.batches.count == 3)
+                    #expect(harness.localBatches.count == 3)
                     #expect(try String(contentsOfFile: file + ".csv", encoding: .utf8) == csv)
 
                     // Another cut of the same list does not resume from this state: 65 (data).

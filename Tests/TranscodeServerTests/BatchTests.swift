@@ -131,12 +131,12 @@ import Testing
                     // Marked delivered, so a restart does not send it again.
                     for _ in 0..<50
                     where !FileManager.default.fileExists(
-                        atPath: harness.services.batches.directory + "/\(id)/notified")
+                        atPath: harness.localBatches.directory + "/\(id)/notified")
                     {
                         try await Task.sleep(for: .milliseconds(100))
                     }
                     #expect(
-                        FileManager.default.fileExists(atPath: harness.services.batches.directory + "/\(id)/notified"))
+                        FileManager.default.fileExists(atPath: harness.localBatches.directory + "/\(id)/notified"))
                 }
             }
         }
@@ -247,7 +247,7 @@ import Testing
                 #expect(try await harness.request(.GET, "/v1/batches/\(ids[0])").status == 404)
                 #expect(try await harness.request(.GET, "/v1/batches/\(ids[0])/results").status == 404)
                 #expect(try await harness.request(.DELETE, "/v1/batches/\(ids[0])").status == 404)
-                #expect(!FileManager.default.fileExists(atPath: harness.services.batches.directory + "/\(ids[0])"))
+                #expect(!FileManager.default.fileExists(atPath: harness.localBatches.directory + "/\(ids[0])"))
                 // Kept while within its retention.
                 #expect(try await harness.request(.GET, "/v1/batches/\(ids[1])").status == 200)
             }
@@ -261,8 +261,8 @@ import Testing
                     if status == 200 { try await Task.sleep(for: .milliseconds(100)) }
                 }
                 #expect(status == 404)
-                #expect(!FileManager.default.fileExists(atPath: harness.services.batches.directory + "/\(kept)"))
-                #expect(harness.services.batches.count == 0)
+                #expect(!FileManager.default.fileExists(atPath: harness.localBatches.directory + "/\(kept)"))
+                #expect(harness.localBatches.count == 0)
                 // The conversions stay.
                 #expect(harness.services.cache.objects.indexedKeys.count == 2)
             }

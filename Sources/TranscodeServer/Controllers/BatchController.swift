@@ -3,9 +3,9 @@ import HTTPTypes
 import Hummingbird
 
 /// `POST /v1/batches`, `GET /v1/batches/{id}`, `GET /v1/batches/{id}/results` and `DELETE /v1/batches/{id}`
-/// (bearer token when tokens are configured): backfilling many GIFs (`BatchRunner`).
+/// (bearer token when tokens are configured): backfilling many GIFs (`BatchStore`).
 struct BatchController<Context: RequestContext>: Sendable {
-    let runner: BatchRunner
+    let batches: any BatchStore
     let webhooks: WebhookDispatcher
     let links: PublicLinks
     /// Most URLs in one batch (`batch.maxURLs`).
@@ -23,7 +23,7 @@ struct BatchController<Context: RequestContext>: Sendable {
     /// Deletes a batch now (its status and results; what it converted stays in the cache): 204.
     @Sendable func delete(_ request: Request, context: Context) async throws -> Response {
         let id = try context.parameters.require("id")
-        guard self.runner.delete(id) else { throw ServiceError.notFound("no batch \(id)") }
+        guard try await self.batches.delete(id) else { throw ServiceError.notFound("no batch \(id)") }
         return Response(status: .noContent, headers: [.cacheControl: "no-store"])
     }
 
@@ -58,9 +58,9 @@ struct BatchController<Context: RequestContext>: Sendable {
         }
         _ = try TranscodeController<Context>.background(body.background)
         if let callback = body.callbackURL { _ = try await self.webhooks.validate(callback) }
-        let id = try self.runner.submit(
+        let id = try await self.batches.submit(
             BatchRequest(urls: body.urls, background: body.background, callbackURL: body.callbackURL))
-        guard let status = self.runner.status(id) else { throw ServiceError.internal("the batch vanished") }
+        guard let status = try await self.batches.status(id) else { throw ServiceError.internal("the batch vanished") }
         var response = try TranscodeController<Context>.json(status, status: .accepted)
         response.headers[.location] = self.links.absolute("/v1/batches/\(id)")
         return response
@@ -68,7 +68,7 @@ struct BatchController<Context: RequestContext>: Sendable {
 
     @Sendable func status(_ request: Request, context: Context) async throws -> Response {
         let id = try context.parameters.require("id")
-        guard BatchRunner.isValidID(id), let status = self.runner.status(id) else {
+        guard BatchID.isValid(id), let status = try await self.batches.status(id) else {
             throw ServiceError.notFound("no batch \(id)")
         }
         return try TranscodeController<Context>.json(status)
@@ -80,7 +80,7 @@ struct BatchController<Context: RequestContext>: Sendable {
         let id = try context.parameters.require("id")
         let offset = try Self.number(request, "offset", default: 0, range: 0...Int.max)
         let limit = try Self.number(request, "limit", default: 1000, range: 1...10_000)
-        guard BatchRunner.isValidID(id), let page = self.runner.results(id, offset: offset, limit: limit) else {
+        guard BatchID.isValid(id), let page = try await self.batches.results(id, offset: offset, limit: limit) else {
             throw ServiceError.notFound("no batch \(id)")
         }
         var body: [UInt8] = []

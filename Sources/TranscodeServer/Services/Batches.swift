@@ -38,7 +38,32 @@ struct BatchStatus: Encodable, Sendable {
     let createdAt: String
 }
 
-/// Backfill batches: many URLs converted through the same queue as interactive requests, without starving
+/// Where batches are kept and who runs their items: this node alone (`BatchRunner`, the default) or every node
+/// of a fleet that shares a database (`PostgresBatches`). The batch routes talk to this only.
+protocol BatchStore: Sendable {
+    /// Records a new batch and queues its URLs. - Returns: its id (`BatchID`).
+    func submit(_ request: BatchRequest) async throws -> String
+    /// Its counts; nil for an unknown batch.
+    func status(_ id: String) async throws -> BatchStatus?
+    /// Result lines `offset..<offset+limit` in the order they finished, and how many there are.
+    /// - Returns: nil for an unknown batch.
+    func results(_ id: String, offset: Int, limit: Int) async throws -> (lines: [[UInt8]], total: Int)?
+    /// Deletes a batch now. - Returns: whether there was such a batch.
+    func delete(_ id: String) async throws -> Bool
+}
+
+/// A batch's id: 32 lowercase hex digits, random.
+enum BatchID {
+    static func isValid(_ id: String) -> Bool {
+        id.utf8.count == 32 && id.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+
+    static func random() -> String {
+        HexDigest.encode((0..<16).map { _ in UInt8.random(in: 0...255) })
+    }
+}
+
+/// Backfill batches on this node: many URLs converted through the same queue as interactive requests, without starving
 /// them, and surviving a restart.
 ///
 /// A batch lives in `<cache>/batches/<id>/`: `request.json` (its URLs and options, written once) and
@@ -53,7 +78,7 @@ struct BatchStatus: Encodable, Sendable {
 /// Batch jobs take only idle workers: an item starts only while fewer jobs are admitted than there are
 /// workers, and batches hold at most `workers - 1` of them (one, with a single worker), so an interactive
 /// request always finds a worker or, with one worker, waits for at most one batch item.
-final class BatchRunner: Service, Sendable {
+final class BatchRunner: BatchStore, Service, Sendable {
     let directory: String
     let service: TranscodeService
     let links: PublicLinks
@@ -121,7 +146,7 @@ final class BatchRunner: Service, Sendable {
         self.logger = logger
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var loaded: [(String, Batch)] = []
-        for id in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where Self.isValidID(id) {
+        for id in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where BatchID.isValid(id) {
             guard let data = FileManager.default.contents(atPath: "\(directory)/\(id)/request.json"),
                 let request = try? JSONDecoder().decode(BatchRequest.self, from: data)
             else { continue }
@@ -149,14 +174,9 @@ final class BatchRunner: Service, Sendable {
     /// Batches known (tests read it).
     var count: Int { self.state.withLock { $0.batches.count } }
 
-    /// 32 lowercase hex digits.
-    static func isValidID(_ id: String) -> Bool {
-        id.utf8.count == 32 && id.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
-    }
-
     /// Records a new batch and queues its URLs. - Returns: its id.
     func submit(_ request: BatchRequest) throws -> String {
-        let id = HexDigest.encode((0..<16).map { _ in UInt8.random(in: 0...255) })
+        let id = BatchID.random()
         let folder = "\(self.directory)/\(id)"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let data = try JSONEncoder().encode(request)
@@ -351,7 +371,7 @@ final class BatchRunner: Service, Sendable {
     /// nothing. - Returns: whether there was such a batch.
     @discardableResult
     func delete(_ id: String) -> Bool {
-        guard Self.isValidID(id) else { return false }
+        guard BatchID.isValid(id) else { return false }
         let existed = self.state.withLock { state in
             state.order.removeAll { $0 == id }
             return state.batches.removeValue(forKey: id) != nil

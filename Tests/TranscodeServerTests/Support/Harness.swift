@@ -35,6 +35,9 @@ struct Harness: Sendable {
     let services: AppServices
     let client: HTTPClient
 
+    /// The node's own batches (`batch` on the embedded default).
+    var localBatches: BatchRunner { self.services.batches as! BatchRunner }
+
     func originURL(_ path: String, host: String = "127.0.0.1") -> String { "http://\(host):\(self.originPort)\(path)" }
 
     func request(
