@@ -4,6 +4,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOPosix
+import PostgresNIO
 import ServiceLifecycle
 import Transcoder
 
@@ -85,9 +86,21 @@ func buildApplication(
         downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhooks.firstRetrySeconds,
         maxRetrySeconds: configuration.webhooks.maxRetrySeconds,
         maxConcurrentDeliveries: configuration.webhooks.maxConcurrentDeliveries, logger: logger)
-    let batches = try BatchRunner(
-        directory: cache.root + "/batches", service: transcodes, links: PublicLinks(configuration: configuration),
-        webhooks: webhooks, retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
+    let links = PublicLinks(configuration: configuration)
+    let batches: any BatchStore & Service
+    var queueServices: [any Service] = []
+    if let client = configuration.queue.client.map({
+        PostgresClient(configuration: $0, backgroundLogger: logger)
+    }) {
+        queueServices.append(client)
+        batches = PostgresBatches(
+            client: client, service: transcodes, links: links, webhooks: webhooks, metrics: metrics,
+            configuration: configuration.queue, retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
+    } else {
+        batches = try BatchRunner(
+            directory: cache.root + "/batches", service: transcodes, links: links, webhooks: webhooks,
+            retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
+    }
     let services = AppServices(
         cache: cache, pool: pool, transcodes: transcodes, webhooks: webhooks, batches: batches,
         configuration: configuration)
@@ -113,7 +126,7 @@ func buildApplication(
                     maxAgeSeconds: configuration.http.sourceMaxAgeSeconds)),
         transcodeRoute: MediaHitHandler.TranscodeRoute(
             resolved: services.resolvedBodies, encoded: services.encodedResults, service: transcodes,
-            baseURL: PublicLinks(configuration: configuration).baseURL,
+            baseURL: links.baseURL,
             tokens: BearerAuthenticator<AppRequestContext>(tokens: configuration.authTokens)))
     let connections = ConnectionLimit(
         limit: configuration.http.maxConnections > 0
@@ -126,7 +139,7 @@ func buildApplication(
                 http1: HTTP1Channel(responder: responder, configuration: http1), source: hits, connections: connections)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        services: [pool, webhooks, batches] + (shared.map { [$0] } ?? []),
+        services: [pool, webhooks] + queueServices + [batches] + (shared.map { [$0] } ?? []),
         onServerRunning: onServerRunning,
         logger: logger
     )

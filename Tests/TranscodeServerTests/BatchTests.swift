@@ -41,12 +41,16 @@ import Testing
         return urls
     }
 
-    static func submit(_ harness: Harness, _ urls: [String], callbackURL: String? = nil) async throws -> String {
+    static func submitReply(_ harness: Harness, _ urls: [String], callbackURL: String? = nil) async throws -> Reply {
         var object: [String: Any] = ["urls": urls]
         if let callbackURL { object["callbackURL"] = callbackURL }
-        let reply = try await harness.request(
+        return try await harness.request(
             .POST, "/v1/batches", headers: [("Content-Type", "application/json")],
             body: Array(try JSONSerialization.data(withJSONObject: object)))
+    }
+
+    static func submit(_ harness: Harness, _ urls: [String], callbackURL: String? = nil) async throws -> String {
+        let reply = try await Self.submitReply(harness, urls, callbackURL: callbackURL)
         #expect(reply.status == 202, "\(reply.text)")
         #expect(reply.headers.first(name: "Location")?.hasPrefix("/v1/batches/") == true)
         return try #require(try reply.json()["id"] as? String)

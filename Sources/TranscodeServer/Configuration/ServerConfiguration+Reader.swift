@@ -241,6 +241,7 @@ extension ServerConfiguration {
         root.check("batch.retentionSeconds", self.batchRetentionSeconds > 0, "positive")
         self.rewrite = RewriteConfiguration(root.section("rewrite"))
         self.storage = StorageConfiguration(root.section("storage"), environment: environment)
+        self.queue = QueueConfiguration(root.section("queue"), environment: environment)
 
         // Values that did not parse at all (a word where a number belongs) fell back to their defaults
         // above; the collector saw them.

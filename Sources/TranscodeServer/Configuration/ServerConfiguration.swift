@@ -29,6 +29,9 @@ struct ServerConfiguration: Sendable, Equatable {
     /// `storage.*`: where results are kept beyond the local disk: nothing (one node), or an S3 bucket a fleet
     /// shares (`Services/S3/StorageConfiguration.swift`).
     var storage = StorageConfiguration()
+    /// `queue.*`: batches on this node (`local`), or in a database the fleet shares (`postgres`)
+    /// (`Services/Jobs/QueueConfiguration.swift`).
+    var queue = QueueConfiguration()
     /// Bearer tokens accepted on `POST /transcode` and the purge routes; empty: no authentication.
     /// `auth.tokens`.
     var authTokens: [String] = []
@@ -54,6 +57,7 @@ extension ServerConfiguration {
             "config.file": "\(configFile ?? "none (defaults, environment, flags)")",
             "address": "\(self.host):\(self.port)",
             "storage.kind": "\(self.storage.kind.rawValue)",
+            "queue.kind": "\(self.queue.kind.rawValue)",
             "cache.directory": "\(self.cache.directory)",
             "transcode.workers": "\(self.transcode.workers)",
             "signing": "\(self.signing.keys.isEmpty ? "off" : "on (\(Self.count(self.signing.keys.count, "key")))")",

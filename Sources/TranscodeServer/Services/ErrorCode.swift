@@ -44,6 +44,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
     case shuttingDown = "shutting-down"
     case cacheNotWritable = "cache-not-writable"
     case storageUnavailable = "storage-unavailable"
+    case queueUnavailable = "queue-unavailable"
     case originTimeout = "origin-timeout"
     case insufficientStorage = "insufficient-storage"
     case overloaded
@@ -75,7 +76,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .internal, .encodeFailed, .io: .internalServerError
         case .signingNotConfigured, .webhooksNotConfigured: .notImplemented
         case .originError, .originRefused: .badGateway
-        case .shuttingDown, .cacheNotWritable, .storageUnavailable, .overloaded: .serviceUnavailable
+        case .shuttingDown, .cacheNotWritable, .storageUnavailable, .queueUnavailable, .overloaded: .serviceUnavailable
         case .originTimeout: .gatewayTimeout
         case .insufficientStorage: Self.insufficientStorageStatus
         }
@@ -86,7 +87,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
     var retryAfterSeconds: Int? {
         switch self {
         case .queueFull, .overloaded: 2
-        case .shuttingDown, .storageUnavailable: 5
+        case .shuttingDown, .storageUnavailable, .queueUnavailable: 5
         case .insufficientStorage: 60
         default: nil
         }
@@ -133,6 +134,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .shuttingDown: "the service is draining for shutdown"
         case .cacheNotWritable: "`/readyz`: the cache directory is not writable"
         case .storageUnavailable: "the shared result store (S3) failed or cannot be reached"
+        case .queueUnavailable: "the fleet's job database (`queue.kind: postgres`) cannot be reached: batch routes only"
         case .originTimeout: "the origin did not answer in time"
         case .insufficientStorage: "the disk or quota is full (`/readyz`: free space under `cache.minFreeBytes`)"
         case .overloaded:

@@ -181,6 +181,52 @@ final class ServiceMetrics: Sendable {
         self.snapshot.withLock { $0.webhooks[result, default: 0] += 1 }
     }
 
+    /// One job claimed from the fleet's queue (`queue.kind: postgres`), how long the claim took, and whether its
+    /// previous worker's lease had expired.
+    func queueClaimed(after latency: Duration, reclaimed: Bool) {
+        self.registry.makeDurationHistogram(
+            descriptor: .init(
+                namespace: "transcode", metricName: "queue_claim_duration", unitName: "seconds",
+                helpText: "Time to claim one job from the fleet's queue (one statement)."),
+            labels: [],
+            buckets: [
+                .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
+                .milliseconds(10), .milliseconds(25), .milliseconds(100), .seconds(1),
+            ]
+        ).record(latency)
+        if reclaimed {
+            self.increment(
+                "queue_lease_expiries", "Jobs claimed again because their worker's lease expired (it died or stalled).",
+                labels: [])
+        }
+        self.snapshot.withLock { $0.queue["claimed", default: 0] += 1 }
+    }
+
+    /// One queued job's claim that failed for a passing reason: retried after a backoff, or kept as a dead
+    /// letter when it was the last allowed.
+    func queueRetried(dead: Bool) {
+        self.increment(
+            "queue_retries", "Queued jobs whose claim failed for a passing reason (retried, or a dead letter).",
+            labels: [])
+        if dead {
+            self.increment(
+                "queue_dead_letters", "Queued jobs kept as dead letters after their last attempt.", labels: [])
+        }
+        self.snapshot.withLock { $0.queue[dead ? "dead" : "retried", default: 0] += 1 }
+    }
+
+    /// The fleet queue's jobs by state, as last counted.
+    func queueDepth(_ depth: [(state: String, count: Int)]) {
+        for (state, count) in depth {
+            self.registry.makeGauge(
+                descriptor: .init(
+                    namespace: "transcode", metricName: "queue_jobs", unitName: "",
+                    helpText: "Jobs in the fleet's queue by state (queued, running, done, dead), as last counted."),
+                labels: [("state", state)]
+            ).set(Int64(count))
+        }
+    }
+
     /// One operation on the shared result store (`pull`: an object copied to the local disk; `publish`: a
     /// transcode written to the store).
     func storage(_ operation: String) {

@@ -59,6 +59,8 @@ struct ServiceCounters: Sendable {
     var storage: [String: Int] = [:]
     /// Webhook deliveries by result (`delivered`, `retried`, `failed`, `refused`).
     var webhooks: [String: Int] = [:]
+    /// The fleet queue's claims (`claimed`), retries (`retried`) and dead letters (`dead`).
+    var queue: [String: Int] = [:]
 }
 
 /// Turns requests into cached results: the cache's answer when it has a fresh one (`SourceResolver`),

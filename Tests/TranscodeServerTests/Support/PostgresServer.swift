@@ -57,11 +57,12 @@ final class PostgresServer: @unchecked Sendable {
         try await self.start()
     }
 
-    /// Starts the server (again, after `stop`: the data is kept) and waits until it accepts connections.
+    /// Starts the server (again, after `stop`: the data is kept, and the port when it is still free) and waits
+    /// until it accepts connections.
     func start() async throws {
         let binaries = try Self.binaries()
-        for _ in 0..<3 {
-            self.port = try freePort()
+        for attempt in 0..<3 {
+            if self.port == 0 || attempt > 0 { self.port = try freePort() }
             let (program, arguments) = Self.command(
                 binaries, "postgres",
                 [

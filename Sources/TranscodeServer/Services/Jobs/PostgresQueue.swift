@@ -74,7 +74,39 @@ struct PostgresQueue: Sendable {
             """,
             "CREATE INDEX transcode_jobs_ready ON transcode_jobs (run_after, id) WHERE state = 'queued'",
             "CREATE INDEX transcode_jobs_leases ON transcode_jobs (lease_until) WHERE state = 'running'",
-        ]
+        ],
+        [
+            // How a job ended, for whoever waits on it (batch items): kept when it is done or dead.
+            "ALTER TABLE transcode_jobs ADD COLUMN result jsonb",
+            """
+            CREATE TABLE transcode_batches (
+                id text PRIMARY KEY,
+                request jsonb NOT NULL,
+                total integer NOT NULL,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                notified boolean NOT NULL DEFAULT false
+            )
+            """,
+            // One row per URL of a batch, tied to the job that converts it (none when the URL was refused at
+            // once). Several items may share a job: the same URL in two batches converts once.
+            """
+            CREATE TABLE transcode_batch_items (
+                batch_id text NOT NULL REFERENCES transcode_batches (id) ON DELETE CASCADE,
+                position integer NOT NULL,
+                url text NOT NULL,
+                job_id bigint REFERENCES transcode_jobs (id) ON DELETE SET NULL,
+                result jsonb,
+                finished_seq bigint,
+                PRIMARY KEY (batch_id, position)
+            )
+            """,
+            "CREATE SEQUENCE transcode_batch_finished",
+            "CREATE INDEX transcode_batch_items_waiting ON transcode_batch_items (job_id) WHERE finished_seq IS NULL",
+            """
+            CREATE INDEX transcode_batch_items_finished ON transcode_batch_items (batch_id, finished_seq)
+                WHERE finished_seq IS NOT NULL
+            """,
+        ],
     ]
 
     /// Brings the schema to the latest version, under a transaction-scoped advisory lock.
@@ -110,24 +142,42 @@ struct PostgresQueue: Sendable {
     func enqueue(resultKey: String, spec: String, payload: String, maxAttempts: Int) async throws
         -> (id: Int64, created: Bool)
     {
+        try await self.client.withConnection { connection in
+            try await Self.enqueue(
+                on: connection, resultKey: resultKey, spec: spec, payload: payload, maxAttempts: maxAttempts,
+                logger: self.logger)
+        }
+    }
+
+    /// `enqueue` on `connection`, for a caller's transaction. A live job found is locked `FOR SHARE` until the
+    /// transaction ends: it cannot end (`complete`, `fail`) before what the transaction ties to it is
+    /// committed, and a job that ended first is not found (a new one is added). Callers that enqueue several
+    /// jobs in one transaction take them in one order (by result key and spec), so that two such transactions
+    /// never wait on each other's rows.
+    static func enqueue(
+        on connection: PostgresConnection, resultKey: String, spec: String, payload: String, maxAttempts: Int,
+        logger: Logger
+    ) async throws -> (id: Int64, created: Bool) {
         // A live job may end between the insert that saw it and the select that reads it: then insert again.
         for _ in 0..<3 {
-            for try await id in try await self.client.query(
+            for try await id in try await connection.query(
                 """
                 INSERT INTO transcode_jobs (result_key, spec, payload, max_attempts)
                 VALUES (\(resultKey), \(spec), \(payload)::jsonb, \(maxAttempts))
                 ON CONFLICT (result_key, spec) WHERE state IN ('queued', 'running') DO NOTHING
                 RETURNING id
-                """, logger: self.logger
+                """, logger: logger
             ).decode(Int64.self) {
-                try await self.client.query("SELECT pg_notify(\(Self.channel), '')", logger: self.logger)
+                // Delivered when the transaction commits; several in one transaction are delivered as one.
+                try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger)
                 return (id, true)
             }
-            for try await id in try await self.client.query(
+            for try await id in try await connection.query(
                 """
                 SELECT id FROM transcode_jobs
                 WHERE result_key = \(resultKey) AND spec = \(spec) AND state IN ('queued', 'running')
-                """, logger: self.logger
+                FOR SHARE
+                """, logger: logger
             ).decode(Int64.self) {
                 return (id, false)
             }
@@ -185,27 +235,32 @@ struct PostgresQueue: Sendable {
             """)
     }
 
-    /// Marks job `id` done, when `owner` still holds its lease.
+    /// Marks job `id` done, keeping `result` (JSON) for whoever waits on it, when `owner` still holds its lease.
     /// - Returns: false when it does not (the job was claimed again: its new owner reports).
-    func complete(_ id: Int64, owner: String) async throws -> Bool {
+    func complete(_ id: Int64, owner: String, result: String? = nil) async throws -> Bool {
         try await self.updated(
             """
             UPDATE transcode_jobs
-            SET state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL, updated_at = now()
+            SET state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL,
+                result = \(result)::jsonb, updated_at = now()
             WHERE id = \(id) AND state = 'running' AND lease_owner = \(owner)
             RETURNING id
             """)
     }
 
     /// Records the failure of `owner`'s claim of job `id`: queued again after `retryAfterSeconds`, or a dead
-    /// letter once it has had `maxAttempts` claims; `error` is kept either way.
+    /// letter once it has had `maxAttempts` claims; `error` is kept either way, and `result` (JSON) when it
+    /// is dead.
     /// - Returns: the job's state now; nil when `owner` no longer holds the lease.
-    func fail(_ id: Int64, owner: String, error: String, retryAfterSeconds: Double) async throws -> State? {
+    func fail(
+        _ id: Int64, owner: String, error: String, retryAfterSeconds: Double, result: String? = nil
+    ) async throws -> State? {
         let rows = try await self.client.query(
             """
             UPDATE transcode_jobs
             SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
                 run_after = now() + make_interval(secs => \(retryAfterSeconds)), last_error = \(error),
+                result = CASE WHEN attempts >= max_attempts THEN \(result)::jsonb END,
                 lease_owner = NULL, lease_until = NULL, updated_at = now()
             WHERE id = \(id) AND state = 'running' AND lease_owner = \(owner)
             RETURNING state
@@ -222,6 +277,19 @@ struct PostgresQueue: Sendable {
             guard let state = State(rawValue: state) else { return nil }
             return Row(state: state, attempts: attempts, lastError: lastError)
         }
+        return nil
+    }
+
+    /// Seconds until the next job becomes due (its `run_after`) or a lease expires; nil when neither will
+    /// happen without a new enqueue. An idle worker sleeps this long unless notified first.
+    func secondsToNextDue() async throws -> Double? {
+        let rows = try await self.client.query(
+            """
+            SELECT extract(epoch FROM least(
+                (SELECT min(run_after) FROM transcode_jobs WHERE state = 'queued'),
+                (SELECT min(lease_until) FROM transcode_jobs WHERE state = 'running')) - now())::float8
+            """, logger: self.logger)
+        for try await seconds in rows.decode(Double?.self) { return seconds.map { max(0, $0) } }
         return nil
     }
 

@@ -1,0 +1,547 @@
+import Foundation
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import Synchronization
+import Transcoder
+
+/// How a queued job ended, as the items waiting on it record it (`transcode_jobs.result`).
+struct QueuedJobResult: Codable, Sendable {
+    /// `done`, `kept-gif` or `failed`, as a batch line says.
+    var status: String
+    var key: ObjectKey?
+    var recommendation: String?
+    var error: JobStatus.Failure?
+
+    init(_ outcome: TranscodeOutcome) {
+        self.status = outcome.metadata.recommendation == .keepGIF ? "kept-gif" : "done"
+        self.key = outcome.key
+        self.recommendation = outcome.metadata.recommendation.rawValue
+    }
+
+    init(_ failure: ServiceError) {
+        self.status = "failed"
+        self.error = .init(code: failure.code.rawValue, message: failure.message)
+    }
+
+    var json: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data("{}".utf8), as: UTF8.self) }
+}
+
+/// Batches kept in the fleet's PostgreSQL database (`queue.kind: postgres`): any node answers for any batch,
+/// and every node's idle workers convert its items.
+///
+/// - A batch is a row of `transcode_batches`, each URL a row of `transcode_batch_items` tied to a job of
+///   `transcode_jobs` (`PostgresQueue`): one live job per URL key fleet-wide, so a URL in several batches, or
+///   submitted twice, converts once.
+/// - A worker claims a job only while its node has an idle worker and batch items hold fewer than `workers - 1`
+///   of them, as `BatchRunner` does: interactive requests come first. It runs the job through the same
+///   `TranscodeService` as a request (the single flight, the shared store), renews its lease while it runs, and
+///   records the job's result; the items waiting on the job take it in the same transaction.
+/// - Idle workers wait on `LISTEN transcode_jobs`, woken by each enqueue, or by the time the next backoff or
+///   lease ends; a node whose pool is busy with requests looks again at its own pool every 50 ms.
+/// - The routes give the database `queue.timeoutSeconds`, then answer 503 `queue-unavailable`; interactive
+///   requests never touch it.
+final class PostgresBatches: BatchStore, Service, Sendable {
+    let queue: PostgresQueue
+    let service: TranscodeService
+    let links: PublicLinks
+    let webhooks: WebhookDispatcher
+    let metrics: ServiceMetrics
+    let configuration: QueueConfiguration
+    /// How long a complete batch is kept after it was created (`batch.retentionSeconds`).
+    let retentionSeconds: Double
+    let logger: Logger
+    /// This worker's name on its leases: host, process and a random part (a restarted node is a new owner).
+    let owner: String
+    private let wakeup = Wakeup()
+    private let running = Mutex(0)
+    /// Whether this node has seen the schema at its latest version (the routes may run before the workers'
+    /// startup migrated it).
+    private let migrated = Mutex(false)
+
+    /// The rendition spec of a batch item's job: the one output there is today.
+    static let spec = "mp4"
+
+    init(
+        client: PostgresClient, service: TranscodeService, links: PublicLinks, webhooks: WebhookDispatcher,
+        metrics: ServiceMetrics, configuration: QueueConfiguration, retentionSeconds: Double, logger: Logger
+    ) {
+        self.queue = PostgresQueue(client: client, logger: logger)
+        self.service = service
+        self.links = links
+        self.webhooks = webhooks
+        self.metrics = metrics
+        self.configuration = configuration
+        self.retentionSeconds = retentionSeconds
+        self.logger = logger
+        self.owner = "\(ProcessInfo.processInfo.hostName):\(getpid()):\(BatchID.random().prefix(8))"
+    }
+
+    // MARK: The routes
+
+    func submit(_ request: BatchRequest) async throws -> String {
+        let id = BatchID.random()
+        let background = request.background.flatMap(RGBColor.init(hex:))
+        let options = self.service.options(background: background)
+        var jobs: [String: TranscodeJob] = [:]
+        var positions: [Int] = []
+        var keys: [String] = []
+        var failures: [String] = []
+        for (position, text) in request.urls.enumerated() {
+            positions.append(position)
+            do {
+                let url = try Downloader.validate(text)
+                let key = SourceKeys(url: url, options: options).urlKey.rawValue
+                jobs[key] = TranscodeJob(id: key, source: .url(text), options: options)
+                keys.append(key)
+                failures.append("")
+            } catch {
+                keys.append("")
+                failures.append(QueuedJobResult(ServiceError.from(error)).json)
+            }
+        }
+        let requestJSON = String(decoding: try JSONEncoder().encode(request), as: UTF8.self)
+        let (allJobs, itemKeys, itemPositions, itemFailures) = (jobs, keys, positions, failures)
+        let maxAttempts = self.configuration.maxAttempts
+        let logger = self.logger
+        try await self.withDatabase {
+            try await self.queue.client.withTransaction(logger: logger) { connection in
+                try await connection.query(
+                    """
+                    INSERT INTO transcode_batches (id, request, total)
+                    VALUES (\(id), \(requestJSON)::jsonb, \(request.urls.count))
+                    """, logger: logger)
+                var jobIDs: [String: Int64] = [:]
+                // In key order: two batches submitted at once lock shared jobs in the same order.
+                for key in allJobs.keys.sorted() {
+                    let payload = String(decoding: try JSONEncoder().encode(allJobs[key]), as: UTF8.self)
+                    jobIDs[key] =
+                        try await PostgresQueue.enqueue(
+                            on: connection, resultKey: key, spec: Self.spec, payload: payload, maxAttempts: maxAttempts,
+                            logger: logger
+                        ).id
+                }
+                let items = itemKeys.map { jobIDs[$0] ?? 0 }
+                try await connection.query(
+                    """
+                    INSERT INTO transcode_batch_items (batch_id, position, url, job_id, result, finished_seq)
+                    SELECT \(id), item.position, item.url, nullif(item.job_id, 0), nullif(item.result, '')::jsonb,
+                        CASE WHEN item.result = '' THEN NULL ELSE nextval('transcode_batch_finished') END
+                    FROM unnest(\(itemPositions)::integer[], \(request.urls)::text[], \(items)::bigint[],
+                        \(itemFailures)::text[]) AS item (position, url, job_id, result)
+                    """, logger: logger)
+            }
+        }
+        // A batch of refused URLs only is complete already.
+        if jobs.isEmpty { try? await self.notifyCompleted([id]) }
+        return id
+    }
+
+    func status(_ id: String) async throws -> BatchStatus? {
+        try await self.withDatabase {
+            let rows = try await self.queue.client.query(
+                """
+                SELECT batch.total, (batch.request ->> 'createdAt')::float8,
+                    count(item.finished_seq),
+                    count(*) FILTER (WHERE item.result ->> 'status' = 'done'),
+                    count(*) FILTER (WHERE item.result ->> 'status' = 'failed'),
+                    count(*) FILTER (WHERE item.result ->> 'status' = 'kept-gif')
+                FROM transcode_batches AS batch
+                LEFT JOIN transcode_batch_items AS item
+                    ON item.batch_id = batch.id AND item.finished_seq IS NOT NULL
+                WHERE batch.id = \(id)
+                GROUP BY batch.id
+                """, logger: self.logger)
+            for try await (total, createdAt, finished, done, failed, keptGif) in rows.decode(
+                (Int, Double, Int, Int, Int, Int).self)
+            {
+                return BatchStatus(
+                    id: id, total: total, pending: total - finished, done: done, failed: failed, keptGif: keptGif,
+                    complete: finished == total,
+                    createdAt: ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: createdAt)))
+            }
+            return nil
+        }
+    }
+
+    func results(_ id: String, offset: Int, limit: Int) async throws -> (lines: [[UInt8]], total: Int)? {
+        try await self.withDatabase {
+            var found: (total: Int, background: String?)?
+            for try await row in try await self.queue.client.query(
+                """
+                SELECT (SELECT count(*) FROM transcode_batch_items
+                        WHERE batch_id = \(id) AND finished_seq IS NOT NULL),
+                    request ->> 'background'
+                FROM transcode_batches WHERE id = \(id)
+                """, logger: self.logger
+            ).decode((Int, String?).self) {
+                found = row
+            }
+            guard let found else { return nil }
+            let background = found.background.flatMap(RGBColor.init(hex:))
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            var lines: [[UInt8]] = []
+            for try await (position, url, result) in try await self.queue.client.query(
+                """
+                SELECT position, url, result::text FROM transcode_batch_items
+                WHERE batch_id = \(id) AND finished_seq IS NOT NULL
+                ORDER BY finished_seq OFFSET \(offset) LIMIT \(limit)
+                """, logger: self.logger
+            ).decode((Int, String, String).self) {
+                let ended = try JSONDecoder().decode(QueuedJobResult.self, from: Data(result.utf8))
+                var line = BatchResult(index: position, url: url, status: ended.status)
+                line.error = ended.error
+                if let key = ended.key {
+                    let signed = self.links.signed(sourceURL: url, background: background)
+                    line.key = key
+                    line.mp4 = signed?[ObjectFiles.video.name] ?? self.links.absolute(key.mediaPath(ObjectFiles.video))
+                    line.poster = signed?["poster"] ?? self.links.absolute(key.mediaPath(ObjectFiles.poster))
+                    line.recommendation = ended.recommendation
+                }
+                lines.append(Array(try encoder.encode(line)))
+            }
+            return (lines, found.total)
+        }
+    }
+
+    func delete(_ id: String) async throws -> Bool {
+        let logger = self.logger
+        return try await self.withDatabase {
+            try await self.queue.client.withTransaction(logger: logger) { connection in
+                var existed = false
+                for try await _ in try await connection.query(
+                    "DELETE FROM transcode_batches WHERE id = \(id) RETURNING id", logger: logger
+                ).decode(String.self) {
+                    existed = true
+                }
+                // Its jobs not yet started that nothing else waits for are not run.
+                try await connection.query(
+                    """
+                    DELETE FROM transcode_jobs AS job WHERE job.state = 'queued'
+                        AND NOT EXISTS (SELECT 1 FROM transcode_batch_items WHERE job_id = job.id)
+                    """, logger: logger)
+                return existed
+            }
+        }
+    }
+
+    /// Runs `body` against the database within `queue.timeoutSeconds`.
+    /// - Throws: 503 `queue-unavailable` when the database does not answer in time or fails.
+    private func withDatabase<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        let task = Task {
+            try await self.migrate()
+            return try await body()
+        }
+        guard let result = await InProcessJobs.wait(for: task, upTo: self.configuration.timeoutSeconds) else {
+            task.cancel()
+            throw ServiceError(
+                .queueUnavailable,
+                "the job database did not answer within \(self.configuration.timeoutSeconds) s; try again")
+        }
+        do {
+            return try result.get()
+        } catch let error as ServiceError {
+            throw error
+        } catch {
+            self.logger.error("the job database failed", metadata: ["error": "\(String(reflecting: error))"])
+            throw ServiceError(.queueUnavailable, "the job database cannot be reached; try again")
+        }
+    }
+
+    // MARK: The workers
+
+    func run() async throws {
+        // The schema first, however long the database takes to come up.
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            do {
+                try await self.migrate()
+                break
+            } catch {
+                self.logger.warning(
+                    "the job database cannot be reached; batches wait for it",
+                    metadata: ["error": "\(String(reflecting: error))"])
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+        let listener = Task { await self.listen() }
+        defer { listener.cancel() }
+        // An idle wait ends at shutdown, not when its timer does.
+        await withGracefulShutdownHandler {
+            await withTaskCancellationHandler {
+                await self.work()
+            } onCancel: {
+                self.wakeup.signal()
+            }
+        } onGracefulShutdown: {
+            self.wakeup.signal()
+        }
+    }
+
+    /// Claims and runs jobs while this node has room, until shutdown.
+    private func work() async {
+        var swept = ContinuousClock.now - .seconds(3600)
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled, !Task.isShuttingDownGracefully, self.service.pool.isAccepting {
+                if ContinuousClock.now - swept > .seconds(30) {
+                    await self.sweep()
+                    swept = ContinuousClock.now
+                }
+                guard self.hasRoom else {
+                    // Busy with requests or with its share of items: a finishing item wakes it; the pool is
+                    // looked at again soon (in memory).
+                    await self.wakeup.wait(upTo: 0.05)
+                    continue
+                }
+                do {
+                    let started = ContinuousClock.now
+                    if let claimed = try await self.queue.claim(
+                        owner: self.owner, leaseSeconds: self.configuration.leaseSeconds)
+                    {
+                        self.metrics.queueClaimed(after: ContinuousClock.now - started, reclaimed: claimed.reclaimed)
+                        self.running.withLock { $0 += 1 }
+                        group.addTask {
+                            await self.perform(claimed)
+                            self.running.withLock { $0 -= 1 }
+                            self.wakeup.signal()
+                        }
+                        // Let the item reach the pool before its load is read again.
+                        try? await Task.sleep(for: .milliseconds(5))
+                        continue
+                    }
+                    let due = try await self.queue.secondsToNextDue()
+                    await self.wakeup.wait(upTo: min(30, max(0.01, due ?? 30)))
+                } catch {
+                    self.logger.warning(
+                        "cannot claim a job: the job database failed",
+                        metadata: ["error": "\(String(reflecting: error))"])
+                    await self.wakeup.wait(upTo: 1)
+                }
+            }
+        }
+    }
+
+    /// Brings the schema up to date once per process (a no-op under the lock when another node did).
+    private func migrate() async throws {
+        guard !self.migrated.withLock({ $0 }) else { return }
+        let applied = try await self.queue.migrate()
+        if !applied.isEmpty { self.logger.info("job database migrated", metadata: ["versions": "\(applied)"]) }
+        self.migrated.withLock { $0 = true }
+    }
+
+    /// Whether an item may start: an idle worker, and batch items under their share (`BatchRunner`'s rule).
+    private var hasRoom: Bool {
+        let pool = self.service.pool
+        guard pool.load < pool.workers else { return false }
+        return self.running.withLock { $0 < max(1, pool.workers - 1) }
+    }
+
+    /// Wakes the worker loop on every enqueue anywhere in the fleet, listening again after the database comes
+    /// back.
+    private func listen() async {
+        while !Task.isCancelled {
+            do {
+                try await self.queue.client.withConnection { connection in
+                    try await connection.listen(on: PostgresQueue.channel) { notifications in
+                        // Listening from now: look once for what was enqueued before.
+                        self.wakeup.signal()
+                        for try await _ in notifications { self.wakeup.signal() }
+                    }
+                }
+            } catch {
+                if !Task.isCancelled {
+                    self.logger.debug("listening for jobs failed", metadata: ["error": "\(error)"])
+                }
+            }
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    /// Runs one claimed job under its lease and records how it ended.
+    private func perform(_ claimed: PostgresQueue.Claimed) async {
+        let lease = self.configuration.leaseSeconds
+        let heartbeat = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(Int64(lease * 1000 / 3)))
+                guard !Task.isCancelled else { return }
+                if (try? await self.queue.heartbeat(claimed.id, owner: self.owner, leaseSeconds: lease)) == false {
+                    self.logger.warning("a job's lease was lost", metadata: ["job.id": "\(claimed.id)"])
+                    return
+                }
+            }
+        }
+        defer { heartbeat.cancel() }
+        let result: QueuedJobResult
+        do {
+            let job = try JSONDecoder().decode(TranscodeJob.self, from: Data(claimed.payload.utf8))
+            guard case .url(let text) = job.source else {
+                throw ServiceError.internal("a queued job names no URL")
+            }
+            let url = try Downloader.validate(text)
+            let ended = JobSubscription()
+            _ = try? await self.service.transcode(
+                url: url, options: job.options, keys: SourceKeys(url: url, options: job.options), subscriber: ended)
+            switch await ended.end() {
+            case .done(let outcome): result = QueuedJobResult(outcome)
+            case .failed(let failure): throw failure
+            }
+        } catch {
+            let failure = ServiceError.from(error)
+            // Not the URL's failure (shutting down, the shared store down, the pool full): tried again later,
+            // here or on another node.
+            if [.shuttingDown, .storageUnavailable, .queueFull, .overloaded].contains(failure.code) || Task.isCancelled
+            {
+                let backoff = failure.code == .shuttingDown ? 0 : min(60, pow(2, Double(claimed.attempt)))
+                do {
+                    let state = try await self.queue.fail(
+                        claimed.id, owner: self.owner, error: "\(failure.code): \(failure.message)",
+                        retryAfterSeconds: backoff, result: QueuedJobResult(failure).json)
+                    self.metrics.queueRetried(dead: state == .dead)
+                    if state == .dead { await self.finishItems(of: claimed.id) }
+                } catch {
+                    self.logger.warning(
+                        "cannot record a job's failure; its lease will expire", metadata: ["job.id": "\(claimed.id)"])
+                }
+                return
+            }
+            result = QueuedJobResult(failure)
+        }
+        do {
+            guard try await self.queue.complete(claimed.id, owner: self.owner, result: result.json) else { return }
+            await self.finishItems(of: claimed.id)
+        } catch {
+            self.logger.warning(
+                "cannot record a job's end; its lease will expire and it runs again",
+                metadata: ["job.id": "\(claimed.id)", "error": "\(String(reflecting: error))"])
+        }
+    }
+
+    /// Gives the items waiting on job `id` (or on any job that ended, when nil) the job's result, then
+    /// announces the batches that became complete.
+    private func finishItems(of id: Int64?) async {
+        do {
+            var batches: [String] = []
+            for try await batch in try await self.queue.client.query(
+                """
+                WITH finished AS (
+                    UPDATE transcode_batch_items AS item
+                    SET result = coalesce(job.result, jsonb_build_object('status', 'failed', 'error',
+                            jsonb_build_object('code', 'internal', 'message', coalesce(job.last_error, 'failed')))),
+                        finished_seq = nextval('transcode_batch_finished')
+                    FROM transcode_jobs AS job
+                    WHERE item.job_id = job.id AND item.finished_seq IS NULL AND job.state IN ('done', 'dead')
+                        AND (\(id)::bigint IS NULL OR job.id = \(id))
+                    RETURNING item.batch_id
+                )
+                SELECT DISTINCT batch_id FROM finished
+                """, logger: self.logger
+            ).decode(String.self) {
+                batches.append(batch)
+            }
+            if !batches.isEmpty { try await self.notifyCompleted(batches) }
+        } catch {
+            self.logger.warning(
+                "cannot record batch items; the sweep will", metadata: ["error": "\(String(reflecting: error))"])
+        }
+    }
+
+    /// Marks those of `batches` that are complete as announced, and queues their `batch.done` webhooks: one
+    /// node does, whichever marks it.
+    private func notifyCompleted(_ batches: [String]) async throws {
+        var announced: [String] = []
+        for try await id in try await self.queue.client.query(
+            """
+            UPDATE transcode_batches AS batch SET notified = true
+            WHERE batch.id = ANY(\(batches)::text[]) AND NOT batch.notified
+                AND NOT EXISTS (SELECT 1 FROM transcode_batch_items
+                                WHERE batch_id = batch.id AND finished_seq IS NULL)
+            RETURNING batch.id
+            """, logger: self.logger
+        ).decode(String.self) {
+            announced.append(id)
+        }
+        for id in announced {
+            guard let status = try await self.status(id) else { continue }
+            var callback: String?
+            for try await url in try await self.queue.client.query(
+                "SELECT request ->> 'callbackURL' FROM transcode_batches WHERE id = \(id)", logger: self.logger
+            ).decode(String?.self) {
+                callback = url
+            }
+            guard let callback, let url = URL(string: callback) else { continue }
+            self.webhooks.enqueue(
+                WebhookDelivery(url: url, onEnd: {}) {
+                    let data = (try? JSONEncoder().encode(status)).map { [UInt8]($0) } ?? Array("{}".utf8)
+                    return ("batch.done", data)
+                })
+        }
+    }
+
+    /// What no single worker's end records: items of jobs that died with a lost lease, batches past their
+    /// retention, and ended jobs nothing waits for.
+    private func sweep() async {
+        await self.finishItems(of: nil)
+        do {
+            let cutoff = Date().timeIntervalSince1970 - self.retentionSeconds
+            try await self.queue.client.query(
+                """
+                DELETE FROM transcode_batches AS batch
+                WHERE (batch.request ->> 'createdAt')::float8 < \(cutoff)
+                    AND NOT EXISTS (SELECT 1 FROM transcode_batch_items
+                                    WHERE batch_id = batch.id AND finished_seq IS NULL)
+                """, logger: self.logger)
+            try await self.queue.client.query(
+                """
+                DELETE FROM transcode_jobs AS job
+                WHERE job.state IN ('done', 'dead') AND job.updated_at < now() - make_interval(secs => 3600)
+                    AND NOT EXISTS (SELECT 1 FROM transcode_batch_items WHERE job_id = job.id)
+                """, logger: self.logger)
+            let depth = try await self.queue.depth()
+            self.metrics.queueDepth(depth.map { ($0.key.rawValue, $0.value) })
+        } catch {
+            self.logger.debug("the queue's sweep failed", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// Wakes one waiting loop: a signal given while nobody waits is kept for the next wait.
+final class Wakeup: Sendable {
+    private struct State {
+        var signalled = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    func signal() {
+        let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter else {
+                state.signalled = true
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns on a signal, or after `seconds`.
+    func wait(upTo seconds: Double) async {
+        let timer = Task {
+            guard (try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))) != nil else { return }
+            self.signal()
+        }
+        defer { timer.cancel() }
+        await withCheckedContinuation { continuation in
+            let now = self.state.withLock { state -> Bool in
+                if state.signalled {
+                    state.signalled = false
+                    return true
+                }
+                state.waiter = continuation
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+import Foundation
+import Hummingbird
+import TestSupport
+import Testing
+
+@testable import TranscodeServer
+
+/// Batches in PostgreSQL (`queue.kind: postgres`), against a server each test starts: nodes that share the
+/// database share the work and answer for each other's batches, an expired lease is claimed again, the
+/// database going away costs batches a wait (503 `queue-unavailable`) and interactive requests nothing, and a
+/// restart loses no item.
+@Suite(.serialized, .tags(.system), .timeLimit(.minutes(10))) struct PostgresBatchTests {
+    static func configure(_ server: PostgresServer, workers: Int = 2) -> (inout ServerConfiguration) -> Void {
+        let port = server.port
+        return {
+            $0.queue.kind = .postgres
+            $0.queue.url = URL(string: "postgres://\(PostgresServer.user)@127.0.0.1:\(port)/postgres")
+            $0.queue.leaseSeconds = 3
+            $0.queue.timeoutSeconds = 2
+            $0.transcode.workers = workers
+            $0.signing.keys = [RewriteTests.key]
+            $0.signing.salts = [RewriteTests.salt]
+        }
+    }
+
+    /// `count` corpus GIFs of `harness`'s origin, each listed twice, and two URLs that fail.
+    static func urls(_ harness: Harness, count: Int) -> [String] {
+        Self.urls(count: count) { harness.originURL($0) }
+    }
+
+    static func urls(count: Int, origin: (String) -> String) -> [String] {
+        let gifs = BatchTests.gifs.prefix(count).map { origin("/corpus/\($0)") }
+        return gifs + gifs + [origin("/corpus/no-such-0.gif"), origin("/corpus/no-such-1.gif")]
+    }
+
+    /// Every URL accounted for once, answered by `harness`.
+    static func expectAccounted(_ harness: Harness, _ id: String, _ urls: [String]) async throws {
+        let status = try await BatchTests.wait(harness, id) { $0["complete"] as? Bool == true }
+        #expect(status["total"] as? Int == urls.count)
+        #expect(status["failed"] as? Int == 2, "\(status)")
+        let lines = try await BatchTests.results(harness, id, limit: 25)
+        #expect(lines.count == urls.count)
+        #expect(lines.compactMap { $0["index"] as? Int }.sorted() == Array(0..<urls.count))
+        for line in lines {
+            let index = try #require(line["index"] as? Int)
+            #expect(line["url"] as? String == urls[index])
+            if urls[index].contains("no-such") {
+                #expect((line["error"] as? [String: Any])?["code"] as? String == "origin-not-found")
+            } else {
+                #expect(["done", "kept-gif"].contains(line["status"] as? String), "\(line)")
+                #expect((line["mp4"] as? String)?.hasPrefix("/v1/") == true)
+            }
+        }
+    }
+
+    @Test func twoNodesShareABatchAndEachURLConvertsOnce() async throws {
+        try await withPostgres { server, _ in
+            try await withTemporaryDirectory { directory in
+                let shared = CopyingDiskStore(try DiskCache(root: directory + "/shared", maxBytes: 1 << 30))
+                try await withHarness(sharedStore: shared, configure: Self.configure(server)) { a in
+                    try await withHarness(sharedStore: shared, configure: Self.configure(server)) { b in
+                        let urls = Self.urls(a, count: 24)
+                        let id = try await BatchTests.submit(a, urls)
+                        // Node b answers for a batch a took, and both convert its items.
+                        try await Self.expectAccounted(b, id, urls)
+                        let converted = [a, b].map { $0.services.transcodes.counters.transcodes }
+                        #expect(converted.reduce(0, +) == 24, "\(converted)")
+                        #expect(converted.allSatisfy { $0 > 0 }, "\(converted)")
+                        // The same URLs in a second batch: answered from the shared store, nothing converted.
+                        let again = try await BatchTests.submit(b, urls)
+                        try await Self.expectAccounted(a, again, urls)
+                        #expect([a, b].map { $0.services.transcodes.counters.transcodes }.reduce(0, +) == 24)
+                        // Deleted on one node, gone on the other.
+                        let deleted = try await a.request(.DELETE, "/v1/batches/\(id)")
+                        #expect(deleted.status == 204)
+                        #expect(try await b.request(.GET, "/v1/batches/\(id)").status == 404)
+                        #expect(try await b.request(.GET, "/v1/batches/\(id)/results").status == 404)
+                    }
+                }
+            }
+        }
+    }
+
+    /// A worker that claimed an item and vanished: its lease expires, a live node claims the item again,
+    /// converts it once, and counts the expiry.
+    @Test func anExpiredLeaseIsClaimedAgain() async throws {
+        try await withPostgres { server, client in
+            try await withHarness(configure: Self.configure(server, workers: 1)) { harness in
+                // The node's only worker is busy with a request: it leaves batch items alone meanwhile.
+                let slow = try await harness.startSlowJob()
+                let url = harness.originURL("/corpus/\(BatchTests.gifs[0])")
+                let id = try await BatchTests.submit(harness, [url])
+                let queue = PostgresQueue(client: client, logger: harness.services.transcodes.logger)
+                let stolen = try await queue.claim(owner: "vanished-node", leaseSeconds: 1)
+                #expect(stolen != nil)
+                #expect(try await slow.value.status == 200)
+                let status = try await BatchTests.wait(harness, id) { $0["complete"] as? Bool == true }
+                #expect((status["done"] as? Int ?? 0) + (status["keptGif"] as? Int ?? 0) == 1, "\(status)")
+                #expect(harness.services.transcodes.counters.queue["claimed"] == 1)
+                let metrics = try await harness.request(.GET, "/metrics").text
+                #expect(metrics.contains("transcode_queue_lease_expiries_total 1"), "\(metrics.prefix(200))")
+                let stolenID = try #require(stolen).id
+                let row = try #require(try await queue.row(stolenID))
+                #expect(row.state == .done)
+                #expect(row.attempts == 2)
+            }
+        }
+    }
+
+    /// The database stopped mid-batch: batch routes answer 503 `queue-unavailable`, `POST /transcode` works,
+    /// and once the database is back the batch completes with every URL once.
+    @Test func theDatabaseGoingAwayLosesNothing() async throws {
+        try await withPostgres { server, _ in
+            try await withHarness(configure: Self.configure(server)) { harness in
+                let urls = Self.urls(harness, count: 12)
+                let id = try await BatchTests.submit(harness, urls)
+                _ = try await BatchTests.wait(harness, id) { ($0["pending"] as? Int ?? 0) < urls.count - 4 }
+                server.stop()
+                let refused = try await harness.request(.GET, "/v1/batches/\(id)")
+                #expect(refused.status == 503)
+                #expect(refused.errorCode == "queue-unavailable")
+                #expect(refused.headers.first(name: "Retry-After") == "5")
+                let posted = try await BatchTests.submitReply(harness, [urls[0]])
+                #expect(posted.status == 503)
+                let interactive = try await harness.transcode(url: harness.originURL("/corpus/\(BatchTests.gifs[40])"))
+                #expect(interactive.status == 200, "\(interactive.text)")
+                try await Task.sleep(for: .seconds(2))
+                try await server.start()
+                try await Self.expectAccounted(harness, id, urls)
+            }
+        }
+    }
+
+    /// Every node stopped mid-batch, and another started: the batch completes, every URL once.
+    @Test func aBatchSurvivesItsNodesRestarting() async throws {
+        try await withPostgres { server, _ in
+            try await BatchTests().withOrigin { port in
+                let urls = Self.urls(count: 20) { "http://127.0.0.1:\(port)\($0)" }
+                let batch = ResultBox()
+                try await withHarness(configure: Self.configure(server)) { harness in
+                    let id = try await BatchTests.submit(harness, urls)
+                    batch.set(id)
+                    _ = try await BatchTests.wait(harness, id) { ($0["pending"] as? Int ?? 0) < urls.count - 6 }
+                }
+                try await withHarness(configure: Self.configure(server)) { harness in
+                    try await Self.expectAccounted(harness, try #require(batch.value), urls)
+                }
+            }
+        }
+    }
+}
