@@ -12,6 +12,7 @@ struct TranscodeServerCommand: AsyncParsableCommand {
         version: TranscodeServerCommand.version,
         subcommands: [
             ServeCommand.self, ConvertCommand.self, CacheCommand.self, SignCommand.self, BackfillCommand.self,
+            QueueCommand.self,
         ],
         defaultSubcommand: ServeCommand.self
     )

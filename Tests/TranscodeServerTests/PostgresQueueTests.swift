@@ -163,4 +163,22 @@ import Testing
             }
         }
     }
+
+    /// `transcode-server queue bench`'s measurement: every job enqueued is claimed and completed once, and the
+    /// bench's rows are gone afterwards. (Its speed is measured by scripts/bench-queue, not here.)
+    @Test func theQueueBenchDrainsEveryJobOnce() async throws {
+        try await withPostgres { _, client in
+            let queue = try await Self.migrated(client)
+            let report = try await QueueCommand.Bench.measure(queue: queue, jobs: 300, workers: 4, connections: 20)
+            #expect(report.jobs == 300)
+            #expect(report.claimP50Milliseconds <= report.claimP99Milliseconds)
+            #expect(try await queue.depth().values.reduce(0, +) == 0)
+            // Live jobs that are not its own: refused, nothing claimed.
+            let live = try await queue.enqueue(resultKey: "real", spec: "mp4", payload: "{}", maxAttempts: 1)
+            await #expect(throws: (any Error).self) {
+                _ = try await QueueCommand.Bench.measure(queue: queue, jobs: 10, workers: 1, connections: 20)
+            }
+            #expect(try await queue.row(live.id)?.state == .queued)
+        }
+    }
 }

@@ -296,7 +296,7 @@ final class PostgresBatches: BatchStore, Service, Sendable {
                 do {
                     let started = ContinuousClock.now
                     if let claimed = try await self.queue.claim(
-                        owner: self.owner, leaseSeconds: self.configuration.leaseSeconds)
+                        owner: self.owner, leaseSeconds: self.configuration.leaseSeconds, spec: Self.spec)
                     {
                         self.metrics.queueClaimed(after: ContinuousClock.now - started, reclaimed: claimed.reclaimed)
                         self.running.withLock { $0 += 1 }
