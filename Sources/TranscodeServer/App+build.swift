@@ -93,9 +93,12 @@ func buildApplication(
         PostgresClient(configuration: $0, backgroundLogger: logger)
     }) {
         queueServices.append(client)
-        batches = PostgresBatches(
+        let fleetBatches = PostgresBatches(
             client: client, service: transcodes, links: links, webhooks: webhooks, metrics: metrics,
             configuration: configuration.queue, retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
+        // Webhooks survive restarts: kept in the database once their event is known, delivered by any node.
+        webhooks.keep(in: fleetBatches)
+        batches = fleetBatches
     } else {
         batches = try BatchRunner(
             directory: cache.root + "/batches", service: transcodes, links: links, webhooks: webhooks,

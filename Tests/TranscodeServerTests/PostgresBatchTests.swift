@@ -148,4 +148,41 @@ import Testing
             }
         }
     }
+
+    /// A `batch.done` webhook whose first attempt failed is still pending when its node stops: the next node
+    /// delivers it, with the same `webhook-id`, once.
+    @Test func aPendingWebhookIsDeliveredAfterARestart() async throws {
+        let receiver = WebhookReceiver(failures: 1)
+        try await withPostgres { server, _ in
+            try await BatchTests().withReceiver(receiver) { hookPort in
+                try await BatchTests().withOrigin { port in
+                    let configure: (inout ServerConfiguration) -> Void = {
+                        Self.configure(server)(&$0)
+                        $0.webhooks.secrets = [WebhookTests.secret]
+                        $0.webhooks.firstRetrySeconds = 4
+                    }
+                    let url = "http://127.0.0.1:\(port)/corpus/\(BatchTests.gifs[1])"
+                    try await withHarness(configure: configure) { harness in
+                        _ = try await BatchTests.submit(
+                            harness, [url], callbackURL: "http://127.0.0.1:\(hookPort)/hook")
+                        try await receiver.wait(for: 1)
+                    }
+                    #expect(receiver.deliveries.count == 1)
+                    try await withHarness(configure: configure) { harness in
+                        try await receiver.wait(for: 2)
+                        // Delivered: not sent again.
+                        try await Task.sleep(for: .seconds(2))
+                        #expect(harness.services.transcodes.counters.webhooks["delivered"] == 1)
+                    }
+                    let deliveries = receiver.deliveries
+                    #expect(deliveries.count == 2)
+                    let ids = deliveries.map { $0.headers["webhook-id"] }
+                    #expect(ids.first != nil && ids.first == ids.last, "\(ids)")
+                    let last = try #require(deliveries.last)
+                    let event = try #require(try JSONSerialization.jsonObject(with: Data(last.body)) as? [String: Any])
+                    #expect(event["type"] as? String == "batch.done")
+                }
+            }
+        }
+    }
 }

@@ -65,12 +65,38 @@ final class WebhookDelivery: Sendable {
     }
 }
 
+/// A webhook whose event is known, as a durable outbox keeps it: where, its `webhook-id` (the same on every
+/// attempt), the event, and when it was first due (retries stop `webhooks.maxRetrySeconds` after).
+struct WebhookMessage: Codable, Sendable {
+    let url: String
+    let id: String
+    let type: String
+    /// The event's `data`, JSON.
+    let data: String
+    let createdAt: Double
+}
+
+/// Where resolved webhooks are kept until delivered, across restarts (`PostgresBatches` with `queue.kind:
+/// postgres`). Without one, deliveries live in memory.
+protocol WebhookOutbox: Sendable {
+    /// Keeps `message` for delivery. - Throws: when it cannot (the dispatcher then delivers from memory).
+    func keep(_ message: WebhookMessage) async throws
+}
+
+/// How one attempt at a delivery ended.
+enum WebhookAttempt: Sendable {
+    case delivered
+    case refused(String)
+    case failed(String)
+}
+
 /// Delivers webhooks in the Standard Webhooks format: a JSON body `{"type", "timestamp", "data"}` POSTed with
 /// `webhook-id` (the same on every retry), `webhook-timestamp` and `webhook-signature`. A delivery that fails
 /// (no answer, or not 2xx) is retried with exponential backoff (`firstRetrySeconds`, doubling, at most 5
 /// minutes apart) until `maxRetrySeconds` have passed. Every attempt first checks the destination with the
-/// downloads' SSRF policy, and connects to the address it checked. Deliveries live in memory: a restart loses
-/// the ones not yet made.
+/// downloads' SSRF policy, and connects to the address it checked. Deliveries live in memory (a restart loses
+/// the ones not yet made) unless an outbox keeps them (`keep(in:)`): then each one is handed to it once its event
+/// is known, and the outbox's workers make the attempts (`attempt(_:)`).
 final class WebhookDispatcher: Service, Sendable {
     let signer: WebhookSigner
     let downloader: Downloader
@@ -81,6 +107,7 @@ final class WebhookDispatcher: Service, Sendable {
     /// Attempts under way at once (`webhooks.maxConcurrentDeliveries`): each holds a socket, and a receiver that
     /// hangs must not take every descriptor the process has. Deliveries waiting for their event hold none.
     let sending: AsyncLimit
+    private let outbox = Mutex<(any WebhookOutbox)?>(nil)
     private let stream: AsyncStream<WebhookDelivery>
     private let continuation: AsyncStream<WebhookDelivery>.Continuation
 
@@ -110,6 +137,11 @@ final class WebhookDispatcher: Service, Sendable {
         return url
     }
 
+    /// Hands every delivery whose event is known to `outbox` from now on.
+    func keep(in outbox: any WebhookOutbox) {
+        self.outbox.withLock { $0 = outbox }
+    }
+
     /// Queues a delivery; it is made once its event is known.
     func enqueue(_ delivery: WebhookDelivery) {
         self.continuation.yield(delivery)
@@ -133,6 +165,19 @@ final class WebhookDispatcher: Service, Sendable {
         defer { delivery.onEnd() }
         guard let (type, data) = await delivery.resolve() else { return }
         let id = "msg_" + UUID().uuidString.lowercased()
+        if let outbox = self.outbox.withLock({ $0 }) {
+            let message = WebhookMessage(
+                url: delivery.url.absoluteString, id: id, type: type, data: String(decoding: data, as: UTF8.self),
+                createdAt: Date().timeIntervalSince1970)
+            do {
+                try await outbox.keep(message)
+                return
+            } catch {
+                self.logger.warning(
+                    "cannot keep a webhook in the outbox; delivering it from memory",
+                    metadata: ["webhook.id": "\(id)", "error": "\(String(reflecting: error))"])
+            }
+        }
         let started = ContinuousClock.now
         var wait = self.firstRetrySeconds
         var attempt = 0
@@ -174,10 +219,34 @@ final class WebhookDispatcher: Service, Sendable {
         }
     }
 
-    private enum Outcome {
-        case delivered
-        case refused(String)
-        case failed(String)
+    private typealias Outcome = WebhookAttempt
+
+    /// One attempt at `message`, as an outbox's worker makes it (the same checks, signing and concurrency bound as
+    /// a delivery from memory); counted as `delivered` or `refused`, the caller counts retries and give-ups.
+    func attempt(_ message: WebhookMessage) async -> WebhookAttempt {
+        guard let url = URL(string: message.url) else { return .refused("not a URL") }
+        let now = Date()
+        let body = Self.payload(type: message.type, data: Array(message.data.utf8), at: now)
+        guard
+            let outcome = await self.sending.run({
+                await self.attempt(url, id: message.id, timestamp: Int(now.timeIntervalSince1970), body: body)
+            })
+        else { return .failed("shutting down") }
+        switch outcome {
+        case .delivered: self.metrics.webhook("delivered")
+        case .refused(let reason):
+            self.metrics.webhook("refused")
+            self.logger.warning(
+                "webhook refused by the destination policy",
+                metadata: ["webhook.id": "\(message.id)", "error": "\(reason)"])
+        case .failed: break
+        }
+        return outcome
+    }
+
+    /// The wait before retry `attempt + 1` after `attempt` failed ones: `firstRetrySeconds`, doubling, at most 5 min.
+    func retryWait(after attempt: Int) -> Double {
+        min(self.firstRetrySeconds * pow(2, Double(max(0, attempt - 1))), 300)
     }
 
     private func attempt(_ url: URL, id: String, timestamp: Int, body: [UInt8]) async -> Outcome {

@@ -41,7 +41,7 @@ struct QueuedJobResult: Codable, Sendable {
 ///   lease ends; a node whose pool is busy with requests looks again at its own pool every 50 ms.
 /// - The routes give the database `queue.timeoutSeconds`, then answer 503 `queue-unavailable`; interactive
 ///   requests never touch it.
-final class PostgresBatches: BatchStore, Service, Sendable {
+final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     let queue: PostgresQueue
     let service: TranscodeService
     let links: PublicLinks
@@ -54,6 +54,10 @@ final class PostgresBatches: BatchStore, Service, Sendable {
     /// This worker's name on its leases: host, process and a random part (a restarted node is a new owner).
     let owner: String
     private let wakeup = Wakeup()
+    /// Wakes the webhook deliveries' loop.
+    private let webhookWakeup = Wakeup()
+    /// Webhook deliveries under way (at most `maxDeliveries`).
+    private let delivering = Mutex(0)
     private let running = Mutex(0)
     /// Whether this node has seen the schema at its latest version (the routes may run before the workers'
     /// startup migrated it).
@@ -61,6 +65,10 @@ final class PostgresBatches: BatchStore, Service, Sendable {
 
     /// The rendition spec of a batch item's job: the one output there is today.
     static let spec = "mp4"
+    /// The spec of a webhook delivery's job (its result key is the `webhook-id`).
+    static let webhookSpec = "webhook"
+    /// Webhook deliveries one node makes at once from the outbox (the dispatcher's own bound applies too).
+    static let maxDeliveries = 16
 
     init(
         client: PostgresClient, service: TranscodeService, links: PublicLinks, webhooks: WebhookDispatcher,
@@ -139,29 +147,34 @@ final class PostgresBatches: BatchStore, Service, Sendable {
 
     func status(_ id: String) async throws -> BatchStatus? {
         try await self.withDatabase {
-            let rows = try await self.queue.client.query(
-                """
-                SELECT batch.total, (batch.request ->> 'createdAt')::float8,
-                    count(item.finished_seq),
-                    count(*) FILTER (WHERE item.result ->> 'status' = 'done'),
-                    count(*) FILTER (WHERE item.result ->> 'status' = 'failed'),
-                    count(*) FILTER (WHERE item.result ->> 'status' = 'kept-gif')
-                FROM transcode_batches AS batch
-                LEFT JOIN transcode_batch_items AS item
-                    ON item.batch_id = batch.id AND item.finished_seq IS NOT NULL
-                WHERE batch.id = \(id)
-                GROUP BY batch.id
-                """, logger: self.logger)
-            for try await (total, createdAt, finished, done, failed, keptGif) in rows.decode(
-                (Int, Double, Int, Int, Int, Int).self)
-            {
-                return BatchStatus(
-                    id: id, total: total, pending: total - finished, done: done, failed: failed, keptGif: keptGif,
-                    complete: finished == total,
-                    createdAt: ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: createdAt)))
-            }
-            return nil
+            try await self.queue.client.withConnection { try await Self.status(id, on: $0, logger: self.logger) }
         }
+    }
+
+    /// Batch `id`'s counts as `connection` sees them (a caller's transaction included).
+    static func status(_ id: String, on connection: PostgresConnection, logger: Logger) async throws -> BatchStatus? {
+        let rows = try await connection.query(
+            """
+            SELECT batch.total, (batch.request ->> 'createdAt')::float8,
+                count(item.finished_seq),
+                count(*) FILTER (WHERE item.result ->> 'status' = 'done'),
+                count(*) FILTER (WHERE item.result ->> 'status' = 'failed'),
+                count(*) FILTER (WHERE item.result ->> 'status' = 'kept-gif')
+            FROM transcode_batches AS batch
+            LEFT JOIN transcode_batch_items AS item
+                ON item.batch_id = batch.id AND item.finished_seq IS NOT NULL
+            WHERE batch.id = \(id)
+            GROUP BY batch.id
+            """, logger: logger)
+        for try await (total, createdAt, finished, done, failed, keptGif) in rows.decode(
+            (Int, Double, Int, Int, Int, Int).self)
+        {
+            return BatchStatus(
+                id: id, total: total, pending: total - finished, done: done, failed: failed, keptGif: keptGif,
+                complete: finished == total,
+                createdAt: ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: createdAt)))
+        }
+        return nil
     }
 
     func results(_ id: String, offset: Int, limit: Int) async throws -> (lines: [[UInt8]], total: Int)? {
@@ -218,7 +231,7 @@ final class PostgresBatches: BatchStore, Service, Sendable {
                 // Its jobs not yet started that nothing else waits for are not run.
                 try await connection.query(
                     """
-                    DELETE FROM transcode_jobs AS job WHERE job.state = 'queued'
+                    DELETE FROM transcode_jobs AS job WHERE job.state = 'queued' AND job.spec = \(Self.spec)
                         AND NOT EXISTS (SELECT 1 FROM transcode_batch_items WHERE job_id = job.id)
                     """, logger: logger)
                 return existed
@@ -266,16 +279,20 @@ final class PostgresBatches: BatchStore, Service, Sendable {
         }
         let listener = Task { await self.listen() }
         defer { listener.cancel() }
+        let deliveries = Task { await self.deliverWebhooks() }
         // An idle wait ends at shutdown, not when its timer does.
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 await self.work()
             } onCancel: {
                 self.wakeup.signal()
+                self.webhookWakeup.signal()
             }
         } onGracefulShutdown: {
             self.wakeup.signal()
+            self.webhookWakeup.signal()
         }
+        await deliveries.value
     }
 
     /// Claims and runs jobs while this node has room, until shutdown.
@@ -309,7 +326,7 @@ final class PostgresBatches: BatchStore, Service, Sendable {
                         try? await Task.sleep(for: .milliseconds(5))
                         continue
                     }
-                    let due = try await self.queue.secondsToNextDue()
+                    let due = try await self.queue.secondsToNextDue(spec: Self.spec)
                     await self.wakeup.wait(upTo: min(30, max(0.01, due ?? 30)))
                 } catch {
                     self.logger.warning(
@@ -345,7 +362,11 @@ final class PostgresBatches: BatchStore, Service, Sendable {
                     try await connection.listen(on: PostgresQueue.channel) { notifications in
                         // Listening from now: look once for what was enqueued before.
                         self.wakeup.signal()
-                        for try await _ in notifications { self.wakeup.signal() }
+                        self.webhookWakeup.signal()
+                        for try await _ in notifications {
+                            self.wakeup.signal()
+                            self.webhookWakeup.signal()
+                        }
                     }
                 }
             } catch {
@@ -445,35 +466,112 @@ final class PostgresBatches: BatchStore, Service, Sendable {
         }
     }
 
-    /// Marks those of `batches` that are complete as announced, and queues their `batch.done` webhooks: one
-    /// node does, whichever marks it.
+    /// Marks those of `batches` that are complete as announced and, in the same transaction, puts their
+    /// `batch.done` webhooks in the outbox: one node does, whichever marks it, and a crash loses neither.
     private func notifyCompleted(_ batches: [String]) async throws {
-        var announced: [String] = []
-        for try await id in try await self.queue.client.query(
-            """
-            UPDATE transcode_batches AS batch SET notified = true
-            WHERE batch.id = ANY(\(batches)::text[]) AND NOT batch.notified
-                AND NOT EXISTS (SELECT 1 FROM transcode_batch_items
-                                WHERE batch_id = batch.id AND finished_seq IS NULL)
-            RETURNING batch.id
-            """, logger: self.logger
-        ).decode(String.self) {
-            announced.append(id)
-        }
-        for id in announced {
-            guard let status = try await self.status(id) else { continue }
-            var callback: String?
-            for try await url in try await self.queue.client.query(
-                "SELECT request ->> 'callbackURL' FROM transcode_batches WHERE id = \(id)", logger: self.logger
-            ).decode(String?.self) {
-                callback = url
+        let logger = self.logger
+        try await self.queue.client.withTransaction(logger: logger) { connection in
+            var announced: [(String, String?)] = []
+            for try await row in try await connection.query(
+                """
+                UPDATE transcode_batches AS batch SET notified = true
+                WHERE batch.id = ANY(\(batches)::text[]) AND NOT batch.notified
+                    AND NOT EXISTS (SELECT 1 FROM transcode_batch_items
+                                    WHERE batch_id = batch.id AND finished_seq IS NULL)
+                RETURNING batch.id, batch.request ->> 'callbackURL'
+                """, logger: logger
+            ).decode((String, String?).self) {
+                announced.append(row)
             }
-            guard let callback, let url = URL(string: callback) else { continue }
-            self.webhooks.enqueue(
-                WebhookDelivery(url: url, onEnd: {}) {
-                    let data = (try? JSONEncoder().encode(status)).map { [UInt8]($0) } ?? Array("{}".utf8)
-                    return ("batch.done", data)
-                })
+            for case (let id, let callback?) in announced {
+                guard let status = try await Self.status(id, on: connection, logger: logger) else { continue }
+                let message = WebhookMessage(
+                    url: callback, id: "msg_" + UUID().uuidString.lowercased(), type: "batch.done",
+                    data: String(decoding: try JSONEncoder().encode(status), as: UTF8.self),
+                    createdAt: Date().timeIntervalSince1970)
+                try await self.keep(message, on: connection)
+            }
+        }
+    }
+
+    // MARK: The webhook outbox
+
+    func keep(_ message: WebhookMessage) async throws {
+        try await self.withDatabase {
+            try await self.queue.client.withConnection { try await self.keep(message, on: $0) }
+        }
+    }
+
+    private func keep(_ message: WebhookMessage, on connection: PostgresConnection) async throws {
+        let payload = String(decoding: try JSONEncoder().encode(message), as: UTF8.self)
+        // Retried until `webhooks.maxRetrySeconds` have passed, not until a number of attempts.
+        _ = try await PostgresQueue.enqueue(
+            on: connection, resultKey: message.id, spec: Self.webhookSpec, payload: payload, maxAttempts: 1_000_000,
+            logger: self.logger)
+    }
+
+    /// Delivers the outbox's webhooks, any node's, up to `maxDeliveries` at once, until shutdown.
+    private func deliverWebhooks() async {
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled, !Task.isShuttingDownGracefully {
+                guard self.delivering.withLock({ $0 }) < Self.maxDeliveries else {
+                    await self.webhookWakeup.wait(upTo: 1)
+                    continue
+                }
+                do {
+                    if let claimed = try await self.queue.claim(
+                        owner: self.owner, leaseSeconds: max(30, self.configuration.leaseSeconds),
+                        spec: Self.webhookSpec)
+                    {
+                        self.delivering.withLock { $0 += 1 }
+                        group.addTask {
+                            await self.deliver(claimed)
+                            self.delivering.withLock { $0 -= 1 }
+                            self.webhookWakeup.signal()
+                        }
+                        continue
+                    }
+                    let due = try await self.queue.secondsToNextDue(spec: Self.webhookSpec)
+                    await self.webhookWakeup.wait(upTo: min(30, max(0.01, due ?? 30)))
+                } catch {
+                    await self.webhookWakeup.wait(upTo: 1)
+                }
+            }
+        }
+    }
+
+    /// One attempt at a claimed webhook: done when delivered or refused, retried after the dispatcher's backoff
+    /// while `webhooks.maxRetrySeconds` allow, then given up.
+    private func deliver(_ claimed: PostgresQueue.Claimed) async {
+        guard let message = try? JSONDecoder().decode(WebhookMessage.self, from: Data(claimed.payload.utf8)) else {
+            _ = try? await self.queue.complete(claimed.id, owner: self.owner)
+            return
+        }
+        let outcome = await self.webhooks.attempt(message)
+        do {
+            switch outcome {
+            case .delivered, .refused:
+                _ = try await self.queue.complete(claimed.id, owner: self.owner)
+            case .failed(let reason):
+                let wait = self.webhooks.retryWait(after: claimed.attempt)
+                if Date().timeIntervalSince1970 - message.createdAt + wait > self.webhooks.maxRetrySeconds {
+                    self.metrics.webhook("failed")
+                    self.logger.warning(
+                        "webhook given up",
+                        metadata: [
+                            "webhook.id": "\(message.id)", "webhook.attempts": "\(claimed.attempt)",
+                            "error": "\(reason)",
+                        ])
+                    _ = try await self.queue.complete(claimed.id, owner: self.owner)
+                } else {
+                    self.metrics.webhook("retried")
+                    _ = try await self.queue.fail(claimed.id, owner: self.owner, error: reason, retryAfterSeconds: wait)
+                }
+            }
+        } catch {
+            self.logger.warning(
+                "cannot record a webhook attempt; its lease will expire and it is tried again",
+                metadata: ["webhook.id": "\(message.id)"])
         }
     }
 

@@ -296,14 +296,16 @@ struct PostgresQueue: Sendable {
         return nil
     }
 
-    /// Seconds until the next job becomes due (its `run_after`) or a lease expires; nil when neither will
-    /// happen without a new enqueue. An idle worker sleeps this long unless notified first.
-    func secondsToNextDue() async throws -> Double? {
+    /// Seconds until the next job of `spec` (nil: any) becomes due (its `run_after`) or a lease expires; nil when
+    /// neither will happen without a new enqueue. An idle worker sleeps this long unless notified first.
+    func secondsToNextDue(spec: String? = nil) async throws -> Double? {
         let rows = try await self.client.query(
             """
             SELECT extract(epoch FROM least(
-                (SELECT min(run_after) FROM transcode_jobs WHERE state = 'queued'),
-                (SELECT min(lease_until) FROM transcode_jobs WHERE state = 'running')) - now())::float8
+                (SELECT min(run_after) FROM transcode_jobs
+                 WHERE state = 'queued' AND (\(spec)::text IS NULL OR spec = \(spec))),
+                (SELECT min(lease_until) FROM transcode_jobs
+                 WHERE state = 'running' AND (\(spec)::text IS NULL OR spec = \(spec)))) - now())::float8
             """, logger: self.logger)
         for try await seconds in rows.decode(Double?.self) { return seconds.map { max(0, $0) } }
         return nil
