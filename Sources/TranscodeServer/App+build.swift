@@ -72,6 +72,8 @@ func buildApplication(
             store: sharedStore, cache: cache, tombstoneCheckSeconds: configuration.storage.tombstoneCheckSeconds,
             metrics: metrics)
     }
+    // The fleet's job database (`queue.kind: postgres`): batches, webhooks, and a lock per content key.
+    let queueClient = configuration.queue.client.map { PostgresClient(configuration: $0, backgroundLogger: logger) }
     let transcodes = TranscodeService(
         cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcode.options,
         syncWaitSeconds: configuration.transcode.syncWaitSeconds, urlTTLSeconds: configuration.cache.urlTTLSeconds,
@@ -79,8 +81,11 @@ func buildApplication(
         originFailureTTL: SourceResolver.OriginFailureTTL(
             notFoundSeconds: configuration.download.notFoundTTLSeconds,
             failureSeconds: configuration.download.failureTTLSeconds),
-        shared: shared, metrics: metrics,
-        logger: logger)
+        shared: shared,
+        contentLocks: queueClient.map {
+            PostgresContentLocks(client: $0, timeoutSeconds: configuration.queue.timeoutSeconds, logger: logger)
+        },
+        metrics: metrics, logger: logger)
     let webhooks = WebhookDispatcher(
         signer: WebhookSigner(secrets: configuration.webhooks.secrets) ?? WebhookSigner(decoded: []),
         downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhooks.firstRetrySeconds,
@@ -89,9 +94,7 @@ func buildApplication(
     let links = PublicLinks(configuration: configuration)
     let batches: any BatchStore & Service
     var queueServices: [any Service] = []
-    if let client = configuration.queue.client.map({
-        PostgresClient(configuration: $0, backgroundLogger: logger)
-    }) {
+    if let client = queueClient {
         queueServices.append(client)
         let fleetBatches = PostgresBatches(
             client: client, service: transcodes, links: links, webhooks: webhooks, metrics: metrics,

@@ -185,4 +185,28 @@ import Testing
             }
         }
     }
+
+    /// Two URLs of the same bytes asked of two nodes at the same moment: one converts, holding the content's
+    /// lock; the other waits for it and pulls the result from the shared store.
+    @Test func twoNodesConvertTheSameBytesOnce() async throws {
+        try await withPostgres { server, _ in
+            try await withTemporaryDirectory { directory in
+                let shared = CopyingDiskStore(try DiskCache(root: directory + "/shared", maxBytes: 1 << 30))
+                try await withHarness(sharedStore: shared, configure: Self.configure(server)) { a in
+                    try await withHarness(sharedStore: shared, configure: Self.configure(server)) { b in
+                        // The largest of the batch GIFs: its conversion takes long enough for the two to meet.
+                        let name = try #require(BatchTests.gifs.last)
+                        for round in 0..<3 {
+                            async let first = a.transcode(url: a.originURL("/corpus/\(name)?round=\(round)&node=a"))
+                            async let second = b.transcode(url: a.originURL("/corpus/\(name)?round=\(round)&node=b"))
+                            let replies = try await [first, second]
+                            #expect(replies.map(\.status) == [200, 200], "\(replies.map(\.text))")
+                        }
+                        let converted = [a, b].map { $0.services.transcodes.counters.transcodes }
+                        #expect(converted.reduce(0, +) == 1, "\(converted)")
+                    }
+                }
+            }
+        }
+    }
 }

@@ -91,7 +91,7 @@ final class TranscodeService: Sendable {
         cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
         syncWaitSeconds: Double, urlTTLSeconds: Double, staleIfErrorSeconds: Double,
         originFailureTTL: SourceResolver.OriginFailureTTL = .init(), shared: SharedResults? = nil,
-        metrics: ServiceMetrics, logger: Logger
+        contentLocks: (any ContentLocks)? = nil, metrics: ServiceMetrics, logger: Logger
     ) {
         self.results = ReadThroughResults(local: cache, shared: shared)
         self.takedowns = self.results.takedowns
@@ -107,7 +107,7 @@ final class TranscodeService: Sendable {
             logger: logger)
         let work = TranscodeWork(
             results: self.results, downloader: downloader, pool: pool, resolver: self.resolver,
-            metrics: metrics, logger: logger)
+            contentLocks: contentLocks, metrics: metrics, logger: logger)
         self.jobs = InProcessJobs(pool: pool, performer: work, metrics: metrics)
     }
 

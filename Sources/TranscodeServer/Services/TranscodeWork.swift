@@ -14,12 +14,15 @@ struct TranscodeWork: JobPerformer {
     let resolver: SourceResolver
     let metrics: ServiceMetrics
     let logger: Logger
+    /// Across a fleet, one conversion of the same bytes at a time (`queue.kind: postgres`); nil on one node.
+    let contentLocks: (any ContentLocks)?
     private let contents = SingleFlight<String, TranscodeMetadata>()
 
     init(
         results: ReadThroughResults, downloader: Downloader, pool: TranscodePool, resolver: SourceResolver,
-        metrics: ServiceMetrics, logger: Logger
+        contentLocks: (any ContentLocks)? = nil, metrics: ServiceMetrics, logger: Logger
     ) {
+        self.contentLocks = contentLocks
         self.results = results
         self.downloader = downloader
         self.pool = pool
@@ -115,35 +118,48 @@ struct TranscodeWork: JobPerformer {
             return TranscodeOutcome(key: key, metadata: metadata)
         }
         let (task, _) = try await self.contents.task(for: key.rawValue, admit: {}) { _ in
-            // In a fleet, the same bytes may have come to another node (an upload, another URL).
-            if let metadata = try await self.results.object(key) { return metadata }
-            let started = ContinuousClock.now
-            let metadata = try await self.pool.run {
-                // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
-                if let existing = try self.cache.objects.metadata(key) { return existing }
-                // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
-                let scratch = try self.cache.objects.makeScratchDirectory("render")
-                defer { try? FileManager.default.removeItem(atPath: scratch) }
-                let rendered = try Transcoder(options: options).render(gif, into: scratch, name: key.rawValue)
-                try self.cache.objects.commit(key, rendered)
-                return rendered.metadata
+            guard let locks = self.contentLocks else {
+                return try await self.render(gif, key: key, options: options, requestKey: requestKey)
             }
-            let elapsed = ContinuousClock.now - started
-            self.metrics.transcoded(
-                duration: elapsed, savedBytes: max(0, metadata.sourceBytes - metadata.mp4Bytes),
-                reencodes: max(0, (metadata.sizeGuard?.attempts.count ?? 1) - 1))
-            self.logger.info(
-                "transcoded",
-                metadata: [
-                    "request.key": "\(requestKey.prefix(16))", "object.key": "\(key.rawValue.prefix(16))",
-                    "source.format": "\(metadata.sourceFormat.rawValue)",
-                    "source.frames": "\(metadata.sourceFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
-                    "source.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
-                ])
-            // Published before anyone is answered: a result the fleet cannot find is no result.
-            try await self.results.publish(key)
-            return metadata
+            return try await locks.whileHolding(key) {
+                try await self.render(gif, key: key, options: options, requestKey: requestKey)
+            }
         }
         return TranscodeOutcome(key: key, metadata: try await task.value)
+    }
+
+    /// Converts `gif` on the pool, commits and publishes it; unless the fleet has it already.
+    private func render(
+        _ gif: [UInt8], key: ObjectKey, options: TranscodeOptions, requestKey: String
+    ) async throws -> TranscodeMetadata {
+        // In a fleet, the same bytes may have come to another node (an upload, another URL), or be
+        // converted there now (then this waited for its content lock, and finds the result).
+        if let metadata = try await self.results.object(key) { return metadata }
+        let started = ContinuousClock.now
+        let metadata = try await self.pool.run {
+            // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
+            if let existing = try self.cache.objects.metadata(key) { return existing }
+            // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
+            let scratch = try self.cache.objects.makeScratchDirectory("render")
+            defer { try? FileManager.default.removeItem(atPath: scratch) }
+            let rendered = try Transcoder(options: options).render(gif, into: scratch, name: key.rawValue)
+            try self.cache.objects.commit(key, rendered)
+            return rendered.metadata
+        }
+        let elapsed = ContinuousClock.now - started
+        self.metrics.transcoded(
+            duration: elapsed, savedBytes: max(0, metadata.sourceBytes - metadata.mp4Bytes),
+            reencodes: max(0, (metadata.sizeGuard?.attempts.count ?? 1) - 1))
+        self.logger.info(
+            "transcoded",
+            metadata: [
+                "request.key": "\(requestKey.prefix(16))", "object.key": "\(key.rawValue.prefix(16))",
+                "source.format": "\(metadata.sourceFormat.rawValue)",
+                "source.frames": "\(metadata.sourceFrameCount)", "transcode.ms": "\(elapsed.milliseconds)",
+                "source.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
+            ])
+        // Published before anyone is answered: a result the fleet cannot find is no result.
+        try await self.results.publish(key)
+        return metadata
     }
 }
