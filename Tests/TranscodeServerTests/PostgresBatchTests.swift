@@ -15,7 +15,7 @@ import Testing
         return {
             $0.queue.kind = .postgres
             $0.queue.url = URL(string: "postgres://\(PostgresServer.user)@127.0.0.1:\(port)/postgres")
-            $0.queue.leaseSeconds = 3
+            $0.queue.leaseSeconds = 5
             $0.queue.timeoutSeconds = 2
             $0.transcode.workers = workers
             $0.signing.keys = [RewriteTests.key]
