@@ -145,7 +145,8 @@ func buildApplication(
                 http1: HTTP1Channel(responder: responder, configuration: http1), source: hits, connections: connections)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        services: [pool, webhooks] + queueServices + [batches] + (shared.map { [$0] } ?? []),
+        // Shut down in reverse: the queue's client outlives the webhooks and batches that use it.
+        services: [pool] + queueServices + [webhooks, batches] + (shared.map { [$0] } ?? []),
         onServerRunning: onServerRunning,
         logger: logger
     )

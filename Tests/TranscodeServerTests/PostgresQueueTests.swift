@@ -137,6 +137,24 @@ import Testing
         }
     }
 
+    /// A failure that is not the job's (the store down, shutting down) gives the claim back uncounted: however
+    /// many, the job is never a dead letter for them.
+    @Test func uncountedFailuresNeverMakeADeadLetter() async throws {
+        try await withPostgres { _, client in
+            let queue = try await Self.migrated(client)
+            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 1)
+            for round in 0..<4 {
+                let claimed = try #require(try await queue.claim(owner: "w\(round)", leaseSeconds: 30))
+                #expect(claimed.attempt == 1)
+                #expect(
+                    try await queue.fail(
+                        claimed.id, owner: "w\(round)", error: "storage-unavailable", retryAfterSeconds: 0,
+                        counted: false) == .queued)
+            }
+            #expect(try await queue.row(job.id) == .init(state: .queued, attempts: 0, lastError: "storage-unavailable"))
+        }
+    }
+
     @Test func aLeaseThatExpiresOnTheLastAttemptIsADeadLetter() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)

@@ -12,18 +12,23 @@ protocol ContentLocks: Sendable {
 }
 
 /// `ContentLocks` as PostgreSQL advisory locks (`queue.kind: postgres`): session locks on a pooled connection,
-/// released when the body ends or, if the node dies, when its connection does. Taken with
-/// `pg_try_advisory_lock` every 50 ms, so that a wait never leaves a lock request behind a cancelled task.
+/// released when the body ends or, if the node dies, when its connection does. A holder task owns the connection:
+/// it tries `pg_try_advisory_lock` every 50 ms, hands the lock over, and lets go when told. It is never cancelled
+/// (a cancelled query could leave a lock on a pooled connection); a waiter that gives up tells it instead, and it
+/// lets go of whatever it gets after that.
 ///
-/// The lock saves work, it guards nothing: a database that does not answer within `timeoutSeconds` (the client
-/// waits for a connection as long as the database is down) lets the conversion go on unlocked, and the database is
-/// not asked again for 10 s. A database that answers but where another node holds the lock is waited for (up to
-/// 5 minutes: longer than a conversion).
+/// The lock saves work, it guards nothing: when the database does not answer within `timeoutSeconds`, or fails,
+/// the conversion goes on unlocked, and the database is not asked again for 10 s. A database that answers but
+/// where another node holds the lock is waited for, up to 5 minutes (longer than a conversion). At most
+/// `maxHolders` locks are held or wanted at once per node, each on a connection of the client's pool (20), so that
+/// claims, heartbeats and the batch routes always find one; conversions past that go unlocked.
 final class PostgresContentLocks: ContentLocks {
     let client: PostgresClient
     let timeoutSeconds: Double
     let logger: Logger
+    static let maxHolders = 8
     private let unavailableUntil = Mutex<ContinuousClock.Instant?>(nil)
+    private let holders = Mutex(0)
 
     init(client: PostgresClient, timeoutSeconds: Double, logger: Logger) {
         self.client = client
@@ -40,37 +45,53 @@ final class PostgresContentLocks: ContentLocks {
         if let until = self.unavailableUntil.withLock({ $0 }), ContinuousClock.now < until {
             return try await body()
         }
+        let admitted = self.holders.withLock { holders -> Bool in
+            guard holders < Self.maxHolders else { return false }
+            holders += 1
+            return true
+        }
+        guard admitted else { return try await body() }
         let id = Self.lockID(key)
         let handoff = LockHandoff()
         let finished = Wakeup()
-        // The holder lives on its own task: it owns the connection, and lets go when the body ends.
-        let holder = Task {
-            try await self.client.withConnection { connection in
-                while true {
+        Task {
+            defer { self.holders.withLock { $0 -= 1 } }
+            do {
+                try await self.client.withConnection { connection in
                     var held = false
-                    for try await value in try await connection.query(
-                        "SELECT pg_try_advisory_lock(\(id))", logger: self.logger
-                    ).decode(Bool.self) {
-                        held = value
+                    while !held {
+                        for try await value in try await connection.query(
+                            "SELECT pg_try_advisory_lock(\(id))", logger: self.logger
+                        ).decode(Bool.self) {
+                            held = value
+                        }
+                        if held { break }
+                        guard handoff.advance(to: .reached) else { return }
+                        try await Task.sleep(for: .milliseconds(50))
                     }
-                    if held { break }
-                    guard handoff.advance(to: .reached) else { return }
-                    try await Task.sleep(for: .milliseconds(50))
+                    if handoff.advance(to: .held) {
+                        await finished.wait(upTo: 86_400)
+                    }
+                    try await connection.query("SELECT pg_advisory_unlock(\(id))", logger: self.logger)
                 }
-                if handoff.advance(to: .held) {
-                    await finished.wait(upTo: 86_400)
-                }
-                _ = try? await connection.query("SELECT pg_advisory_unlock(\(id))", logger: self.logger)
+            } catch {
+                // The waiter goes on unlocked at once. A lock held on a connection that failed went with it.
+                _ = handoff.advance(to: .failed)
             }
         }
-        var stage = await handoff.wait(for: .reached, upTo: self.timeoutSeconds)
-        if stage == .reached { stage = await handoff.wait(for: .held, upTo: 300) }
+        let first = await handoff.wait(for: .reached, upTo: self.timeoutSeconds)
+        let stage = first == .reached ? await handoff.wait(for: .held, upTo: 300) : first
         guard stage == .held else {
-            holder.cancel()
-            self.unavailableUntil.withLock { $0 = ContinuousClock.now + .seconds(10) }
-            self.logger.warning(
-                "the job database did not answer; converting without the fleet's content lock",
-                metadata: ["object.key": "\(key.rawValue.prefix(16))"])
+            if first == .reached {
+                self.logger.warning(
+                    "another node held this content's lock for 5 minutes; converting without it",
+                    metadata: ["object.key": "\(key.rawValue.prefix(16))"])
+            } else {
+                self.unavailableUntil.withLock { $0 = ContinuousClock.now + .seconds(10) }
+                self.logger.warning(
+                    "the job database did not answer; converting without the fleet's content lock",
+                    metadata: ["object.key": "\(key.rawValue.prefix(16))"])
+            }
             return try await body()
         }
         defer { finished.signal() }
@@ -86,6 +107,8 @@ private final class LockHandoff: Sendable {
         /// The database answered; another node holds the lock.
         case reached
         case held
+        /// The holder failed (no connection, a query failed): the waiter goes on without the lock.
+        case failed
         /// The waiter stopped waiting: the holder lets go of anything it gets.
         case gaveUp
 
@@ -116,7 +139,10 @@ private final class LockHandoff: Sendable {
             let left = deadline - ContinuousClock.now
             if left <= .zero {
                 return self.stage.withLock { stage in
-                    if stage < target { stage = .gaveUp }
+                    if stage < target {
+                        stage = .gaveUp
+                        return .gaveUp
+                    }
                     return stage
                 }
             }

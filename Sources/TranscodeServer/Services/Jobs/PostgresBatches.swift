@@ -51,8 +51,11 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     /// How long a complete batch is kept after it was created (`batch.retentionSeconds`).
     let retentionSeconds: Double
     let logger: Logger
-    /// This worker's name on its leases: host, process and a random part (a restarted node is a new owner).
+    /// This worker's name on its leases: host, process and a random part (a restarted node is a new owner); each
+    /// claim adds its own number (`claimOwner`), so that a job this node claims again after its own lease expired
+    /// is not reported twice (the first claim's report finds the lease gone).
     let owner: String
+    private let claims = Mutex(0)
     private let wakeup = Wakeup()
     /// Wakes the webhook deliveries' loop.
     private let webhookWakeup = Wakeup()
@@ -119,16 +122,15 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                     INSERT INTO transcode_batches (id, request, total)
                     VALUES (\(id), \(requestJSON)::jsonb, \(request.urls.count))
                     """, logger: logger)
-                var jobIDs: [String: Int64] = [:]
-                // In key order: two batches submitted at once lock shared jobs in the same order.
-                for key in allJobs.keys.sorted() {
-                    let payload = String(decoding: try JSONEncoder().encode(allJobs[key]), as: UTF8.self)
-                    jobIDs[key] =
-                        try await PostgresQueue.enqueue(
-                            on: connection, resultKey: key, spec: Self.spec, payload: payload, maxAttempts: maxAttempts,
-                            logger: logger
-                        ).id
+                var payloads: [String: String] = [:]
+                for (key, job) in allJobs {
+                    payloads[key] = String(decoding: try JSONEncoder().encode(job), as: UTF8.self)
                 }
+                let jobIDs =
+                    payloads.isEmpty
+                    ? [:]
+                    : try await PostgresQueue.enqueue(
+                        on: connection, spec: Self.spec, jobs: payloads, maxAttempts: maxAttempts, logger: logger)
                 let items = itemKeys.map { jobIDs[$0] ?? 0 }
                 try await connection.query(
                     """
@@ -222,16 +224,34 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
         let logger = self.logger
         return try await self.withDatabase {
             try await self.queue.client.withTransaction(logger: logger) { connection in
+                var jobs: [Int64] = []
+                for try await job in try await connection.query(
+                    "SELECT DISTINCT job_id FROM transcode_batch_items WHERE batch_id = \(id) AND job_id IS NOT NULL",
+                    logger: logger
+                ).decode(Int64.self) {
+                    jobs.append(job)
+                }
                 var existed = false
                 for try await _ in try await connection.query(
                     "DELETE FROM transcode_batches WHERE id = \(id) RETURNING id", logger: logger
                 ).decode(String.self) {
                     existed = true
                 }
-                // Its jobs not yet started that nothing else waits for are not run.
+                // Its jobs not yet started that nothing else waits for are not run. Locked first (skipping those a
+                // submit holds: it is tying items to them), then deleted by a later statement, whose snapshot
+                // sees every item committed meanwhile.
+                var locked: [Int64] = []
+                for try await job in try await connection.query(
+                    """
+                    SELECT id FROM transcode_jobs WHERE id = ANY(\(jobs)::bigint[]) AND state = 'queued'
+                    FOR UPDATE SKIP LOCKED
+                    """, logger: logger
+                ).decode(Int64.self) {
+                    locked.append(job)
+                }
                 try await connection.query(
                     """
-                    DELETE FROM transcode_jobs AS job WHERE job.state = 'queued' AND job.spec = \(Self.spec)
+                    DELETE FROM transcode_jobs AS job WHERE job.id = ANY(\(locked)::bigint[])
                         AND NOT EXISTS (SELECT 1 FROM transcode_batch_items WHERE job_id = job.id)
                     """, logger: logger)
                 return existed
@@ -292,7 +312,11 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             self.wakeup.signal()
             self.webhookWakeup.signal()
         }
-        await deliveries.value
+        await withTaskCancellationHandler {
+            await deliveries.value
+        } onCancel: {
+            deliveries.cancel()
+        }
     }
 
     /// Claims and runs jobs while this node has room, until shutdown.
@@ -313,7 +337,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 do {
                     let started = ContinuousClock.now
                     if let claimed = try await self.queue.claim(
-                        owner: self.owner, leaseSeconds: self.configuration.leaseSeconds, spec: Self.spec)
+                        owner: self.claimOwner(), leaseSeconds: self.configuration.leaseSeconds, spec: Self.spec)
                     {
                         self.metrics.queueClaimed(after: ContinuousClock.now - started, reclaimed: claimed.reclaimed)
                         self.running.withLock { $0 += 1 }
@@ -326,8 +350,9 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                         try? await Task.sleep(for: .milliseconds(5))
                         continue
                     }
+                    // At least 0.2 s: a due job a submit holds locked reads as due now (NOTIFY wakes for new ones).
                     let due = try await self.queue.secondsToNextDue(spec: Self.spec)
-                    await self.wakeup.wait(upTo: min(30, max(0.01, due ?? 30)))
+                    await self.wakeup.wait(upTo: min(30, max(0.2, due ?? 30)))
                 } catch {
                     self.logger.warning(
                         "cannot claim a job: the job database failed",
@@ -344,6 +369,11 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
         let applied = try await self.queue.migrate()
         if !applied.isEmpty { self.logger.info("job database migrated", metadata: ["versions": "\(applied)"]) }
         self.migrated.withLock { $0 = true }
+    }
+
+    /// The owner of one claim: this node's name and the claim's number.
+    private func claimOwner() -> String {
+        "\(self.owner)#\(self.claims.withLock { $0 += 1; return $0 })"
     }
 
     /// Whether an item may start: an idle worker, and batch items under their share (`BatchRunner`'s rule).
@@ -385,7 +415,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(Int64(lease * 1000 / 3)))
                 guard !Task.isCancelled else { return }
-                if (try? await self.queue.heartbeat(claimed.id, owner: self.owner, leaseSeconds: lease)) == false {
+                if (try? await self.queue.heartbeat(claimed.id, owner: claimed.owner, leaseSeconds: lease)) == false {
                     self.logger.warning("a job's lease was lost", metadata: ["job.id": "\(claimed.id)"])
                     return
                 }
@@ -415,8 +445,8 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 let backoff = failure.code == .shuttingDown ? 0 : min(60, pow(2, Double(claimed.attempt)))
                 do {
                     let state = try await self.queue.fail(
-                        claimed.id, owner: self.owner, error: "\(failure.code): \(failure.message)",
-                        retryAfterSeconds: backoff, result: QueuedJobResult(failure).json)
+                        claimed.id, owner: claimed.owner, error: "\(failure.code): \(failure.message)",
+                        retryAfterSeconds: backoff, result: QueuedJobResult(failure).json, counted: false)
                     self.metrics.queueRetried(dead: state == .dead)
                     if state == .dead { await self.finishItems(of: claimed.id) }
                 } catch {
@@ -428,7 +458,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             result = QueuedJobResult(failure)
         }
         do {
-            guard try await self.queue.complete(claimed.id, owner: self.owner, result: result.json) else { return }
+            guard try await self.queue.complete(claimed.id, owner: claimed.owner, result: result.json) else { return }
             await self.finishItems(of: claimed.id)
         } catch {
             self.logger.warning(
@@ -467,7 +497,8 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     }
 
     /// Marks those of `batches` that are complete as announced and, in the same transaction, puts their
-    /// `batch.done` webhooks in the outbox: one node does, whichever marks it, and a crash loses neither.
+    /// `batch.done` webhooks in the outbox: one node does, whichever marks it, and a crash loses neither (a batch
+    /// completed but not announced, because its node stopped in between, is announced by the next sweep).
     private func notifyCompleted(_ batches: [String]) async throws {
         let logger = self.logger
         try await self.queue.client.withTransaction(logger: logger) { connection in
@@ -520,7 +551,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 }
                 do {
                     if let claimed = try await self.queue.claim(
-                        owner: self.owner, leaseSeconds: max(30, self.configuration.leaseSeconds),
+                        owner: self.claimOwner(), leaseSeconds: max(30, self.configuration.leaseSeconds),
                         spec: Self.webhookSpec)
                     {
                         self.delivering.withLock { $0 += 1 }
@@ -532,7 +563,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                         continue
                     }
                     let due = try await self.queue.secondsToNextDue(spec: Self.webhookSpec)
-                    await self.webhookWakeup.wait(upTo: min(30, max(0.01, due ?? 30)))
+                    await self.webhookWakeup.wait(upTo: min(30, max(0.2, due ?? 30)))
                 } catch {
                     await self.webhookWakeup.wait(upTo: 1)
                 }
@@ -544,14 +575,14 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     /// while `webhooks.maxRetrySeconds` allow, then given up.
     private func deliver(_ claimed: PostgresQueue.Claimed) async {
         guard let message = try? JSONDecoder().decode(WebhookMessage.self, from: Data(claimed.payload.utf8)) else {
-            _ = try? await self.queue.complete(claimed.id, owner: self.owner)
+            _ = try? await self.queue.complete(claimed.id, owner: claimed.owner)
             return
         }
         let outcome = await self.webhooks.attempt(message)
         do {
             switch outcome {
             case .delivered, .refused:
-                _ = try await self.queue.complete(claimed.id, owner: self.owner)
+                _ = try await self.queue.complete(claimed.id, owner: claimed.owner)
             case .failed(let reason):
                 let wait = self.webhooks.retryWait(after: claimed.attempt)
                 if Date().timeIntervalSince1970 - message.createdAt + wait > self.webhooks.maxRetrySeconds {
@@ -562,10 +593,11 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                             "webhook.id": "\(message.id)", "webhook.attempts": "\(claimed.attempt)",
                             "error": "\(reason)",
                         ])
-                    _ = try await self.queue.complete(claimed.id, owner: self.owner)
+                    _ = try await self.queue.complete(claimed.id, owner: claimed.owner)
                 } else {
                     self.metrics.webhook("retried")
-                    _ = try await self.queue.fail(claimed.id, owner: self.owner, error: reason, retryAfterSeconds: wait)
+                    _ = try await self.queue.fail(
+                        claimed.id, owner: claimed.owner, error: reason, retryAfterSeconds: wait)
                 }
             }
         } catch {
@@ -580,6 +612,18 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     private func sweep() async {
         await self.finishItems(of: nil)
         do {
+            // Complete but not announced: the node that finished them stopped between the two transactions.
+            var unannounced: [String] = []
+            for try await id in try await self.queue.client.query(
+                """
+                SELECT id FROM transcode_batches AS batch WHERE NOT batch.notified
+                    AND NOT EXISTS (SELECT 1 FROM transcode_batch_items
+                                    WHERE batch_id = batch.id AND finished_seq IS NULL)
+                """, logger: self.logger
+            ).decode(String.self) {
+                unannounced.append(id)
+            }
+            if !unannounced.isEmpty { try await self.notifyCompleted(unannounced) }
             let cutoff = Date().timeIntervalSince1970 - self.retentionSeconds
             try await self.queue.client.query(
                 """

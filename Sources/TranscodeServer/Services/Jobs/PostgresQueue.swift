@@ -38,6 +38,8 @@ struct PostgresQueue: Sendable {
         let attempt: Int
         /// Claimed from a worker whose lease had expired (it died, or stalled past its lease).
         let reclaimed: Bool
+        /// Who holds the lease: the `owner` the claim was made for.
+        var owner = ""
     }
 
     /// A job as the table has it.
@@ -101,7 +103,8 @@ struct PostgresQueue: Sendable {
             )
             """,
             "CREATE SEQUENCE transcode_batch_finished",
-            "CREATE INDEX transcode_batch_items_waiting ON transcode_batch_items (job_id) WHERE finished_seq IS NULL",
+            // Plain, not partial: the foreign key's ON DELETE SET NULL looks items up by job alone.
+            "CREATE INDEX transcode_batch_items_job ON transcode_batch_items (job_id)",
             """
             CREATE INDEX transcode_batch_items_finished ON transcode_batch_items (batch_id, finished_seq)
                 WHERE finished_seq IS NOT NULL
@@ -185,6 +188,46 @@ struct PostgresQueue: Sendable {
         throw PostgresQueueError.contended
     }
 
+    /// `enqueue` of many jobs of one `spec` at once on `connection`, for a caller's transaction: one insert and
+    /// one locking read for the lot (a 10,000-URL batch is three statements, not 20,000), rows taken in key
+    /// order so that two such transactions never wait on each other. Live jobs found are locked `FOR SHARE`, as
+    /// `enqueue(on:...)` does, and one notification is sent (on commit).
+    /// - Parameter jobs: payload (JSON) by result key.
+    /// - Returns: the live job's id by result key.
+    static func enqueue(
+        on connection: PostgresConnection, spec: String, jobs: [String: String], maxAttempts: Int, logger: Logger
+    ) async throws -> [String: Int64] {
+        var ids: [String: Int64] = [:]
+        var missing = jobs
+        // A live job may end between the insert that saw it and the read: those are inserted again.
+        for _ in 0..<3 where !missing.isEmpty {
+            let keys = missing.keys.sorted()
+            let payloads = keys.map { missing[$0]! }
+            try await connection.query(
+                """
+                INSERT INTO transcode_jobs (result_key, spec, payload, max_attempts)
+                SELECT job.key, \(spec), job.payload::jsonb, \(maxAttempts)
+                FROM unnest(\(keys)::text[], \(payloads)::text[]) AS job (key, payload)
+                ORDER BY job.key
+                ON CONFLICT (result_key, spec) WHERE state IN ('queued', 'running') DO NOTHING
+                """, logger: logger)
+            for try await (key, id) in try await connection.query(
+                """
+                SELECT result_key, id FROM transcode_jobs
+                WHERE result_key = ANY(\(keys)::text[]) AND spec = \(spec) AND state IN ('queued', 'running')
+                ORDER BY result_key
+                FOR SHARE
+                """, logger: logger
+            ).decode((String, Int64).self) {
+                ids[key] = id
+                missing[key] = nil
+            }
+        }
+        guard missing.isEmpty else { throw PostgresQueueError.contended }
+        try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger)
+        return ids
+    }
+
     /// Takes the oldest job that is due, or whose lease expired, for `owner`, leased for `leaseSeconds`.
     /// A running job whose lease expired after its last allowed claim becomes a dead letter instead.
     /// - Parameter spec: only jobs of this rendition spec (nil: any).
@@ -233,7 +276,8 @@ struct PostgresQueue: Sendable {
             (Int64, String, String, String, Int, Bool).self)
         {
             return Claimed(
-                id: id, resultKey: resultKey, spec: spec, payload: payload, attempt: attempt, reclaimed: reclaimed)
+                id: id, resultKey: resultKey, spec: spec, payload: payload, attempt: attempt, reclaimed: reclaimed,
+                owner: owner)
         }
         return nil
     }
@@ -267,16 +311,20 @@ struct PostgresQueue: Sendable {
     /// Records the failure of `owner`'s claim of job `id`: queued again after `retryAfterSeconds`, or a dead
     /// letter once it has had `maxAttempts` claims; `error` is kept either way, and `result` (JSON) when it
     /// is dead.
+    /// - Parameter counted: false for a failure that is not the job's (the shared store down, shutting down):
+    ///   the claim is given back without counting, and the job never becomes a dead letter for it.
     /// - Returns: the job's state now; nil when `owner` no longer holds the lease.
     func fail(
-        _ id: Int64, owner: String, error: String, retryAfterSeconds: Double, result: String? = nil
+        _ id: Int64, owner: String, error: String, retryAfterSeconds: Double, result: String? = nil,
+        counted: Bool = true
     ) async throws -> State? {
         let rows = try await self.client.query(
             """
             UPDATE transcode_jobs
-            SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
+            SET state = CASE WHEN \(counted) AND attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
+                attempts = CASE WHEN \(counted) THEN attempts ELSE attempts - 1 END,
                 run_after = now() + make_interval(secs => \(retryAfterSeconds)), last_error = \(error),
-                result = CASE WHEN attempts >= max_attempts THEN \(result)::jsonb END,
+                result = CASE WHEN \(counted) AND attempts >= max_attempts THEN \(result)::jsonb END,
                 lease_owner = NULL, lease_until = NULL, updated_at = now()
             WHERE id = \(id) AND state = 'running' AND lease_owner = \(owner)
             RETURNING state

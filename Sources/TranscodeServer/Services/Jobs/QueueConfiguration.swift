@@ -16,7 +16,8 @@ struct QueueConfiguration: Sendable, Equatable {
     /// How long a claimed job is a worker's before another may take it, unless renewed (the worker renews it
     /// every third of this). `queue.leaseSeconds`, default 30.
     var leaseSeconds: Double = 30
-    /// Claims of one job before it is kept as a dead letter. `queue.maxAttempts`, default 5.
+    /// Claims of one job that may end without a report (its worker died or stalled) before it is kept as a dead
+    /// letter; passing failures give the claim back uncounted. `queue.maxAttempts`, default 5.
     var maxAttempts = 5
     /// How long a batch route waits for the database before answering 503 `queue-unavailable`.
     /// `queue.timeoutSeconds`, default 5.
