@@ -51,6 +51,13 @@ import Testing
                     let state = try #require(FileManager.default.contents(atPath: file + ".backfill.json"))
                     let saved = try JSONDecoder().decode(BackfillCommand.State.self, from: state)
                     #expect(saved.chunks.map(\.count) == [4, 4, 1])
+                    // Each chunk's requests carry its own route key: behind a balancer the chunks spread over the
+                    // nodes, and each batch's polls reach the node that took it.
+                    #expect(saved.chunks.map(\.route) == [0, 4, 8].map { "/v1/batches/chunk-\($0)" })
+                    // A state written before chunks had their own key keeps the one they all had.
+                    let old = try JSONDecoder().decode(
+                        BackfillCommand.State.Chunk.self, from: Data(#"{"start":0,"count":4,"id":"x"}"#.utf8))
+                    #expect(old.route == "/v1/batches")
 
                     // Again: the saved batches are followed, none submitted.
                     try FileManager.default.removeItem(atPath: file + ".csv")

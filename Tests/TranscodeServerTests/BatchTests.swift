@@ -62,16 +62,17 @@ import Testing
         return try reply.json()
     }
 
-    /// Polls until `condition` holds on the batch's status (or 5 minutes pass).
+    /// Polls until `condition` holds on the batch's status (or 5 minutes pass, however long each poll takes).
     static func wait(
-        _ harness: Harness, _ id: String, until condition: ([String: Any]) -> Bool
+        _ harness: Harness, _ id: String, seconds: Int = 300, until condition: ([String: Any]) -> Bool
     ) async throws -> [String: Any] {
-        for _ in 0..<3000 {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while ContinuousClock.now < deadline {
             let status = try await Self.status(harness, id)
             if condition(status) { return status }
             try await Task.sleep(for: .milliseconds(100))
         }
-        Issue.record("the batch did not get there in 5 minutes: \(try await Self.status(harness, id))")
+        Issue.record("the batch did not get there in \(seconds) s: \(try await Self.status(harness, id))")
         return try await Self.status(harness, id)
     }
 

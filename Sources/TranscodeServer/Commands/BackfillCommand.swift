@@ -65,6 +65,17 @@ struct BackfillCommand: AsyncParsableCommand {
             var start: Int
             var count: Int
             var id: String
+            /// The `X-Route-Key` its requests carry; nil in a state written before chunks had their own
+            /// (`Chunk.sharedRouteKey`).
+            var routeKey: String?
+
+            /// Behind a fleet's balancer, every request about a batch must reach the node that took it (on one
+            /// node, or `queue.kind: local`): each chunk has its own key, so chunks spread over the nodes and
+            /// each batch's polls follow it.
+            static func routeKey(start: Int) -> String { "/v1/batches/chunk-\(start)" }
+            /// What every chunk carried before.
+            static let sharedRouteKey = "/v1/batches"
+            var route: String { self.routeKey ?? Self.sharedRouteKey }
         }
         var server: String
         var total: Int
@@ -175,8 +186,10 @@ struct BackfillCommand: AsyncParsableCommand {
         for start in stride(from: 0, to: urls.count, by: self.chunk)
         where !state.chunks.contains(where: { $0.start == start }) {
             let count = min(self.chunk, urls.count - start)
-            let id = try await self.submit(Array(urls[start..<(start + count)]), server: server, client: client)
-            state.chunks.append(.init(start: start, count: count, id: id))
+            let route = State.Chunk.routeKey(start: start)
+            let id = try await self.submit(
+                Array(urls[start..<(start + count)]), server: server, route: route, client: client)
+            state.chunks.append(.init(start: start, count: count, id: id, routeKey: route))
             try Self.save(state, to: statePath)
             progress.update(submitted: state.chunks.count)
         }
@@ -185,7 +198,7 @@ struct BackfillCommand: AsyncParsableCommand {
         // Every batch complete: the CSV, in the file's order.
         var rows = [[String]](repeating: [], count: urls.count)
         for chunk in state.chunks {
-            for result in try await self.results(chunk.id, server: server, client: client)
+            for result in try await self.results(chunk.id, server: server, route: chunk.route, client: client)
             where result.index < chunk.count {
                 rows[chunk.start + result.index] = [
                     result.url, result.status, result.mp4 ?? "", result.poster ?? "", result.recommendation ?? "",
@@ -209,11 +222,12 @@ struct BackfillCommand: AsyncParsableCommand {
 
     // MARK: -
 
-    private func submit(_ urls: [String], server: String, client: HTTPClient) async throws -> String {
+    private func submit(_ urls: [String], server: String, route: String, client: HTTPClient) async throws -> String {
         var fields: [String: Any] = ["urls": urls]
         if let callbackURL = self.callbackURL { fields["callbackURL"] = callbackURL }
         let body = try JSONSerialization.data(withJSONObject: fields)
-        let (status, bytes) = try await self.send("POST", "\(server)/v1/batches", body: [UInt8](body), client: client)
+        let (status, bytes) = try await self.send(
+            "POST", "\(server)/v1/batches", route: route, body: [UInt8](body), client: client)
         guard status == 202,
             let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
             let id = object["id"] as? String
@@ -229,7 +243,8 @@ struct BackfillCommand: AsyncParsableCommand {
             var finished = 0
             var complete = true
             for chunk in state.chunks {
-                let (status, bytes) = try await self.send("GET", "\(server)/v1/batches/\(chunk.id)", client: client)
+                let (status, bytes) = try await self.send(
+                    "GET", "\(server)/v1/batches/\(chunk.id)", route: chunk.route, client: client)
                 guard status == 200, let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
                 else { throw Self.failure("GET /v1/batches/\(chunk.id)", status, bytes) }
                 finished += (object["total"] as? Int ?? 0) - (object["pending"] as? Int ?? 0)
@@ -246,11 +261,14 @@ struct BackfillCommand: AsyncParsableCommand {
         }
     }
 
-    private func results(_ id: String, server: String, client: HTTPClient) async throws -> [BatchResult] {
+    private func results(_ id: String, server: String, route: String, client: HTTPClient) async throws
+        -> [BatchResult]
+    {
         var results: [BatchResult] = []
         var offset = 0
         while true {
-            let (status, bytes, next) = try await self.page(id, offset: offset, server: server, client: client)
+            let (status, bytes, next) = try await self.page(
+                id, offset: offset, server: server, route: route, client: client)
             guard status == 200 else { throw Self.failure("GET /v1/batches/\(id)/results", status, bytes) }
             for line in bytes.split(separator: UInt8(ascii: "\n")) {
                 if let result = try? JSONDecoder().decode(BatchResult.self, from: Data(line)) { results.append(result) }
@@ -260,30 +278,30 @@ struct BackfillCommand: AsyncParsableCommand {
         }
     }
 
-    private func page(_ id: String, offset: Int, server: String, client: HTTPClient) async throws -> (
+    private func page(_ id: String, offset: Int, server: String, route: String, client: HTTPClient) async throws -> (
         Int, [UInt8], Int?
     ) {
         let response = try await self.execute(
-            "GET", "\(server)/v1/batches/\(id)/results?offset=\(offset)&limit=10000", client: client)
+            "GET", "\(server)/v1/batches/\(id)/results?offset=\(offset)&limit=10000", route: route, client: client)
         let bytes = Array(buffer: try await response.body.collect(upTo: 64 << 20))
         return (Int(response.status.code), bytes, response.headers.first(name: "X-Next-Offset").flatMap(Int.init))
     }
 
-    private func send(_ method: String, _ url: String, body: [UInt8]? = nil, client: HTTPClient) async throws -> (
-        Int, [UInt8]
-    ) {
-        let response = try await self.execute(method, url, body: body, client: client)
+    private func send(
+        _ method: String, _ url: String, route: String, body: [UInt8]? = nil, client: HTTPClient
+    ) async throws -> (Int, [UInt8]) {
+        let response = try await self.execute(method, url, route: route, body: body, client: client)
         return (Int(response.status.code), Array(buffer: try await response.body.collect(upTo: 16 << 20)))
     }
 
-    private func execute(_ method: String, _ url: String, body: [UInt8]? = nil, client: HTTPClient) async throws
-        -> HTTPClientResponse
-    {
+    private func execute(
+        _ method: String, _ url: String, route: String, body: [UInt8]? = nil, client: HTTPClient
+    ) async throws -> HTTPClientResponse {
         var request = HTTPClientRequest(url: url)
         request.method = .init(rawValue: method)
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
-        // Behind a fleet's balancer every batch request must reach the node that holds the batches.
-        request.headers.add(name: "X-Route-Key", value: "/v1/batches")
+        // Behind a fleet's balancer every request about a batch reaches the node that holds it (`Chunk.routeKey`).
+        request.headers.add(name: "X-Route-Key", value: route)
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(bytes: body))

@@ -13,9 +13,10 @@ protocol ContentLocks: Sendable {
 
 /// `ContentLocks` as PostgreSQL advisory locks (`queue.kind: postgres`): session locks on a pooled connection,
 /// released when the body ends or, if the node dies, when its connection does. A holder task owns the connection:
-/// it tries `pg_try_advisory_lock` every 50 ms, hands the lock over, and lets go when told. It is never cancelled
-/// (a cancelled query could leave a lock on a pooled connection); a waiter that gives up tells it instead, and it
-/// lets go of whatever it gets after that.
+/// it tries `pg_try_advisory_lock` every 50 ms, hands the lock over, and lets go when told. Once it has reached the
+/// database it is not cancelled (a cancelled query could leave a lock on a pooled connection): a waiter that gives
+/// up tells it instead, and it lets go of whatever it gets after that. One still waiting for a connection when
+/// the waiter gives up is cancelled.
 ///
 /// The lock saves work, it guards nothing: when the database does not answer within `timeoutSeconds`, or fails,
 /// the conversion goes on unlocked, and the database is not asked again for 10 s. A database that answers but
@@ -54,7 +55,7 @@ final class PostgresContentLocks: ContentLocks {
         let id = Self.lockID(key)
         let handoff = LockHandoff()
         let finished = Wakeup()
-        Task {
+        let holder = Task {
             defer { self.holders.withLock { $0 -= 1 } }
             do {
                 try await self.client.withConnection { connection in
@@ -82,6 +83,10 @@ final class PostgresContentLocks: ContentLocks {
         let first = await handoff.wait(for: .reached, upTo: self.timeoutSeconds)
         let stage = first == .reached ? await handoff.wait(for: .held, upTo: 300) : first
         guard stage == .held else {
+            // A holder still waiting for a connection is cancelled: its request must not stay in the pool's queue
+            // through an outage (a test that stopped the database saw the client never connect again while such
+            // requests waited). One that reached the database is not: it lets go of what it gets.
+            if first == .gaveUp { holder.cancel() }
             if first == .reached {
                 self.logger.warning(
                     "another node held this content's lock for 5 minutes; converting without it",

@@ -285,37 +285,42 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     // MARK: The workers
 
     func run() async throws {
-        // The schema first, however long the database takes to come up.
-        while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            do {
-                try await self.migrate()
-                break
-            } catch {
-                self.logger.warning(
-                    "the job database cannot be reached; batches wait for it",
-                    metadata: ["error": "\(String(reflecting: error))"])
-                try? await Task.sleep(for: .seconds(1))
-            }
-        }
         let listener = Task { await self.listen() }
         defer { listener.cancel() }
-        let deliveries = Task { await self.deliverWebhooks() }
-        // An idle wait ends at shutdown, not when its timer does.
-        await withGracefulShutdownHandler {
-            await withTaskCancellationHandler {
-                await self.work()
-            } onCancel: {
-                self.wakeup.signal()
-                self.webhookWakeup.signal()
+        let work = Task {
+            // The schema first, however long the database takes to come up.
+            while !Task.isCancelled {
+                do {
+                    try await self.migrate()
+                    break
+                } catch {
+                    self.logger.warning(
+                        "the job database cannot be reached; batches wait for it",
+                        metadata: ["error": "\(String(reflecting: error))"])
+                    try? await Task.sleep(for: .seconds(1))
+                }
             }
-        } onGracefulShutdown: {
+            await self.work()
+        }
+        let deliveries = Task { await self.deliverWebhooks() }
+        let stop: @Sendable () -> Void = {
+            work.cancel()
+            deliveries.cancel()
             self.wakeup.signal()
             self.webhookWakeup.signal()
         }
-        await withTaskCancellationHandler {
-            await deliveries.value
-        } onCancel: {
-            deliveries.cancel()
+        // At shutdown the loops are cancelled, not waited for: a call to a database that went away can wait
+        // for a connection indefinitely. An item being converted still finishes (a conversion is not
+        // cancelled); what it cannot record then is claimed again after its lease.
+        await withGracefulShutdownHandler {
+            await withTaskCancellationHandler {
+                await work.value
+                await deliveries.value
+            } onCancel: {
+                stop()
+            }
+        } onGracefulShutdown: {
+            stop()
         }
     }
 
