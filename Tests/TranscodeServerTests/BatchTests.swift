@@ -68,7 +68,14 @@ import Testing
     ) async throws -> [String: Any] {
         let deadline = ContinuousClock.now + .seconds(seconds)
         while ContinuousClock.now < deadline {
-            let status = try await Self.status(harness, id)
+            // A fleet's batch routes answer 503 `queue-unavailable` while the database is away: asked again.
+            let reply = try await harness.request(.GET, "/v1/batches/\(id)")
+            if reply.status == 503, reply.errorCode == "queue-unavailable" {
+                try await Task.sleep(for: .milliseconds(500))
+                continue
+            }
+            #expect(reply.status == 200, "\(reply.text)")
+            let status = try reply.json()
             if condition(status) { return status }
             try await Task.sleep(for: .milliseconds(100))
         }

@@ -57,12 +57,14 @@ final class PostgresServer: @unchecked Sendable {
         try await self.start()
     }
 
-    /// Starts the server (again, after `stop`: the data is kept, and the port when it is still free) and waits
-    /// until it accepts connections.
+    /// Starts the server (again, after `stop`: the data and the port are kept, as clients know only that port)
+    /// and waits until it accepts connections.
     func start() async throws {
         let binaries = try Self.binaries()
+        let restarting = self.port != 0
         for attempt in 0..<3 {
-            if self.port == 0 || attempt > 0 { self.port = try freePort() }
+            // A first start takes another free port when the one chosen was taken meanwhile; a restart cannot.
+            if !restarting { self.port = try freePort() }
             let (program, arguments) = Self.command(
                 binaries, "postgres",
                 [
@@ -80,8 +82,9 @@ final class PostgresServer: @unchecked Sendable {
                 try await Task.sleep(for: .milliseconds(100))
             }
             self.stop()
+            if restarting, attempt < 2 { try await Task.sleep(for: .seconds(1)) }
         }
-        Issue.record("PostgreSQL did not start:\n\(self.log("postgres.log").suffix(4000))")
+        Issue.record("PostgreSQL did not start on port \(self.port):\n\(self.log("postgres.log").suffix(4000))")
         throw CancellationError()
     }
 

@@ -262,24 +262,46 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     /// Runs `body` against the database within `queue.timeoutSeconds`.
     /// - Throws: 503 `queue-unavailable` when the database does not answer in time or fails.
     private func withDatabase<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        let task = Task {
-            try await self.migrate()
-            return try await body()
-        }
-        guard let result = await InProcessJobs.wait(for: task, upTo: self.configuration.timeoutSeconds) else {
-            task.cancel()
+        do {
+            return try await self.bounded {
+                try await self.migrate()
+                return try await body()
+            }
+        } catch let error as ServiceError {
+            throw error
+        } catch is DatabaseTimeout {
             throw ServiceError(
                 .queueUnavailable,
                 "the job database did not answer within \(self.configuration.timeoutSeconds) s; try again")
-        }
-        do {
-            return try result.get()
-        } catch let error as ServiceError {
-            throw error
         } catch {
             self.logger.error("the job database failed", metadata: ["error": "\(String(reflecting: error))"])
             throw ServiceError(.queueUnavailable, "the job database cannot be reached; try again")
         }
+    }
+
+    /// The database did not answer one call within `queue.timeoutSeconds`.
+    struct DatabaseTimeout: Error, CustomStringConvertible {
+        var seconds: Double
+        var description: String { "the job database did not answer within \(self.seconds) s" }
+    }
+
+    /// Runs one database call within `queue.timeoutSeconds`, cancelling it after that. Every call the routes and
+    /// the workers make goes through here: a call waits for one of the pool's connections, and while the database
+    /// is away (or the pool is between connection attempts) that wait has no end of its own. An item whose end
+    /// could not be recorded held a worker's place for as long, and with two cores its node's only batch place:
+    /// after an outage a node then stopped claiming. A call cut short is safe to lose: a claim not returned, or a
+    /// result not recorded, is a lease that expires and is claimed again (counted in the metrics).
+    /// - Throws: `DatabaseTimeout`, or what `body` threw.
+    private func bounded<T: Sendable>(
+        seconds: Double? = nil, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let seconds = seconds ?? self.configuration.timeoutSeconds
+        let task = Task { try await body() }
+        guard let result = await InProcessJobs.wait(for: task, upTo: seconds) else {
+            task.cancel()
+            throw DatabaseTimeout(seconds: seconds)
+        }
+        return try result.get()
     }
 
     // MARK: The workers
@@ -291,7 +313,10 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             // The schema first, however long the database takes to come up.
             while !Task.isCancelled {
                 do {
-                    try await self.migrate()
+                    // Bounded like every other call, more generously: another node may be migrating.
+                    try await self.bounded(seconds: max(60, self.configuration.timeoutSeconds)) {
+                        try await self.migrate()
+                    }
                     break
                 } catch {
                     self.logger.warning(
@@ -341,9 +366,11 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 }
                 do {
                     let started = ContinuousClock.now
-                    if let claimed = try await self.queue.claim(
-                        owner: self.claimOwner(), leaseSeconds: self.configuration.leaseSeconds, spec: Self.spec)
-                    {
+                    let owner = self.claimOwner()
+                    if let claimed = try await self.bounded({
+                        try await self.queue.claim(
+                            owner: owner, leaseSeconds: self.configuration.leaseSeconds, spec: Self.spec)
+                    }) {
                         self.metrics.queueClaimed(after: ContinuousClock.now - started, reclaimed: claimed.reclaimed)
                         self.running.withLock { $0 += 1 }
                         group.addTask {
@@ -356,7 +383,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                         continue
                     }
                     // At least 0.2 s: a due job a submit holds locked reads as due now (NOTIFY wakes for new ones).
-                    let due = try await self.queue.secondsToNextDue(spec: Self.spec)
+                    let due = try await self.bounded { try await self.queue.secondsToNextDue(spec: Self.spec) }
                     await self.wakeup.wait(upTo: min(30, max(0.2, due ?? 30)))
                 } catch {
                     self.logger.warning(
@@ -420,7 +447,10 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(Int64(lease * 1000 / 3)))
                 guard !Task.isCancelled else { return }
-                if (try? await self.queue.heartbeat(claimed.id, owner: claimed.owner, leaseSeconds: lease)) == false {
+                let renewed = try? await self.bounded {
+                    try await self.queue.heartbeat(claimed.id, owner: claimed.owner, leaseSeconds: lease)
+                }
+                if renewed == false {
                     self.logger.warning("a job's lease was lost", metadata: ["job.id": "\(claimed.id)"])
                     return
                 }
@@ -449,9 +479,11 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             {
                 let backoff = failure.code == .shuttingDown ? 0 : min(60, pow(2, Double(claimed.attempt)))
                 do {
-                    let state = try await self.queue.fail(
-                        claimed.id, owner: claimed.owner, error: "\(failure.code): \(failure.message)",
-                        retryAfterSeconds: backoff, result: QueuedJobResult(failure).json, counted: false)
+                    let state = try await self.bounded {
+                        try await self.queue.fail(
+                            claimed.id, owner: claimed.owner, error: "\(failure.code): \(failure.message)",
+                            retryAfterSeconds: backoff, result: QueuedJobResult(failure).json, counted: false)
+                    }
                     self.metrics.queueRetried(dead: state == .dead)
                     if state == .dead { await self.finishItems(of: claimed.id) }
                 } catch {
@@ -463,7 +495,10 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             result = QueuedJobResult(failure)
         }
         do {
-            guard try await self.queue.complete(claimed.id, owner: claimed.owner, result: result.json) else { return }
+            let completed = try await self.bounded {
+                try await self.queue.complete(claimed.id, owner: claimed.owner, result: result.json)
+            }
+            guard completed else { return }
             await self.finishItems(of: claimed.id)
         } catch {
             self.logger.warning(
@@ -476,25 +511,28 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     /// announces the batches that became complete.
     private func finishItems(of id: Int64?) async {
         do {
-            var batches: [String] = []
-            for try await batch in try await self.queue.client.query(
-                """
-                WITH finished AS (
-                    UPDATE transcode_batch_items AS item
-                    SET result = coalesce(job.result, jsonb_build_object('status', 'failed', 'error',
-                            jsonb_build_object('code', 'internal', 'message', coalesce(job.last_error, 'failed')))),
-                        finished_seq = nextval('transcode_batch_finished')
-                    FROM transcode_jobs AS job
-                    WHERE item.job_id = job.id AND item.finished_seq IS NULL AND job.state IN ('done', 'dead')
-                        AND (\(id)::bigint IS NULL OR job.id = \(id))
-                    RETURNING item.batch_id
-                )
-                SELECT DISTINCT batch_id FROM finished
-                """, logger: self.logger
-            ).decode(String.self) {
-                batches.append(batch)
+            let batches = try await self.bounded {
+                var batches: [String] = []
+                for try await batch in try await self.queue.client.query(
+                    """
+                    WITH finished AS (
+                        UPDATE transcode_batch_items AS item
+                        SET result = coalesce(job.result, jsonb_build_object('status', 'failed', 'error',
+                                jsonb_build_object('code', 'internal', 'message', coalesce(job.last_error, 'failed')))),
+                            finished_seq = nextval('transcode_batch_finished')
+                        FROM transcode_jobs AS job
+                        WHERE item.job_id = job.id AND item.finished_seq IS NULL AND job.state IN ('done', 'dead')
+                            AND (\(id)::bigint IS NULL OR job.id = \(id))
+                        RETURNING item.batch_id
+                    )
+                    SELECT DISTINCT batch_id FROM finished
+                    """, logger: self.logger
+                ).decode(String.self) {
+                    batches.append(batch)
+                }
+                return batches
             }
-            if !batches.isEmpty { try await self.notifyCompleted(batches) }
+            if !batches.isEmpty { try await self.bounded { try await self.notifyCompleted(batches) } }
         } catch {
             self.logger.warning(
                 "cannot record batch items; the sweep will", metadata: ["error": "\(String(reflecting: error))"])
@@ -555,10 +593,12 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                     continue
                 }
                 do {
-                    if let claimed = try await self.queue.claim(
-                        owner: self.claimOwner(), leaseSeconds: max(30, self.configuration.leaseSeconds),
-                        spec: Self.webhookSpec)
-                    {
+                    let owner = self.claimOwner()
+                    if let claimed = try await self.bounded({
+                        try await self.queue.claim(
+                            owner: owner, leaseSeconds: max(30, self.configuration.leaseSeconds),
+                            spec: Self.webhookSpec)
+                    }) {
                         self.delivering.withLock { $0 += 1 }
                         group.addTask {
                             await self.deliver(claimed)
@@ -567,7 +607,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                         }
                         continue
                     }
-                    let due = try await self.queue.secondsToNextDue(spec: Self.webhookSpec)
+                    let due = try await self.bounded { try await self.queue.secondsToNextDue(spec: Self.webhookSpec) }
                     await self.webhookWakeup.wait(upTo: min(30, max(0.2, due ?? 30)))
                 } catch {
                     await self.webhookWakeup.wait(upTo: 1)
@@ -580,14 +620,14 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     /// while `webhooks.maxRetrySeconds` allow, then given up.
     private func deliver(_ claimed: PostgresQueue.Claimed) async {
         guard let message = try? JSONDecoder().decode(WebhookMessage.self, from: Data(claimed.payload.utf8)) else {
-            _ = try? await self.queue.complete(claimed.id, owner: claimed.owner)
+            _ = try? await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
             return
         }
         let outcome = await self.webhooks.attempt(message)
         do {
             switch outcome {
             case .delivered, .refused:
-                _ = try await self.queue.complete(claimed.id, owner: claimed.owner)
+                _ = try await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
             case .failed(let reason):
                 let wait = self.webhooks.retryWait(after: claimed.attempt)
                 if Date().timeIntervalSince1970 - message.createdAt + wait > self.webhooks.maxRetrySeconds {
@@ -598,11 +638,13 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                             "webhook.id": "\(message.id)", "webhook.attempts": "\(claimed.attempt)",
                             "error": "\(reason)",
                         ])
-                    _ = try await self.queue.complete(claimed.id, owner: claimed.owner)
+                    _ = try await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
                 } else {
                     self.metrics.webhook("retried")
-                    _ = try await self.queue.fail(
-                        claimed.id, owner: claimed.owner, error: reason, retryAfterSeconds: wait)
+                    _ = try await self.bounded {
+                        try await self.queue.fail(
+                            claimed.id, owner: claimed.owner, error: reason, retryAfterSeconds: wait)
+                    }
                 }
             }
         } catch {
@@ -618,32 +660,39 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
         await self.finishItems(of: nil)
         do {
             // Complete but not announced: the node that finished them stopped between the two transactions.
-            var unannounced: [String] = []
-            for try await id in try await self.queue.client.query(
-                """
-                SELECT id FROM transcode_batches AS batch WHERE NOT batch.notified
-                    AND NOT EXISTS (SELECT 1 FROM transcode_batch_items
-                                    WHERE batch_id = batch.id AND finished_seq IS NULL)
-                """, logger: self.logger
-            ).decode(String.self) {
-                unannounced.append(id)
+            let unannounced = try await self.bounded {
+                var unannounced: [String] = []
+                for try await id in try await self.queue.client.query(
+                    """
+                    SELECT id FROM transcode_batches AS batch WHERE NOT batch.notified
+                        AND NOT EXISTS (SELECT 1 FROM transcode_batch_items
+                                        WHERE batch_id = batch.id AND finished_seq IS NULL)
+                    """, logger: self.logger
+                ).decode(String.self) {
+                    unannounced.append(id)
+                }
+                return unannounced
             }
-            if !unannounced.isEmpty { try await self.notifyCompleted(unannounced) }
+            if !unannounced.isEmpty { try await self.bounded { try await self.notifyCompleted(unannounced) } }
             let cutoff = Date().timeIntervalSince1970 - self.retentionSeconds
-            try await self.queue.client.query(
-                """
-                DELETE FROM transcode_batches AS batch
-                WHERE (batch.request ->> 'createdAt')::float8 < \(cutoff)
-                    AND NOT EXISTS (SELECT 1 FROM transcode_batch_items
-                                    WHERE batch_id = batch.id AND finished_seq IS NULL)
-                """, logger: self.logger)
-            try await self.queue.client.query(
-                """
-                DELETE FROM transcode_jobs AS job
-                WHERE job.state IN ('done', 'dead') AND job.updated_at < now() - make_interval(secs => 3600)
-                    AND NOT EXISTS (SELECT 1 FROM transcode_batch_items WHERE job_id = job.id)
-                """, logger: self.logger)
-            let depth = try await self.queue.depth()
+            try await self.bounded {
+                try await self.queue.client.query(
+                    """
+                    DELETE FROM transcode_batches AS batch
+                    WHERE (batch.request ->> 'createdAt')::float8 < \(cutoff)
+                        AND NOT EXISTS (SELECT 1 FROM transcode_batch_items
+                                        WHERE batch_id = batch.id AND finished_seq IS NULL)
+                    """, logger: self.logger)
+            }
+            try await self.bounded {
+                try await self.queue.client.query(
+                    """
+                    DELETE FROM transcode_jobs AS job
+                    WHERE job.state IN ('done', 'dead') AND job.updated_at < now() - make_interval(secs => 3600)
+                        AND NOT EXISTS (SELECT 1 FROM transcode_batch_items WHERE job_id = job.id)
+                    """, logger: self.logger)
+            }
+            let depth = try await self.bounded { try await self.queue.depth() }
             self.metrics.queueDepth(depth.map { ($0.key.rawValue, $0.value) })
         } catch {
             self.logger.debug("the queue's sweep failed", metadata: ["error": "\(error)"])
