@@ -6,6 +6,7 @@ import NIOCore
 import NIOPosix
 import PostgresNIO
 import ServiceLifecycle
+import Synchronization
 import Transcoder
 
 /// The services a router needs, built once per application.
@@ -74,6 +75,8 @@ func buildApplication(
     }
     // The fleet's job database (`queue.kind: postgres`): batches, webhooks, and a lock per content key.
     let queueClient = configuration.queue.client.map { PostgresClient(configuration: $0, backgroundLogger: logger) }
+    // Requests' jobs that outlive their wait are known fleet-wide (`FleetJobs`).
+    let fleetJobs = Mutex<FleetJobs?>(nil)
     let transcodes = TranscodeService(
         cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcode.options,
         syncWaitSeconds: configuration.transcode.syncWaitSeconds, urlTTLSeconds: configuration.cache.urlTTLSeconds,
@@ -84,6 +87,14 @@ func buildApplication(
         shared: shared,
         contentLocks: queueClient.map {
             PostgresContentLocks(client: $0, timeoutSeconds: configuration.queue.timeoutSeconds, logger: logger)
+        },
+        jobs: { local in
+            guard let client = queueClient else { return local }
+            let jobs = FleetJobs(
+                local: local, queue: PostgresQueue(client: client, logger: logger), configuration: configuration.queue,
+                owner: PostgresBatches.nodeName(), logger: logger)
+            fleetJobs.withLock { $0 = jobs }
+            return jobs
         },
         metrics: metrics, logger: logger)
     let webhooks = WebhookDispatcher(
@@ -101,6 +112,7 @@ func buildApplication(
             configuration: configuration.queue, retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
         // Webhooks survive restarts: kept in the database once their event is known, delivered by any node.
         webhooks.keep(in: fleetBatches)
+        fleetJobs.withLock { $0 }?.whenEnded { await fleetBatches.finishItems(of: $0) }
         batches = fleetBatches
     } else {
         batches = try BatchRunner(

@@ -134,6 +134,52 @@ import Testing
         }
     }
 
+    /// A request's job that outlives its wait is known to every node: pending while it runs on another node,
+    /// then done, or its error.
+    @Test func anyNodeAnswersForARequestsJob() async throws {
+        try await withPostgres { server, _ in
+            try await withTemporaryDirectory { directory in
+                let shared = CopyingDiskStore(try DiskCache(root: directory + "/shared", maxBytes: 1 << 30))
+                let configure: @Sendable (inout ServerConfiguration) -> Void = {
+                    Self.configure(server)(&$0)
+                    $0.transcode.syncWaitSeconds = 0.1
+                }
+                try await withHarness(sharedStore: shared, configure: configure) { a in
+                    try await withHarness(sharedStore: shared, configure: configure) { b in
+                        for (path, ending) in [
+                            ("/delayed/2500/cartoon_hotdog.gif", "done"),
+                            ("/delayed/2500/notgif_jpeg_photo.gif", "failed"),
+                        ] {
+                            let reply = try await a.transcode(url: a.originURL(path))
+                            #expect(reply.status == 202, "\(reply.text)")
+                            let location = try #require(reply.headers.first(name: "Location"))
+                            // Node b has no flight of it: it answers from the job table (a recorded it before answering).
+                            var seen: [String] = []
+                            var last: [String: Any] = [:]
+                            let deadline = ContinuousClock.now + .seconds(30)
+                            while ContinuousClock.now < deadline {
+                                let poll = try await b.request(.GET, location)
+                                let status = poll.status == 404 ? "unknown" : try poll.json()["status"] as? String
+                                if seen.last != status { seen.append(status ?? "?") }
+                                if poll.status != 404 { last = try poll.json() }
+                                if status == ending { break }
+                                try await Task.sleep(for: .milliseconds(100))
+                            }
+                            // Pending before it ended: never "unknown" (404) on the node that did not run it.
+                            #expect(seen == ["pending", ending], "\(path): \(seen)")
+                            if ending == "failed" {
+                                #expect((last["error"] as? [String: Any])?["code"] as? String == "unsupported-format")
+                            } else {
+                                #expect((last["result"] as? [String: Any])?["key"] is String, "\(last)")
+                            }
+                        }
+                        #expect(b.services.transcodes.counters.transcodes == 0)
+                    }
+                }
+            }
+        }
+    }
+
     /// Every node stopped mid-batch, and another started: the batch completes, every URL once.
     @Test func aBatchSurvivesItsNodesRestarting() async throws {
         try await withPostgres { server, _ in

@@ -91,7 +91,8 @@ final class TranscodeService: Sendable {
         cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
         syncWaitSeconds: Double, urlTTLSeconds: Double, staleIfErrorSeconds: Double,
         originFailureTTL: SourceResolver.OriginFailureTTL = .init(), shared: SharedResults? = nil,
-        contentLocks: (any ContentLocks)? = nil, metrics: ServiceMetrics, logger: Logger
+        contentLocks: (any ContentLocks)? = nil,
+        jobs makeJobs: (InProcessJobs) -> any TranscodeJobs = { $0 }, metrics: ServiceMetrics, logger: Logger
     ) {
         self.results = ReadThroughResults(local: cache, shared: shared)
         self.takedowns = self.results.takedowns
@@ -108,7 +109,7 @@ final class TranscodeService: Sendable {
         let work = TranscodeWork(
             results: self.results, downloader: downloader, pool: pool, resolver: self.resolver,
             contentLocks: contentLocks, metrics: metrics, logger: logger)
-        self.jobs = InProcessJobs(pool: pool, performer: work, metrics: metrics)
+        self.jobs = makeJobs(InProcessJobs(pool: pool, performer: work, metrics: metrics))
     }
 
     var counters: ServiceCounters { self.metrics.counters }
@@ -225,7 +226,8 @@ final class TranscodeService: Sendable {
         if let metadata = try? await self.results.object(objectKey) {
             return .done(TranscodeOutcome(key: objectKey, metadata: metadata))
         }
-        return nil
+        // Pending or failed on another node of the fleet.
+        return await self.jobs.recorded(id)
     }
 
     /// The metadata of `url`'s result when this node has it already (a rewrite's sizes and loop counts).

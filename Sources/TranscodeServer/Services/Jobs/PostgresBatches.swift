@@ -70,6 +70,9 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     static let spec = "mp4"
     /// The spec of a webhook delivery's job (its result key is the `webhook-id`).
     static let webhookSpec = "webhook"
+    /// Failures that are not the URL's own (shutting down, the shared store down, the pool full): the job is
+    /// tried again, here or on another node, and the claim is not counted.
+    static let passingFailures: Set<ErrorCode> = [.shuttingDown, .storageUnavailable, .queueFull, .overloaded]
     /// Webhook deliveries one node makes at once from the outbox (the dispatcher's own bound applies too).
     static let maxDeliveries = 16
 
@@ -85,7 +88,12 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
         self.configuration = configuration
         self.retentionSeconds = retentionSeconds
         self.logger = logger
-        self.owner = "\(ProcessInfo.processInfo.hostName):\(getpid()):\(BatchID.random().prefix(8))"
+        self.owner = Self.nodeName()
+    }
+
+    /// A name for this process in leases: host, pid and a random part (a restarted node is another owner).
+    static func nodeName() -> String {
+        "\(ProcessInfo.processInfo.hostName):\(getpid()):\(BatchID.random().prefix(8))"
     }
 
     // MARK: The routes
@@ -295,7 +303,13 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     private func bounded<T: Sendable>(
         seconds: Double? = nil, _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
-        let seconds = seconds ?? self.configuration.timeoutSeconds
+        try await Self.bounded(seconds: seconds ?? self.configuration.timeoutSeconds, body)
+    }
+
+    /// `bounded`, with its time limit given.
+    static func bounded<T: Sendable>(
+        seconds: Double, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
         let task = Task { try await body() }
         guard let result = await InProcessJobs.wait(for: task, upTo: seconds) else {
             task.cancel()
@@ -466,7 +480,8 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             let url = try Downloader.validate(text)
             let ended = JobSubscription()
             _ = try? await self.service.transcode(
-                url: url, options: job.options, keys: SourceKeys(url: url, options: job.options), subscriber: ended)
+                url: url, options: job.options, untilDone: true, keys: SourceKeys(url: url, options: job.options),
+                subscriber: ended)
             switch await ended.end() {
             case .done(let outcome): result = QueuedJobResult(outcome)
             case .failed(let failure): throw failure
@@ -475,8 +490,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             let failure = ServiceError.from(error)
             // Not the URL's failure (shutting down, the shared store down, the pool full): tried again later,
             // here or on another node.
-            if [.shuttingDown, .storageUnavailable, .queueFull, .overloaded].contains(failure.code) || Task.isCancelled
-            {
+            if Self.passingFailures.contains(failure.code) || Task.isCancelled {
                 let backoff = failure.code == .shuttingDown ? 0 : min(60, pow(2, Double(claimed.attempt)))
                 do {
                     let state = try await self.bounded {
@@ -509,7 +523,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
 
     /// Gives the items waiting on job `id` (or on any job that ended, when nil) the job's result, then
     /// announces the batches that became complete.
-    private func finishItems(of id: Int64?) async {
+    func finishItems(of id: Int64?) async {
         do {
             let batches = try await self.bounded {
                 var batches: [String] = []
@@ -675,7 +689,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             }
             if !unannounced.isEmpty { try await self.bounded { try await self.notifyCompleted(unannounced) } }
             let cutoff = Date().timeIntervalSince1970 - self.retentionSeconds
-            try await self.bounded {
+            _ = try await self.bounded {
                 try await self.queue.client.query(
                     """
                     DELETE FROM transcode_batches AS batch
@@ -684,7 +698,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                                         WHERE batch_id = batch.id AND finished_seq IS NULL)
                     """, logger: self.logger)
             }
-            try await self.bounded {
+            _ = try await self.bounded {
                 try await self.queue.client.query(
                     """
                     DELETE FROM transcode_jobs AS job

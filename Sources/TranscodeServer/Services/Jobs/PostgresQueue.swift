@@ -282,6 +282,42 @@ struct PostgresQueue: Sendable {
         return nil
     }
 
+    /// Records a job this node is running already, as claimed by `owner` for `leaseSeconds` (its first claim): a
+    /// request's job that outlived the request's wait. Other nodes then see it, and claim it once the lease
+    /// expires without a report.
+    /// - Returns: the job's id; nil when a live job of that result key and spec exists (a batch item queued or
+    ///   running elsewhere: that one reports).
+    func adopt(
+        resultKey: String, spec: String, payload: String, owner: String, leaseSeconds: Double, maxAttempts: Int
+    ) async throws -> Int64? {
+        let rows = try await self.client.query(
+            """
+            INSERT INTO transcode_jobs
+                (result_key, spec, payload, max_attempts, state, attempts, lease_owner, lease_until)
+            VALUES (\(resultKey), \(spec), \(payload)::jsonb, \(maxAttempts), 'running', 1, \(owner),
+                now() + make_interval(secs => \(leaseSeconds)))
+            ON CONFLICT (result_key, spec) WHERE state IN ('queued', 'running') DO NOTHING
+            RETURNING id
+            """, logger: self.logger)
+        for try await id in rows.decode(Int64.self) { return id }
+        return nil
+    }
+
+    /// The newest job of `resultKey` and `spec`: its state and, once it ended, its result (JSON).
+    func latest(resultKey: String, spec: String) async throws -> (state: State, result: String?)? {
+        let rows = try await self.client.query(
+            """
+            SELECT state, result::text FROM transcode_jobs
+            WHERE result_key = \(resultKey) AND spec = \(spec)
+            ORDER BY id DESC LIMIT 1
+            """, logger: self.logger)
+        for try await (state, result) in rows.decode((String, String?).self) {
+            guard let state = State(rawValue: state) else { return nil }
+            return (state, result)
+        }
+        return nil
+    }
+
     /// Renews `owner`'s lease of job `id` for `leaseSeconds` from now.
     /// - Returns: false when the lease is no longer `owner`'s (it expired and another worker claimed the job):
     ///   the worker stops and does not report.

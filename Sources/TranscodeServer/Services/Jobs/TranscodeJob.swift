@@ -53,6 +53,13 @@ protocol TranscodeJobs: Sendable {
     func isRunning(_ id: String) async -> Bool
     /// How job `id` failed, and when, when it did recently.
     func failure(of id: String) -> JobFailure?
+    /// Where job `id` stands as the fleet recorded it, when this node has nothing on it: pending or failed on
+    /// another node (`GET /jobs/{id}` on any node). Asked last, after this node's and the shared store's answers.
+    func recorded(_ id: String) async -> JobState?
+}
+
+extension TranscodeJobs {
+    func recorded(_ id: String) async -> JobState? { nil }
 }
 
 /// A job's failure as recorded: for `GET /jobs/{id}`, and for answering again without asking the origin
@@ -79,8 +86,13 @@ final class JobSubscription: Sendable {
     }
 
     private let state = Mutex<State>(.waiting)
+    /// Told the same end, once this one is.
+    private let next: JobSubscription?
 
-    init() {}
+    /// - Parameter next: a subscription told the same end (a job's own watcher ahead of a request's subscriber).
+    init(forwardingTo next: JobSubscription? = nil) {
+        self.next = next
+    }
 
     /// The job's end, once it is known. Call it once.
     func end() async -> JobEnd {
@@ -109,6 +121,7 @@ final class JobSubscription: Sendable {
             }
         }
         waiter?.resume(returning: end)
+        self.next?.tell(end)
     }
 
     /// Whether an end was told.
