@@ -253,6 +253,28 @@ import Transcoder
         }
     }
 
+    /// libdispatch's timer clocks each have their timerfd from the start (`ServeCommand.armDispatchTimers`): one
+    /// made later, with every descriptor taken, kills the process. Read from `/proc/<pid>/fdinfo`: CLOCK_REALTIME
+    /// (0, dispatch's wall clock), CLOCK_MONOTONIC (1, uptime) and CLOCK_BOOTTIME (7, monotonic). Without the arming,
+    /// the server had 1 and 7 only (NIO's event loops have CLOCK_MONOTONIC timerfds too): the wall clock's came later.
+    @Test func everyDispatchClockHasItsTimerBeforeLoad() async throws {
+        try await Self.withServingBinary { process, _, _, _ in
+            let pid = process.processIdentifier
+            var clocks: Set<Int> = []
+            for fd in try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd") {
+                guard
+                    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)"))
+                        == "anon_inode:[timerfd]",
+                    let info = try? String(contentsOfFile: "/proc/\(pid)/fdinfo/\(fd)", encoding: .utf8),
+                    let line = info.split(separator: "\n").first(where: { $0.hasPrefix("clockid:") }),
+                    let clock = Int(line.dropFirst("clockid:".count).trimmingCharacters(in: .whitespaces))
+                else { continue }
+                clocks.insert(clock)
+            }
+            #expect(clocks.isSuperset(of: [0, 1, 7]), "timerfd clocks: \(clocks.sorted())")
+        }
+    }
+
     /// Out of file descriptors (idle connections holding every one the process may have), a request for a
     /// stored object answers 503 `overloaded` with `Retry-After`: the object is not taken for damaged (not
     /// quarantined), and is served again once the connections close.

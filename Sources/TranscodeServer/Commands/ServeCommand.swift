@@ -1,4 +1,5 @@
 import ArgumentParser
+import Dispatch
 import Foundation
 import Hummingbird
 import Logging
@@ -36,6 +37,7 @@ struct ServeCommand: AsyncParsableCommand {
             ? Logger(label: "transcode-server") { JSONLogHandler(label: $0) } : Logger(label: "transcode-server")
         logger.logLevel = configuration.log.level
         let descriptors = Self.raiseDescriptorLimit()
+        await Self.armDispatchTimers()
         logger.info(
             "file descriptor limit",
             metadata: ["limit.soft": "\(descriptors.soft)", "limit.hard": "\(descriptors.hard)"])
@@ -65,6 +67,29 @@ struct ServeCommand: AsyncParsableCommand {
             if setrlimit(RLIMIT_NOFILE_RESOURCE, &raised) == 0 { limit = raised }
         }
         return (UInt64(limit.rlim_cur), UInt64(limit.rlim_max))
+    }
+
+    /// Arms a timer on each of libdispatch's three clocks (uptime, monotonic, wall), so that each has its timerfd
+    /// before the server can run out of descriptors. libdispatch makes a clock's timerfd the first time a timer of
+    /// that clock is armed, and when it cannot (`EMFILE`) it kills the process (SIGILL): a server whose every
+    /// descriptor was taken by connections died at its first timer on a clock it had not used yet (1 in about 6
+    /// loaded runs of `OperationsTests.runningOutOfDescriptorsQuarantinesNothing`). `Task.sleep` and
+    /// `asyncAfter` use these timers. Made once, a clock's timerfd is kept for the life of the process.
+    static func armDispatchTimers() async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let group = DispatchGroup()
+            group.enter()
+            group.enter()
+            group.enter()
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(1)) { group.leave() }
+            DispatchQueue.global().asyncAfter(wallDeadline: .now() + .milliseconds(1)) { group.leave() }
+            // The monotonic clock (CLOCK_BOOTTIME): Swift's continuous clock.
+            Task {
+                try? await Task.sleep(for: .milliseconds(1), clock: .continuous)
+                group.leave()
+            }
+            group.notify(queue: .global()) { done.resume() }
+        }
     }
 
     /// The soft limit on open files now in force.
