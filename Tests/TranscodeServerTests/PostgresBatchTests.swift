@@ -180,6 +180,42 @@ import Testing
         }
     }
 
+    /// Results are paged in the order they were first listed: an item that finished with an earlier sequence number
+    /// but committed after a page was read (two workers' transactions) comes after that page, not inside it.
+    @Test func aPageOnceReadNeverChanges() async throws {
+        try await withPostgres { server, client in
+            try await withHarness(configure: Self.configure(server)) { harness in
+                // Refused at once (not http): both items finished at submit, A's sequence number before B's.
+                let id = try await BatchTests.submit(harness, ["ftp://example.com/a.gif", "ftp://example.com/b.gif"])
+                var sequence: [Int: Int64] = [:]
+                for try await (position, seq) in try await client.query(
+                    "SELECT position, finished_seq FROM transcode_batch_items WHERE batch_id = \(id)"
+                ).decode((Int, Int64).self) {
+                    sequence[position] = seq
+                }
+                let (a, b) = (try #require(sequence[0]), try #require(sequence[1]))
+                #expect(a < b)
+                // A's transaction has not committed yet: only B is finished when the first page is read.
+                try await client.query(
+                    "UPDATE transcode_batch_items SET finished_seq = NULL WHERE position = 0 AND batch_id = \(id)")
+                func page(_ offset: Int) async throws -> [Int] {
+                    let reply = try await harness.request(.GET, "/v1/batches/\(id)/results?offset=\(offset)&limit=1")
+                    #expect(reply.status == 200)
+                    return try reply.text.split(separator: "\n").map {
+                        try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])["index"]
+                            as? Int ?? -1
+                    }
+                }
+                #expect(try await page(0) == [1])
+                // Now it commits, with the sequence number it took before B's.
+                try await client.query(
+                    "UPDATE transcode_batch_items SET finished_seq = \(a) WHERE position = 0 AND batch_id = \(id)")
+                #expect(try await page(1) == [0], "the second page repeats the first, and A is never listed")
+                #expect(try await page(0) == [1])
+            }
+        }
+    }
+
     /// Every node stopped mid-batch, and another started: the batch completes, every URL once.
     @Test func aBatchSurvivesItsNodesRestarting() async throws {
         try await withPostgres { server, _ in

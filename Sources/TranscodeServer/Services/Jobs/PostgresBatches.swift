@@ -187,44 +187,66 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
         return nil
     }
 
+    /// The batch's finished items, in the order they were first listed: each read first lists, under the batch's
+    /// lock, the items finished since the last read (`listed_seq`), after every line listed before. A page once
+    /// read never changes, however items finish meanwhile (`finished_seq` is taken before a commit, so it is not
+    /// commit order, and paging by it could repeat one line and skip another).
     func results(_ id: String, offset: Int, limit: Int) async throws -> (lines: [[UInt8]], total: Int)? {
-        try await self.withDatabase {
-            var found: (total: Int, background: String?)?
-            for try await row in try await self.queue.client.query(
-                """
-                SELECT (SELECT count(*) FROM transcode_batch_items
-                        WHERE batch_id = \(id) AND finished_seq IS NOT NULL),
-                    request ->> 'background'
-                FROM transcode_batches WHERE id = \(id)
-                """, logger: self.logger
-            ).decode((Int, String?).self) {
-                found = row
-            }
-            guard let found else { return nil }
-            let background = found.background.flatMap(RGBColor.init(hex:))
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            var lines: [[UInt8]] = []
-            for try await (position, url, result) in try await self.queue.client.query(
-                """
-                SELECT position, url, result::text FROM transcode_batch_items
-                WHERE batch_id = \(id) AND finished_seq IS NOT NULL
-                ORDER BY finished_seq OFFSET \(offset) LIMIT \(limit)
-                """, logger: self.logger
-            ).decode((Int, String, String).self) {
-                let ended = try JSONDecoder().decode(QueuedJobResult.self, from: Data(result.utf8))
-                var line = BatchResult(index: position, url: url, status: ended.status)
-                line.error = ended.error
-                if let key = ended.key {
-                    let signed = self.links.signed(sourceURL: url, background: background)
-                    line.key = key
-                    line.mp4 = signed?[ObjectFiles.video.name] ?? self.links.absolute(key.mediaPath(ObjectFiles.video))
-                    line.poster = signed?["poster"] ?? self.links.absolute(key.mediaPath(ObjectFiles.poster))
-                    line.recommendation = ended.recommendation
+        let logger = self.logger
+        return try await self.withDatabase {
+            try await self.queue.client.withTransaction(logger: logger) { connection in
+                var found: String??
+                for try await background in try await connection.query(
+                    "SELECT request ->> 'background' FROM transcode_batches WHERE id = \(id)", logger: logger
+                ).decode(String?.self) {
+                    found = .some(background)
                 }
-                lines.append(Array(try encoder.encode(line)))
+                guard let found else { return nil }
+                // Readers of one batch one at a time.
+                try await connection.query(
+                    "SELECT pg_advisory_xact_lock(hashtext('transcode_batch:' || \(id))::bigint)", logger: logger)
+                try await connection.query(
+                    """
+                    UPDATE transcode_batch_items AS item SET listed_seq = next.seq
+                    FROM (SELECT position, nextval('transcode_batch_listed') AS seq
+                          FROM (SELECT position FROM transcode_batch_items
+                                WHERE batch_id = \(id) AND finished_seq IS NOT NULL AND listed_seq IS NULL
+                                ORDER BY finished_seq) AS unlisted) AS next
+                    WHERE item.batch_id = \(id) AND item.position = next.position
+                    """, logger: logger)
+                var total = 0
+                for try await count in try await connection.query(
+                    "SELECT count(*) FROM transcode_batch_items WHERE batch_id = \(id) AND listed_seq IS NOT NULL",
+                    logger: logger
+                ).decode(Int.self) {
+                    total = count
+                }
+                let background = found.flatMap(RGBColor.init(hex:))
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                var lines: [[UInt8]] = []
+                for try await (position, url, result) in try await connection.query(
+                    """
+                    SELECT position, url, result::text FROM transcode_batch_items
+                    WHERE batch_id = \(id) AND listed_seq IS NOT NULL
+                    ORDER BY listed_seq OFFSET \(offset) LIMIT \(limit)
+                    """, logger: logger
+                ).decode((Int, String, String).self) {
+                    let ended = try JSONDecoder().decode(QueuedJobResult.self, from: Data(result.utf8))
+                    var line = BatchResult(index: position, url: url, status: ended.status)
+                    line.error = ended.error
+                    if let key = ended.key {
+                        let signed = self.links.signed(sourceURL: url, background: background)
+                        line.key = key
+                        line.mp4 =
+                            signed?[ObjectFiles.video.name] ?? self.links.absolute(key.mediaPath(ObjectFiles.video))
+                        line.poster = signed?["poster"] ?? self.links.absolute(key.mediaPath(ObjectFiles.poster))
+                        line.recommendation = ended.recommendation
+                    }
+                    lines.append(Array(try encoder.encode(line)))
+                }
+                return (lines, total)
             }
-            return (lines, found.total)
         }
     }
 

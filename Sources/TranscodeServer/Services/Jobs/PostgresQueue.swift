@@ -110,6 +110,17 @@ struct PostgresQueue: Sendable {
                 WHERE finished_seq IS NOT NULL
             """,
         ],
+        [
+            // The order results are listed in, given by their reader under the batch's lock: an item whose
+            // transaction took its finished_seq before another's but committed after it would otherwise appear
+            // before lines already read, and paging by offset would repeat one line and skip another.
+            "ALTER TABLE transcode_batch_items ADD COLUMN listed_seq bigint",
+            "CREATE SEQUENCE transcode_batch_listed",
+            """
+            CREATE INDEX transcode_batch_items_listed ON transcode_batch_items (batch_id, listed_seq)
+                WHERE listed_seq IS NOT NULL
+            """,
+        ],
     ]
 
     /// Brings the schema to the latest version, under a transaction-scoped advisory lock.
