@@ -157,8 +157,9 @@ func buildApplication(
                 http1: HTTP1Channel(responder: responder, configuration: http1), source: hits, connections: connections)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        // Shut down in reverse: the queue's client outlives the webhooks and batches that use it.
-        services: [pool] + queueServices + [webhooks, batches] + (shared.map { [$0] } ?? []),
+        // Shut down in reverse: the queue's client outlives the webhooks and batches that use it, and the pool, whose
+        // conversions still record their ends while it drains (`FleetJobs`, batch items).
+        services: queueServices + [pool] + [webhooks, batches] + (shared.map { [$0] } ?? []),
         onServerRunning: onServerRunning,
         logger: logger
     )

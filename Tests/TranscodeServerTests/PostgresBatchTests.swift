@@ -122,6 +122,10 @@ import Testing
                 #expect(refused.headers.first(name: "Retry-After") == "5")
                 let posted = try await BatchTests.submitReply(harness, [urls[0]])
                 #expect(posted.status == 503)
+                // A job this node does not know may be running on another: not a 404 while the table is away.
+                let job = try await harness.request(.GET, "/jobs/\(String(repeating: "0", count: 64))")
+                #expect(job.status == 503, "\(job.text)")
+                #expect(job.errorCode == "queue-unavailable")
                 let interactive = try await harness.transcode(url: harness.originURL("/corpus/\(BatchTests.gifs[40])"))
                 #expect(interactive.status == 200, "\(interactive.text)")
                 // Away for 20 s: past the client's circuit breaker (15 s), after which postgres-nio fails every

@@ -206,7 +206,8 @@ final class TranscodeService: Sendable {
     }
 
     /// Where job `id` stands.
-    /// - Throws: `overloaded` when this node's object cannot be checked now.
+    /// - Throws: `overloaded` when this node's object cannot be checked now; `queue-unavailable` when a fleet's
+    ///   job table cannot be read (the job may be running on another node).
     func job(_ id: String) async throws -> JobState? {
         // A job's id is its request key: a URL key or, for an upload, an object key (both a SHA-256).
         guard let urlKey = URLKey(id), let objectKey = ObjectKey(id) else { return nil }
@@ -227,7 +228,7 @@ final class TranscodeService: Sendable {
             return .done(TranscodeOutcome(key: objectKey, metadata: metadata))
         }
         // Pending or failed on another node of the fleet.
-        return await self.jobs.recorded(id)
+        return try await self.jobs.recorded(id)
     }
 
     /// The metadata of `url`'s result when this node has it already (a rewrite's sizes and loop counts).

@@ -6,11 +6,12 @@ import Synchronization
 /// in this process, through `InProcessJobs` (the single flight, admission against the pool): a request answered
 /// within its wait never touches the database, and requests work while it is away. What the fleet adds is for a
 /// job that outlives its request's wait (answered 202 `pending`):
-/// - before the 202 is sent (within `queue.timeoutSeconds`), it is recorded in the job table
-///   (`PostgresQueue.adopt`) as running, leased to this node; the lease is renewed while it runs, and it ends
-///   there with its result (batch items that joined it take that result);
+/// - before the 202 is sent (within `queue.timeoutSeconds`; not tried for 10 s after the database failed to take
+///   one), it is recorded in the job table (`PostgresQueue.adopt`) as running, leased to this node; the lease is
+///   renewed while it runs, and it ends there with its result (batch items that joined it take that result);
 /// - any node answers `GET /jobs/{id}` for it: pending while it runs, its error when it failed (done is the
-///   shared store's answer);
+///   shared store's answer); 503 `queue-unavailable` when the table cannot be read, never a 404 for a job that
+///   may be running elsewhere;
 /// - when this node dies, its lease expires and another node's workers claim and run it (`PostgresBatches`);
 ///   when it stops gracefully, or the job fails for a passing reason (the shared store down), the job is queued
 ///   again at once.
@@ -25,6 +26,8 @@ final class FleetJobs: TranscodeJobs {
     /// This node's name in leases.
     let owner: String
     private let adoptions = Mutex(0)
+    /// Until when not to ask the database to take a pending job (it failed to, a moment ago).
+    private let unavailableUntil = Mutex<ContinuousClock.Instant?>(nil)
     /// Told the id of each job that ended here (`PostgresBatches.finishItems`: items that joined it).
     private let onEnd = Mutex<(@Sendable (Int64) async -> Void)?>(nil)
 
@@ -51,8 +54,8 @@ final class FleetJobs: TranscodeJobs {
         let watcher = JobSubscription(forwardingTo: subscriber)
         let answer = try await self.local.submit(job, upload: upload, waitingUpTo: seconds, subscriber: watcher)
         // Recorded before the client learns the job's id, so that any node it asks knows the job.
-        if case .pending = answer, let (id, owner) = await self.adopt(job) {
-            Task { await self.follow(id, owner: owner, endingWith: watcher) }
+        if case .pending = answer {
+            await self.adopt(job, endingWith: watcher)
         }
         return answer
     }
@@ -65,35 +68,62 @@ final class FleetJobs: TranscodeJobs {
         self.local.failure(of: id)
     }
 
-    func recorded(_ id: String) async -> JobState? {
-        let latest = try? await PostgresBatches.bounded(seconds: self.configuration.timeoutSeconds) {
-            try await self.queue.latest(resultKey: id, spec: PostgresBatches.spec)
+    func recorded(_ id: String) async throws -> JobState? {
+        let latest: (state: PostgresQueue.State, result: String?, lastError: String?)?
+        do {
+            latest = try await PostgresBatches.bounded(seconds: self.configuration.timeoutSeconds) {
+                try await self.queue.latest(resultKey: id, spec: PostgresBatches.spec)
+            }
+        } catch {
+            // Not "no such job": it may be running on another node.
+            throw ServiceError(.queueUnavailable, "the job database cannot be read now; try again")
         }
-        guard let found = latest ?? nil else { return nil }
+        guard let found = latest else { return nil }
         switch found.state {
         case .queued, .running:
             return .pending
         case .done, .dead:
-            guard let json = found.result,
-                let result = try? JSONDecoder().decode(QueuedJobResult.self, from: Data(json.utf8)),
-                let error = result.error
-            else { return nil }
-            return .failed(ServiceError(ErrorCode(rawValue: error.code) ?? .internal, error.message))
+            if let json = found.result,
+                let result = try? JSONDecoder().decode(QueuedJobResult.self, from: Data(json.utf8))
+            {
+                guard let error = result.error else { return nil }
+                return .failed(ServiceError(ErrorCode(rawValue: error.code) ?? .internal, error.message))
+            }
+            // A dead letter whose last lease expired (its worker died each time) keeps only its last error.
+            guard found.state == .dead else { return nil }
+            return .failed(.internal(found.lastError ?? "the job failed on every node that ran it"))
         }
     }
 
-    /// Records `job` as this node's running job, within `queue.timeoutSeconds`.
-    /// - Returns: its id and lease owner; nil when the database did not take it (away, or a live job of this URL
-    ///   elsewhere, which reports itself).
-    private func adopt(_ job: TranscodeJob) async -> (Int64, String)? {
+    /// Records `job` as this node's running job, within `queue.timeoutSeconds`, then follows it to its end. Not
+    /// tried for 10 s after the database failed to take one: a 202 does not wait on a database that is away.
+    private func adopt(_ job: TranscodeJob, endingWith watcher: JobSubscription) async {
+        if let until = self.unavailableUntil.withLock({ $0 }), ContinuousClock.now < until { return }
         let owner = "\(self.owner)#r\(self.adoptions.withLock { $0 += 1; return $0 })"
-        guard let payload = try? String(decoding: JSONEncoder().encode(job), as: UTF8.self) else { return nil }
-        let adopted = try? await PostgresBatches.bounded(seconds: self.configuration.timeoutSeconds) {
-            try await self.queue.adopt(
-                resultKey: job.id, spec: PostgresBatches.spec, payload: payload, owner: owner,
-                leaseSeconds: self.configuration.leaseSeconds, maxAttempts: self.configuration.maxAttempts)
+        guard let payload = try? String(decoding: JSONEncoder().encode(job), as: UTF8.self) else { return }
+        do {
+            let adopted = try await PostgresBatches.bounded(
+                seconds: self.configuration.timeoutSeconds,
+                {
+                    try await self.queue.adopt(
+                        resultKey: job.id, spec: PostgresBatches.spec, payload: payload, owner: owner,
+                        leaseSeconds: self.configuration.leaseSeconds, maxAttempts: self.configuration.maxAttempts)
+                },
+                // Taken after all, once the 202 was sent: followed all the same, not left as a lease nobody holds.
+                late: { id in
+                    guard let id else { return }
+                    await self.follow(id, owner: owner, endingWith: watcher)
+                })
+            // Nil: a live job of this URL elsewhere (a batch item), which reports itself.
+            if let id = adopted {
+                Task { await self.follow(id, owner: owner, endingWith: watcher) }
+            }
+        } catch {
+            self.unavailableUntil.withLock { $0 = ContinuousClock.now + .seconds(10) }
+            self.logger.warning(
+                "the job database did not take a pending job; only this node knows it",
+                metadata: ["job.id": "\(job.id.prefix(16))", "error": "\(String(reflecting: error))"])
         }
-        return (adopted ?? nil).map { ($0, owner) }
     }
 
     /// Renews the lease of job `id` until `watcher` is told its end, then records that end.
@@ -114,8 +144,9 @@ final class FleetJobs: TranscodeJobs {
         heartbeat.cancel()
         do {
             switch end {
-            case .failed(let failure) where PostgresBatches.passingFailures.contains(failure.code):
-                // Not the URL's failure: queued again now, for any node.
+            case .failed(let failure)
+            where PostgresBatches.passingFailures.contains(failure.code) || !self.local.pool.isAccepting:
+                // Not the URL's failure (a passing one, or this node stopping): queued again now, for any node.
                 _ = try await PostgresBatches.bounded(seconds: timeout) {
                     try await self.queue.fail(
                         id, owner: owner, error: "\(failure.code): \(failure.message)", retryAfterSeconds: 0,

@@ -329,12 +329,21 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     }
 
     /// `bounded`, with its time limit given.
+    /// - Parameter late: given the result of a call that was cut short but still came (the statement was
+    ///   running when the time ran out: postgres-nio cancels a wait for a connection, not a statement under way,
+    ///   and a claim or an adoption committed so must not be left as a lease nobody holds).
     static func bounded<T: Sendable>(
-        seconds: Double, _ body: @escaping @Sendable () async throws -> T
+        seconds: Double, _ body: @escaping @Sendable () async throws -> T,
+        late: (@Sendable (T) async -> Void)? = nil
     ) async throws -> T {
         let task = Task { try await body() }
         guard let result = await InProcessJobs.wait(for: task, upTo: seconds) else {
             task.cancel()
+            if let late {
+                Task {
+                    if case .success(let value) = await task.result { await late(value) }
+                }
+            }
             throw DatabaseTimeout(seconds: seconds)
         }
         return try result.get()
@@ -403,10 +412,13 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 do {
                     let started = ContinuousClock.now
                     let owner = self.claimOwner()
-                    if let claimed = try await self.bounded({
-                        try await self.queue.claim(
-                            owner: owner, leaseSeconds: self.configuration.leaseSeconds, spec: Self.spec)
-                    }) {
+                    if let claimed = try await Self.bounded(
+                        seconds: self.configuration.timeoutSeconds,
+                        {
+                            try await self.queue.claim(
+                                owner: owner, leaseSeconds: self.configuration.leaseSeconds, spec: Self.spec)
+                        }, late: { await self.giveBack($0) })
+                    {
                         self.metrics.queueClaimed(after: ContinuousClock.now - started, reclaimed: claimed.reclaimed)
                         self.running.withLock { $0 += 1 }
                         group.addTask {
@@ -428,6 +440,16 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                     await self.wakeup.wait(upTo: 1)
                 }
             }
+        }
+    }
+
+    /// Gives back a claim that came after its caller stopped waiting: queued again at once, not counted.
+    private func giveBack(_ claimed: PostgresQueue.Claimed?) async {
+        guard let claimed else { return }
+        _ = try? await self.bounded {
+            try await self.queue.fail(
+                claimed.id, owner: claimed.owner, error: "claim answered too late", retryAfterSeconds: 0,
+                counted: false)
         }
     }
 
@@ -630,11 +652,14 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 }
                 do {
                     let owner = self.claimOwner()
-                    if let claimed = try await self.bounded({
-                        try await self.queue.claim(
-                            owner: owner, leaseSeconds: max(30, self.configuration.leaseSeconds),
-                            spec: Self.webhookSpec)
-                    }) {
+                    if let claimed = try await Self.bounded(
+                        seconds: self.configuration.timeoutSeconds,
+                        {
+                            try await self.queue.claim(
+                                owner: owner, leaseSeconds: max(30, self.configuration.leaseSeconds),
+                                spec: Self.webhookSpec)
+                        }, late: { await self.giveBack($0) })
+                    {
                         self.delivering.withLock { $0 += 1 }
                         group.addTask {
                             await self.deliver(claimed)

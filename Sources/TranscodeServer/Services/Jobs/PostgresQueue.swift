@@ -314,17 +314,17 @@ struct PostgresQueue: Sendable {
         return nil
     }
 
-    /// The newest job of `resultKey` and `spec`: its state and, once it ended, its result (JSON).
-    func latest(resultKey: String, spec: String) async throws -> (state: State, result: String?)? {
+    /// The newest job of `resultKey` and `spec`: its state and, once it ended, its result (JSON) and last error.
+    func latest(resultKey: String, spec: String) async throws -> (state: State, result: String?, lastError: String?)? {
         let rows = try await self.client.query(
             """
-            SELECT state, result::text FROM transcode_jobs
+            SELECT state, result::text, last_error FROM transcode_jobs
             WHERE result_key = \(resultKey) AND spec = \(spec)
             ORDER BY id DESC LIMIT 1
             """, logger: self.logger)
-        for try await (state, result) in rows.decode((String, String?).self) {
+        for try await (state, result, lastError) in rows.decode((String, String?, String?).self) {
             guard let state = State(rawValue: state) else { return nil }
-            return (state, result)
+            return (state, result, lastError)
         }
         return nil
     }

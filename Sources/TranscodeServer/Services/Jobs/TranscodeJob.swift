@@ -55,11 +55,12 @@ protocol TranscodeJobs: Sendable {
     func failure(of id: String) -> JobFailure?
     /// Where job `id` stands as the fleet recorded it, when this node has nothing on it: pending or failed on
     /// another node (`GET /jobs/{id}` on any node). Asked last, after this node's and the shared store's answers.
-    func recorded(_ id: String) async -> JobState?
+    /// - Throws: `queue-unavailable` when the fleet's record cannot be read now.
+    func recorded(_ id: String) async throws -> JobState?
 }
 
 extension TranscodeJobs {
-    func recorded(_ id: String) async -> JobState? { nil }
+    func recorded(_ id: String) async throws -> JobState? { nil }
 }
 
 /// A job's failure as recorded: for `GET /jobs/{id}`, and for answering again without asking the origin
