@@ -152,6 +152,12 @@ import Transcoder
         #expect(parsed.sourceURL == "https://example.com/a.gif")
         #expect(parsed.background == .init(hex: "#00ff7f"))
         #expect(parsed.fileExtension == "jpg")
+        // A rendition's box: canonical after the colour; the long names read the same.
+        let box = SourcePath(sourceURL: "https://example.com/a.gif", background: .white, width: 480, height: 270)
+        #expect(box.path.hasPrefix("/bg:ffffff/w:480/h:270/"))
+        #expect(try SourcePath.parse(box.path) == box)
+        let long = try SourcePath.parse("/height:270/width:480/bg:ffffff/" + encoded + ".mp4")
+        #expect(long == box)
     }
 
     @Test(arguments: [
@@ -164,6 +170,13 @@ import Transcoder
         "/bg:ffffff/.mp4",  // no source
         "//aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // empty segment
         "/aHR0cHM6Ly9hLmNvbS9+LmdpZg.mp4",  // not base64url
+        "/w:0/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // no box
+        "/w:15/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // below 16
+        "/w:8193/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // above 8192
+        "/w:0480/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of 480
+        "/w:+480/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of 480
+        "/h:12.5/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // not whole pixels
+        "/w:480/width:320/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // twice, by two names
     ])
     func malformedPathsAreRefused(path: String) {
         #expect(throws: ServiceError.self) { try SourcePath.parse(path) }

@@ -77,6 +77,37 @@ import Transcoder
         }
     }
 
+    /// A rendition by box (`w:`, `h:`): fits inside, aspect kept, even sizes, never upscaled; a box no smaller than
+    /// the configured one is the plain result (the same key, converted once).
+    @Test func renditionsByBox() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")  // 200 x 150
+            func metadata(_ width: Int?, _ height: Int?) async throws -> [String: Any] {
+                let path = Self.signer.signedPath(
+                    SourcePath(sourceURL: url, width: width, height: height, fileExtension: "json").path)
+                let reply = try await harness.request(.GET, path)
+                #expect(reply.status == 200, "\(reply.text)")
+                return try reply.json()
+            }
+            func size(_ object: [String: Any]) -> [Int] {
+                [object["outputWidth"] as? Int ?? 0, object["outputHeight"] as? Int ?? 0]
+            }
+            let plain = try await metadata(nil, nil)
+            #expect(size(plain) == [200, 150])
+            #expect(size(try await metadata(100, nil)) == [100, 76])  // 75, to even
+            #expect(size(try await metadata(nil, 60)) == [80, 60])
+            #expect(size(try await metadata(161, 1000)) == [160, 120])  // an odd box: even inside it
+            // Larger than the GIF: never upscaled, a result of its own (another box), the same pictures.
+            #expect(size(try await metadata(400, nil)) == [200, 150])
+            #expect(harness.services.transcodes.counters.transcodes == 5)
+            // Larger than the configured box (1920 x 1080): the plain result itself.
+            let huge = try await metadata(5000, 5000)
+            #expect(huge["mp4Sha256"] as? String == plain["mp4Sha256"] as? String)
+            #expect(harness.services.transcodes.counters.transcodes == 5)
+            #expect(harness.origin.count("/corpus/cartoon_hotdog.gif") == 5)
+        }
+    }
+
     /// Any change to any part of the path breaks the signature: 403 before the origin is asked.
     @Test func tamperedPathsAreRefused() async throws {
         try await withSigningHarness { harness in

@@ -90,7 +90,8 @@ extension SourceController {
         guard self.signer.isValid(signature: signature, path: path) else { throw ServiceError.invalidSignature }
         let source = try SourcePath.parse(path)
         let url = try Downloader.validate(source.sourceURL)
-        let options = self.service.options(background: source.background)
+        let options = self.service.options(
+            background: source.background, maxWidth: source.width, maxHeight: source.height)
         let target = ResolvedPaths.Target(
             source: source, url: url, options: options, keys: SourceKeys(url: url, options: options))
         self.resolved.set(full, target)

@@ -5,30 +5,46 @@ import Transcoder
 /// file wanted. `/bg:ffffff/aHR0cHM6Ly9leGFtcGxlLmNvbS9hLmdpZg.mp4`:
 ///
 /// - options are `name:value` segments, before the source (base64url has no `:`); each at most once.
-///   `bg` (or `background`): the colour transparency is flattened over, `RRGGBB`.
+///   `bg` (or `background`): the colour transparency is flattened over, `RRGGBB`. `w` (or `width`) and `h` (or
+///   `height`): a box in pixels (16-8192) the video fits inside, its aspect kept, never upscaled: a rendition
+///   for a narrow column (`/w:480/...`), converted on its first request and cached as a result of its own.
 /// - the source URL is base64url without padding (padding is tolerated), and may be cut into
 ///   `/`-separated chunks, which are joined before decoding;
 /// - the extension picks the file: `mp4`, `jpg` (the poster) or `json` (the metadata).
 struct SourcePath: Sendable, Equatable {
     var sourceURL: String
     var background: RGBColor?
+    /// The rendition's box (`w:`, `h:`); nil: the configured `transcode.maxOutputWidth` x `maxOutputHeight`.
+    var width: Int?
+    var height: Int?
     var fileExtension: String
 
     /// The options this route takes, by every name it accepts.
-    static var optionNames: [String: String] { ["bg": "bg", "background": "bg"] }
+    static var optionNames: [String: String] {
+        ["bg": "bg", "background": "bg", "w": "w", "width": "w", "h": "h", "height": "h"]
+    }
+    /// The sizes a box may have (`w:`, `h:`).
+    static let boxRange = 16...8192
     /// The files the route serves: an object's (`ObjectFiles`).
     static var formats: [OutputFormat] { ObjectFiles.commitOrder }
 
-    init(sourceURL: String, background: RGBColor? = nil, format: OutputFormat = ObjectFiles.video) {
-        self.sourceURL = sourceURL
-        self.background = background
-        self.fileExtension = format.fileExtension
+    init(
+        sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil,
+        format: OutputFormat = ObjectFiles.video
+    ) {
+        self.init(
+            sourceURL: sourceURL, background: background, width: width, height: height,
+            fileExtension: format.fileExtension)
     }
 
     /// A path to the file `.fileExtension` (one of `formats`, as `parse` checks).
-    init(sourceURL: String, background: RGBColor? = nil, fileExtension: String) {
+    init(
+        sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil, fileExtension: String
+    ) {
         self.sourceURL = sourceURL
         self.background = background
+        self.width = width
+        self.height = height
         self.fileExtension = fileExtension
     }
 
@@ -42,6 +58,8 @@ struct SourcePath: Sendable, Equatable {
     var path: String {
         var segments: [String] = []
         if let background { segments.append("bg:" + background.description.dropFirst()) }
+        if let width { segments.append("w:\(width)") }
+        if let height { segments.append("h:\(height)") }
         segments.append(URLSigner.base64URL(Array(self.sourceURL.utf8)) + "." + self.fileExtension)
         return "/" + segments.joined(separator: "/")
     }
@@ -59,6 +77,7 @@ struct SourcePath: Sendable, Equatable {
             throw ServiceError.badRequest("unknown file .\(fileExtension); use \(Self.extensionList)")
         }
         var background: RGBColor?
+        var box: [String: Int] = [:]
         var seen: Set<String> = []
         var chunks: [Substring] = []
         for (index, segment) in segments.enumerated() {
@@ -78,10 +97,22 @@ struct SourcePath: Sendable, Equatable {
                 guard seen.insert(option).inserted else {
                     throw ServiceError.badRequest("option \(option) is given twice")
                 }
-                guard let color = RGBColor(hex: value) else {
-                    throw ServiceError.badRequest("\(name) must be RRGGBB, got \(value)")
+                if option == "bg" {
+                    guard let color = RGBColor(hex: value) else {
+                        throw ServiceError.badRequest("\(name) must be RRGGBB, got \(value)")
+                    }
+                    background = color
+                } else {
+                    // Digits only: "+480" or "0480" would be other paths (and signatures) for the same box.
+                    guard value.utf8.allSatisfy({ (0x30...0x39).contains($0) }), value.first != "0",
+                        let pixels = Int(value), Self.boxRange.contains(pixels)
+                    else {
+                        throw ServiceError.badRequest(
+                            "\(name) must be a number of pixels, \(Self.boxRange.lowerBound)-\(Self.boxRange.upperBound), got \(value)"
+                        )
+                    }
+                    box[option] = pixels
                 }
-                background = color
             } else {
                 chunks.append(text)
             }
@@ -91,6 +122,7 @@ struct SourcePath: Sendable, Equatable {
         else {
             throw ServiceError.badRequest("the source URL is not base64url-encoded UTF-8")
         }
-        return SourcePath(sourceURL: url, background: background, fileExtension: fileExtension)
+        return SourcePath(
+            sourceURL: url, background: background, width: box["w"], height: box["h"], fileExtension: fileExtension)
     }
 }

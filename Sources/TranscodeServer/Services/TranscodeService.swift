@@ -120,10 +120,13 @@ final class TranscodeService: Sendable {
     /// How long a URL's result is served before the origin is asked again (`cache.urlTTLSeconds`).
     var urlTTLSeconds: Double { self.resolver.urlTTLSeconds }
 
-    /// The options of one request: the defaults with the request's background, if it gave one.
-    func options(background: RGBColor?) -> TranscodeOptions {
+    /// The options of one request: the defaults with the request's background, if it gave one, and its box (a
+    /// rendition: `maxWidth` x `maxHeight` within the configured box; the video fits inside, never upscaled).
+    func options(background: RGBColor?, maxWidth: Int? = nil, maxHeight: Int? = nil) -> TranscodeOptions {
         var options = self.defaultOptions
         if let background { options.background = background }
+        if let maxWidth { options.maxOutputWidth = min(options.maxOutputWidth, maxWidth) }
+        if let maxHeight { options.maxOutputHeight = min(options.maxOutputHeight, maxHeight) }
         return options
     }
 
