@@ -16,6 +16,9 @@ import Testing
         var duration: Double
         var lastMediaTime: Double?
         var cspViolations: [String]
+        /// The picture's size as Chromium decoded it.
+        var videoWidth: Int?
+        var videoHeight: Int?
     }
 
     /// Three 200 ms frames: 600 ms a play.

@@ -870,6 +870,7 @@ def watch_until_ended(driver, deadline, timeout, result):
         "const finite = (x) => Number.isFinite(x) ? x : null;"
         "return {plays: w.plays, ended: v.ended, paused: v.paused, currentTime: v.currentTime,"
         " duration: finite(v.duration), loopAttribute: v.loop, lastMediaTime: w.lastMediaTime,"
+        " videoWidth: v.videoWidth, videoHeight: v.videoHeight,"
         " mediaError: w.mediaError};"
     )
     ended_since = None
