@@ -93,11 +93,12 @@ public struct Transcoder: Sendable {
     }
 
     /// The output size: the canvas padded to even dimensions (the pad repeats the last column and row),
-    /// or, when it does not fit the output box, scaled down (aspect kept) to even dimensions.
+    /// or, when that does not fit the output box, scaled down (aspect kept) to even dimensions. (A canvas as wide
+    /// as an odd box is scaled too: padded, it would be 1 px wider than the box.)
     static func outputSize(width: Int, height: Int, maxWidth: Int, maxHeight: Int) -> (
         width: Int, height: Int, scaled: Bool
     ) {
-        guard width > maxWidth || height > maxHeight else {
+        guard width + width % 2 > maxWidth || height + height % 2 > maxHeight else {
             // yuv420p needs even sizes (and H.264 crops 4:2:0 only by 2): pad one row or column.
             return (width + width % 2, height + height % 2, false)
         }

@@ -280,4 +280,13 @@ import Testing
         let size = Transcoder.outputSize(width: width, height: height, maxWidth: 1920, maxHeight: 1080)
         #expect(size.width == expectedWidth && size.height == expectedHeight)
     }
+
+    /// An odd box (a rendition's `w:161`) as wide as the canvas: inside the box, not padded 1 px past it.
+    @Test func anOddBoxIsNeverExceeded() {
+        let size = Transcoder.outputSize(width: 161, height: 150, maxWidth: 161, maxHeight: 1080)
+        #expect(size.width <= 161 && size.width % 2 == 0 && size.height == 150, "\(size)")
+        // An even box as wide as an odd canvas: padded, as before.
+        let padded = Transcoder.outputSize(width: 161, height: 151, maxWidth: 162, maxHeight: 152)
+        #expect(padded.width == 162 && padded.height == 152 && !padded.scaled)
+    }
 }
