@@ -112,7 +112,7 @@ func buildApplication(
             configuration: configuration.queue, retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
         // Webhooks survive restarts: kept in the database once their event is known, delivered by any node.
         webhooks.keep(in: fleetBatches)
-        fleetJobs.withLock { $0 }?.whenEnded { await fleetBatches.finishItems(of: $0) }
+        fleetJobs.withLock { $0 }?.recordEnds(with: fleetBatches)
         batches = fleetBatches
     } else {
         batches = try BatchRunner(

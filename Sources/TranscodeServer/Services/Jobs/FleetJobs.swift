@@ -13,8 +13,8 @@ import Synchronization
 ///   shared store's answer); 503 `queue-unavailable` when the table cannot be read, never a 404 for a job that
 ///   may be running elsewhere;
 /// - when this node dies, its lease expires and another node's workers claim and run it (`PostgresBatches`);
-///   when it stops gracefully, or the job fails for a passing reason (the shared store down), the job is queued
-///   again at once.
+///   its lease and its end are handled as a batch worker's claim is (`PostgresBatches.hold`): stopped gracefully,
+///   it is queued again at once, and after a passing failure (the shared store down) in 2 s.
 ///
 /// Jobs of an upload stay in this process (the bytes are only here), and so do those the database did not
 /// take in time: then only this node knows them, as on one node.
@@ -28,8 +28,8 @@ final class FleetJobs: TranscodeJobs {
     private let adoptions = Mutex(0)
     /// Until when not to ask the database to take a pending job (it failed to, a moment ago).
     private let unavailableUntil = Mutex<ContinuousClock.Instant?>(nil)
-    /// Told the id of each job that ended here (`PostgresBatches.finishItems`: items that joined it).
-    private let onEnd = Mutex<(@Sendable (Int64) async -> Void)?>(nil)
+    /// Where a recorded job's lease is held and its end recorded (set once both exist: it needs the service).
+    private let batches = Mutex<PostgresBatches?>(nil)
 
     init(local: InProcessJobs, queue: PostgresQueue, configuration: QueueConfiguration, owner: String, logger: Logger) {
         self.local = local
@@ -39,9 +39,9 @@ final class FleetJobs: TranscodeJobs {
         self.logger = logger
     }
 
-    /// Calls `body` with the id of each recorded job once its end is recorded.
-    func whenEnded(_ body: @escaping @Sendable (Int64) async -> Void) {
-        self.onEnd.withLock { $0 = body }
+    /// Lets `batches` hold the leases of the jobs recorded from now on and record their ends.
+    func recordEnds(with batches: PostgresBatches) {
+        self.batches.withLock { $0 = batches }
     }
 
     func submit(
@@ -112,11 +112,11 @@ final class FleetJobs: TranscodeJobs {
                 // Taken after all, once the 202 was sent: followed all the same, not left as a lease nobody holds.
                 late: { id in
                     guard let id else { return }
-                    await self.follow(id, owner: owner, endingWith: watcher)
+                    await self.follow(id, job: job, payload: payload, owner: owner, endingWith: watcher)
                 })
             // Nil: a live job of this URL elsewhere (a batch item), which reports itself.
             if let id = adopted {
-                Task { await self.follow(id, owner: owner, endingWith: watcher) }
+                Task { await self.follow(id, job: job, payload: payload, owner: owner, endingWith: watcher) }
             }
         } catch {
             self.unavailableUntil.withLock { $0 = ContinuousClock.now + .seconds(10) }
@@ -126,48 +126,17 @@ final class FleetJobs: TranscodeJobs {
         }
     }
 
-    /// Renews the lease of job `id` until `watcher` is told its end, then records that end.
-    private func follow(_ id: Int64, owner: String, endingWith watcher: JobSubscription) async {
-        let lease = self.configuration.leaseSeconds
-        let timeout = self.configuration.timeoutSeconds
-        let heartbeat = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(Int64(lease * 1000 / 3)))
-                guard !Task.isCancelled else { return }
-                let renewed = try? await PostgresBatches.bounded(seconds: timeout) {
-                    try await self.queue.heartbeat(id, owner: owner, leaseSeconds: lease)
-                }
-                if renewed == false { return }
-            }
-        }
-        let end = await watcher.end()
-        heartbeat.cancel()
-        do {
-            switch end {
-            case .failed(let failure)
-            where PostgresBatches.passingFailures.contains(failure.code) || !self.local.pool.isAccepting:
-                // Not the URL's failure (a passing one, or this node stopping): queued again now, for any node.
-                _ = try await PostgresBatches.bounded(seconds: timeout) {
-                    try await self.queue.fail(
-                        id, owner: owner, error: "\(failure.code): \(failure.message)", retryAfterSeconds: 0,
-                        result: QueuedJobResult(failure).json, counted: false)
-                }
-                return
-            case .failed(let failure):
-                _ = try await PostgresBatches.bounded(seconds: timeout) {
-                    try await self.queue.complete(id, owner: owner, result: QueuedJobResult(failure).json)
-                }
-            case .done(let outcome):
-                _ = try await PostgresBatches.bounded(seconds: timeout) {
-                    try await self.queue.complete(id, owner: owner, result: QueuedJobResult(outcome).json)
-                }
-            }
-        } catch {
-            self.logger.warning(
-                "cannot record a request's job's end; its lease will expire and it runs again",
-                metadata: ["job.id": "\(id)", "error": "\(String(reflecting: error))"])
-            return
-        }
-        await self.onEnd.withLock { $0 }?(id)
+    /// Holds the lease of job `id` until `watcher` is told its end, then records that end, as a batch worker does
+    /// (`PostgresBatches.hold`).
+    private func follow(
+        _ id: Int64, job: TranscodeJob, payload: String, owner: String, endingWith watcher: JobSubscription
+    )
+        async
+    {
+        guard let batches = self.batches.withLock({ $0 }) else { return }
+        let claimed = PostgresQueue.Claimed(
+            id: id, resultKey: job.id, spec: PostgresBatches.spec, payload: payload, attempt: 1, reclaimed: false,
+            owner: owner)
+        await batches.hold(claimed) { await watcher.end() }
     }
 }

@@ -500,6 +500,29 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
 
     /// Runs one claimed job under its lease and records how it ended.
     private func perform(_ claimed: PostgresQueue.Claimed) async {
+        await self.hold(claimed) {
+            do {
+                let job = try JSONDecoder().decode(TranscodeJob.self, from: Data(claimed.payload.utf8))
+                guard case .url(let text) = job.source else {
+                    throw ServiceError.internal("a queued job names no URL")
+                }
+                let url = try Downloader.validate(text)
+                let ended = JobSubscription()
+                _ = try? await self.service.transcode(
+                    url: url, options: job.options, untilDone: true, keys: SourceKeys(url: url, options: job.options),
+                    subscriber: ended)
+                return await ended.end()
+            } catch {
+                return .failed(ServiceError.from(error))
+            }
+        }
+    }
+
+    /// Holds `claimed`'s lease, renewed every third of it, until `run` tells how the job ended, then records that
+    /// end and finishes the items waiting on it. A failure that is not the URL's own (`passingFailures`, or this
+    /// node stopping) gives the claim back uncounted, for a retry here or on another node after 2^n s (at once when
+    /// shutting down). The batch workers' claims and the requests' jobs `FleetJobs` adopted end here alike.
+    func hold(_ claimed: PostgresQueue.Claimed, until run: () async -> JobEnd) async {
         let lease = self.configuration.leaseSeconds
         let heartbeat = Task {
             while !Task.isCancelled {
@@ -514,42 +537,31 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 }
             }
         }
-        defer { heartbeat.cancel() }
+        let end = await run()
+        heartbeat.cancel()
         let result: QueuedJobResult
-        do {
-            let job = try JSONDecoder().decode(TranscodeJob.self, from: Data(claimed.payload.utf8))
-            guard case .url(let text) = job.source else {
-                throw ServiceError.internal("a queued job names no URL")
-            }
-            let url = try Downloader.validate(text)
-            let ended = JobSubscription()
-            _ = try? await self.service.transcode(
-                url: url, options: job.options, untilDone: true, keys: SourceKeys(url: url, options: job.options),
-                subscriber: ended)
-            switch await ended.end() {
-            case .done(let outcome): result = QueuedJobResult(outcome)
-            case .failed(let failure): throw failure
-            }
-        } catch {
-            let failure = ServiceError.from(error)
-            // Not the URL's failure (shutting down, the shared store down, the pool full): tried again later,
-            // here or on another node.
-            if Self.passingFailures.contains(failure.code) || Task.isCancelled {
-                let backoff = failure.code == .shuttingDown ? 0 : min(60, pow(2, Double(claimed.attempt)))
-                do {
-                    let state = try await self.bounded {
-                        try await self.queue.fail(
-                            claimed.id, owner: claimed.owner, error: "\(failure.code): \(failure.message)",
-                            retryAfterSeconds: backoff, result: QueuedJobResult(failure).json, counted: false)
-                    }
-                    self.metrics.queueRetried(dead: state == .dead)
-                    if state == .dead { await self.finishItems(of: claimed.id) }
-                } catch {
-                    self.logger.warning(
-                        "cannot record a job's failure; its lease will expire", metadata: ["job.id": "\(claimed.id)"])
+        switch end {
+        case .done(let outcome):
+            result = QueuedJobResult(outcome)
+        case .failed(let failure)
+        where Self.passingFailures.contains(failure.code) || Task.isCancelled || !self.service.pool.isAccepting:
+            let backoff =
+                failure.code == .shuttingDown || !self.service.pool.isAccepting
+                ? 0 : min(60, pow(2, Double(claimed.attempt)))
+            do {
+                let state = try await self.bounded {
+                    try await self.queue.fail(
+                        claimed.id, owner: claimed.owner, error: "\(failure.code): \(failure.message)",
+                        retryAfterSeconds: backoff, result: QueuedJobResult(failure).json, counted: false)
                 }
-                return
+                self.metrics.queueRetried(dead: state == .dead)
+                if state == .dead { await self.finishItems(of: claimed.id) }
+            } catch {
+                self.logger.warning(
+                    "cannot record a job's failure; its lease will expire", metadata: ["job.id": "\(claimed.id)"])
             }
+            return
+        case .failed(let failure):
             result = QueuedJobResult(failure)
         }
         do {
@@ -567,7 +579,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
 
     /// Gives the items waiting on job `id` (or on any job that ended, when nil) the job's result, then
     /// announces the batches that became complete.
-    func finishItems(of id: Int64?) async {
+    private func finishItems(of id: Int64?) async {
         do {
             let batches = try await self.bounded {
                 var batches: [String] = []
