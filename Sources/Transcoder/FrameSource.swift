@@ -33,6 +33,10 @@ protocol FrameSource: AnyObject {
         rows: Range<Int>, over background: UInt32, into output: UnsafeMutableBufferPointer<UInt32>, stride: Int)
     /// Whether any picture flattened so far had transparent pixels.
     var sawTransparency: Bool { get }
+    /// Calls `body` with the canvas as it stands, transparency kept: straight-alpha RGBA (memory order R, G, B,
+    /// A), `width * 4` bytes a row, valid during the call. What an output that keeps alpha (animated WebP)
+    /// encodes; `flatten` is what one without alpha does.
+    func withCanvas<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result
 }
 
 /// Flattens straight-alpha RGBA rows (memory order R, G, B, A) over an opaque background, as a page shows
@@ -109,4 +113,8 @@ final class GIFFrameSource: FrameSource {
     }
 
     var sawTransparency: Bool { self.compositor.sawTransparency }
+
+    func withCanvas<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        try self.compositor.canvas.withUnsafeBytes(body)
+    }
 }

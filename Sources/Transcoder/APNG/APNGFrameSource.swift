@@ -66,4 +66,8 @@ final class APNGFrameSource: FrameSource {
         }
         if transparent { self.sawTransparency = true }
     }
+
+    func withCanvas<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        try self.canvas.withUnsafeBytes(body)
+    }
 }

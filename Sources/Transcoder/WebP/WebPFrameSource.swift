@@ -78,4 +78,13 @@ final class WebPFrameSource: FrameSource {
             self.sawTransparency = true
         }
     }
+
+    func withCanvas<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        let count = self.prescan.width * self.prescan.height * 4
+        // Before the first frame there is no canvas: a fully transparent one, as the GIF and APNG sources start.
+        guard let canvas = self.canvas else {
+            return try [UInt8](repeating: 0, count: count).withUnsafeBytes(body)
+        }
+        return try body(UnsafeRawBufferPointer(start: canvas, count: count))
+    }
 }

@@ -79,14 +79,17 @@ extension LocalObjects {
         let json: StoredFile
         let video: StoredFile
         let poster: StoredFile
+        /// The files the manifest lists besides the video and the poster (`ObjectFiles.extras`), by format.
+        let extras: [OutputFormat: StoredFile]
 
-        /// The open file for `.json`, `.mp4` or `.jpg`.
+        /// The open file for `.json`, `.mp4`, `.jpg` or an extra the object has.
         func file(_ fileExtension: String) -> StoredFile? {
             switch OutputFormat.withExtension(fileExtension) {
             case ObjectFiles.manifest?: self.json
             case ObjectFiles.video?: self.video
             case ObjectFiles.poster?: self.poster
-            default: nil
+            case let format?: self.extras[format]
+            case nil: nil
             }
         }
     }
@@ -99,8 +102,8 @@ extension LocalObjects {
         case unavailable(String)
     }
 
-    /// Checks the object `key` without changing anything: its JSON, video and poster are files the cache
-    /// wrote and the sizes agree with the metadata.
+    /// Checks the object `key` without changing anything: its JSON and every file it lists (the video, the
+    /// poster, extras) are files the cache wrote and the sizes agree with the metadata.
     private func inspect(_ key: ObjectKey) -> Inspection {
         let files = self.openObjectFiles(key)
         // Out of descriptors, some files could not be opened: the object is not judged on what was.
@@ -115,9 +118,10 @@ extension LocalObjects {
         case .file(let file): json = file
         }
         guard let metadata = self.decodedMetadata(key, json) else { return .damaged("the metadata does not read") }
-        var checked: [StoredFile] = []
-        for format in ObjectFiles.media {
-            let (fileExtension, size) = (format.fileExtension, ObjectFiles.recordedSize(of: format, in: metadata) ?? 0)
+        // Every file the manifest lists: the video and the poster first, then the extras it was asked for.
+        var checked: [OutputFormat: StoredFile] = [:]
+        for (entry, format) in ObjectFiles.stored(in: metadata) {
+            let (fileExtension, size) = (format.fileExtension, entry.bytes)
             switch files[fileExtension] {
             case .missing, nil: return .damaged("the .\(fileExtension) is missing")
             case .foreign: return .damaged("the .\(fileExtension) is a link, not a regular file, or has other names")
@@ -126,10 +130,13 @@ extension LocalObjects {
                 guard file.size == size else {
                     return .damaged("the .\(fileExtension) is \(file.size) bytes; the metadata says \(size)")
                 }
-                checked.append(file)
+                checked[format] = file
             }
         }
-        return .sound(CheckedObject(metadata: metadata, json: json, video: checked[0], poster: checked[1]))
+        guard let video = checked.removeValue(forKey: ObjectFiles.video),
+            let poster = checked.removeValue(forKey: ObjectFiles.poster)
+        else { return .damaged("the metadata lists no video or no poster") }
+        return .sound(CheckedObject(metadata: metadata, json: json, video: video, poster: poster, extras: checked))
     }
 
     /// The object `key`, checked (`inspect`), its files held open. A damaged object is quarantined and
@@ -161,8 +168,8 @@ extension LocalObjects {
         case unreadable(String)
     }
 
-    /// Checks the object `key` byte for byte: everything `inspect` checks, then the SHA-256 of the video and
-    /// the poster against the metadata. Reads both files whole: for `cache verify`, not for serving.
+    /// Checks the object `key` byte for byte: everything `inspect` checks, then the SHA-256 of the video, the
+    /// poster and any extra against the metadata. Reads the files whole: for `cache verify`, not for serving.
     func verify(_ key: ObjectKey) -> Verdict {
         switch self.inspect(key) {
         case .missing:
@@ -175,9 +182,12 @@ extension LocalObjects {
             guard let mp4 = object.metadata.mp4Sha256, let poster = object.metadata.posterSha256 else {
                 return .unhashed
             }
+            let extras = ObjectFiles.stored(in: object.metadata).compactMap { entry, format in
+                object.extras[format].map { (format, $0, entry.sha256 ?? "") }
+            }
             for (format, file, expected) in [
                 (ObjectFiles.video, object.video, mp4), (ObjectFiles.poster, object.poster, poster),
-            ] {
+            ] + extras {
                 let fileExtension = format.fileExtension
                 guard let digest = file.sha256() else { return .damaged("the .\(fileExtension) does not read") }
                 guard digest == expected else { return .damaged("the .\(fileExtension)'s SHA-256 differs") }
