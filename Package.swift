@@ -30,7 +30,7 @@ let package = Package(
     targets: [
         .systemLibrary(
             name: "CFFmpeg",
-            pkgConfig: "libavcodec libavformat libavutil libswscale libwebpdemux",
+            pkgConfig: "libavcodec libavformat libavutil libswscale libwebpdemux libwebpmux",
             providers: [
                 .apt([
                     "libavcodec-dev", "libavformat-dev", "libavutil-dev", "libswscale-dev", "libgif-dev", "libwebp-dev",

@@ -2,7 +2,7 @@
 #define CFFMPEG_SHIM_H
 
 // The C declarations the Transcoder needs from FFmpeg (libavcodec, libavformat, libavutil, libswscale),
-// giflib and libwebp's demux library (animated WebP). Function-like macros do not import into Swift, so the few we need are re-exported as
+// giflib and libwebp's demux and mux libraries (animated WebP in and out). Function-like macros do not import into Swift, so the few we need are re-exported as
 // static inline functions carrying the module prefix (the CNIOLinux convention).
 
 #include <errno.h>
@@ -22,6 +22,7 @@
 #include <webp/decode.h>
 #include <webp/demux.h>
 #include <webp/encode.h>
+#include <webp/mux.h>
 
 /// `AVERROR(e)`: FFmpeg's negative error code for a POSIX errno value.
 static inline int CFFmpeg_AVERROR(int e) { return AVERROR(e); }

@@ -33,13 +33,18 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
     public static let jpeg = OutputFormat(
         name: "jpg", fileExtension: "jpg", mediaType: "image/jpeg", supportsAlpha: false, isAnimated: false,
         muxerName: nil)
+    /// An animated WebP that keeps transparency, each picture's own duration and the play count: what a page's
+    /// `<img>` shows over whatever is behind it, in Chromium, Firefox and Safari 14 and later.
+    public static let webp = OutputFormat(
+        name: "webp", fileExtension: "webp", mediaType: "image/webp", supportsAlpha: true, isAnimated: true,
+        muxerName: nil)
     /// The object's manifest: `TranscodeMetadata` as JSON.
     public static let manifest = OutputFormat(
         name: "json", fileExtension: "json", mediaType: "application/json; charset=utf-8", supportsAlpha: false,
         isAnimated: false, muxerName: nil)
 
     /// Every format in the registry.
-    public static let all: [OutputFormat] = [.mp4, .jpeg, .manifest]
+    public static let all: [OutputFormat] = [.mp4, .jpeg, .webp, .manifest]
 
     /// The format registered as `name` (a manifest names its artifacts' formats so), nil for any other.
     public static func named(_ name: some StringProtocol) -> OutputFormat? {
@@ -75,12 +80,15 @@ public enum ObjectFiles {
         (video.name, video), ("poster", poster), ("metadata", manifest),
     ]
 
-    /// The files the manifest describes, whose sizes it records.
+    /// The files every object has, which the manifest describes and whose sizes it records.
     public static let media: [OutputFormat] = [video, poster]
+    /// The files an object has when its options ask for them (`RenditionSpec.extraFormats`), listed in its
+    /// manifest with their sizes and digests (role: the format's name).
+    public static let extras: [OutputFormat] = [.webp]
     /// The order to write or move an object's files in: the manifest last, so an object never exists half.
-    public static let commitOrder: [OutputFormat] = media + [manifest]
+    public static let commitOrder: [OutputFormat] = media + extras + [manifest]
     /// The order to delete them in: the manifest first, so the object is a miss from then on.
-    public static let deleteOrder: [OutputFormat] = [manifest] + media
+    public static let deleteOrder: [OutputFormat] = [manifest] + media + extras
 
     /// The files of `metadata`'s list a store keeps, each with its format, in the list's order (the video and
     /// the poster first). A store names a file by its format (`<key>.<fileExtension>`), so an entry of a format

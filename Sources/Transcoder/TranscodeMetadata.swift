@@ -27,12 +27,27 @@ public struct ManifestEntry: Codable, Hashable, Sendable {
     public var bytes: Int
     /// Its SHA-256, lower-case hex; nil in manifests written before digests were recorded.
     public var sha256: String?
+    /// Its pictures' size (an animated WebP keeps an odd canvas as it is); nil for the video and the poster,
+    /// which are the object's `outputWidth` x `outputHeight`.
+    public var width: Int?
+    public var height: Int?
+    /// For an animated WebP: whether it is lossless (every pixel exact) or lossy.
+    public var lossless: Bool?
+    /// For a lossy animated WebP: its mean PSNR against the source's frames, over black and over white (the
+    /// lower), in dB, to two decimals (`Transcoder.webpPSNR`).
+    public var psnr: Double?
+    /// `keep-gif` when this file is not smaller than the source (x `maxSizeRatio`) whichever way it was encoded:
+    /// a page should show the source rather than it. Nil (absent) otherwise, and for the video and the poster,
+    /// whose verdict is the object's `recommendation`.
+    public var recommendation: TranscodeMetadata.Recommendation?
 
-    public init(role: String, format: String, bytes: Int, sha256: String?) {
+    public init(role: String, format: String, bytes: Int, sha256: String?, width: Int? = nil, height: Int? = nil) {
         self.role = role
         self.format = format
         self.bytes = bytes
         self.sha256 = sha256
+        self.width = width
+        self.height = height
     }
 }
 

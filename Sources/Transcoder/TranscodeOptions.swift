@@ -101,8 +101,38 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
     /// Canvases larger than this box are scaled down (aspect kept). Default 1920 x 1080.
     public var maxOutputWidth: Int = 1920
     public var maxOutputHeight: Int = 1080
+    /// Files made besides the video and the poster, by registry name (`ObjectFiles.extras`): `webp` is an
+    /// animated WebP that keeps transparency. Each at most once, in the registry's order (`withExtraFormats`).
+    /// Default none.
+    public var extraFormats: [String] = []
 
     public init() {}
+
+    /// This rendition also making `formats` (registry names), each once, in the registry's order.
+    public func withExtraFormats(_ formats: some Sequence<String>) -> RenditionSpec {
+        var copy = self
+        let wanted = Set(self.extraFormats).union(formats)
+        copy.extraFormats =
+            ObjectFiles.extras.map(\.name).filter(wanted.contains)
+            + wanted.subtracting(ObjectFiles.extras.map(\.name)).sorted()
+        return copy
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case background, crf, preset, threads, maxOutputWidth, maxOutputHeight, extraFormats
+    }
+
+    // By hand for `extraFormats`: options recorded before it (a fleet's queued jobs) have no such key.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.background = try container.decode(RGBColor.self, forKey: .background)
+        self.crf = try container.decode(Int.self, forKey: .crf)
+        self.preset = try container.decode(String.self, forKey: .preset)
+        self.threads = try container.decode(Int.self, forKey: .threads)
+        self.maxOutputWidth = try container.decode(Int.self, forKey: .maxOutputWidth)
+        self.maxOutputHeight = try container.decode(Int.self, forKey: .maxOutputHeight)
+        self.extraFormats = try container.decodeIfPresent([String].self, forKey: .extraFormats) ?? []
+    }
 
     /// Every value out of its range, in field order.
     public var violations: [RangeViolation] {
@@ -117,6 +147,12 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
             "maxOutputWidth", self.maxOutputWidth >= 2, "at least 2", self.maxOutputWidth, into: &found)
         RangeViolation.check(
             "maxOutputHeight", self.maxOutputHeight >= 2, "at least 2", self.maxOutputHeight, into: &found)
+        let known = ObjectFiles.extras.map(\.name)
+        RangeViolation.check(
+            "extraFormats",
+            self.extraFormats.allSatisfy(known.contains) && Set(self.extraFormats).count == self.extraFormats.count,
+            "each at most once, of \(known.joined(separator: ", "))", self.extraFormats.joined(separator: ","),
+            into: &found)
         return found
     }
 }
@@ -244,5 +280,8 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
         "v3;bg=\(self.background);crf=\(self.crf);preset=\(self.preset);threads=\(self.threads);"
             + "box=\(self.maxOutputWidth)x\(self.maxOutputHeight);"
             + "guard=\(self.maxSizeRatio)/\(self.maxExtraAttempts)/\(self.minSSIM)"
+            // Only when asked: the keys of objects without extra files stay what they were.
+            + (self.rendition.extraFormats.isEmpty
+                ? "" : ";extra=\(self.rendition.extraFormats.joined(separator: ","))")
     }
 }

@@ -47,10 +47,12 @@ public struct Transcoder: Sendable {
             for path in temporaries { unlink(path) }
         }
         do {
-            let guarded = try gif.withUnsafeBytes { bytes in
-                try self.encodeGuarded(bytes, mp4Path: mp4Temporary, temporaries: &temporaries)
+            let (guarded, extras) = try gif.withUnsafeBytes { bytes in
+                let guarded = try self.encodeGuarded(bytes, mp4Path: mp4Temporary, temporaries: &temporaries)
+                return (guarded, try self.encodeExtras(bytes, beside: base, temporaries: &temporaries))
             }
             var metadata = guarded.metadata
+            metadata.result.otherArtifacts = extras.map(\.entry)
             // The attempt kept; the others are removed with the temporaries.
             let mp4Temporary = guarded.mp4Path
             try OutputFile.sync(mp4Temporary)
@@ -70,9 +72,11 @@ public struct Transcoder: Sendable {
             temporaries.append(metadataTemporary)
             try OutputFile.commit(mp4Temporary, to: mp4Path)
             try OutputFile.commit(posterTemporary, to: posterPath)
+            for extra in extras { try OutputFile.commit(extra.temporary, to: extra.path) }
             try OutputFile.commit(metadataTemporary, to: metadataPath)
             // Committed files are gone from their temporary names; what is left (other attempts) goes.
-            temporaries.removeAll { $0 == mp4Temporary || $0 == posterTemporary || $0 == metadataTemporary }
+            let committed = Set([mp4Temporary, posterTemporary, metadataTemporary] + extras.map(\.temporary))
+            temporaries.removeAll { committed.contains($0) }
             return metadata.result
         } catch let error as TranscodeError {
             throw error
@@ -81,6 +85,34 @@ public struct Transcoder: Sendable {
         } catch {
             throw TranscodeError(.io, "writing the outputs failed", underlying: error)
         }
+    }
+
+    /// The files the options ask for besides the video and the poster (`RenditionSpec.extraFormats`), each
+    /// encoded from a pass of its own over the source and written, synced, to a temporary file beside
+    /// `base.<extension>` (added to `temporaries`).
+    /// - Returns: each file's manifest entry, temporary path and final path, in the registry's order.
+    private func encodeExtras(
+        _ bytes: UnsafeRawBufferPointer, beside base: String, temporaries: inout [String]
+    ) throws -> [(entry: ManifestEntry, temporary: String, path: String)] {
+        var made: [(entry: ManifestEntry, temporary: String, path: String)] = []
+        for format in ObjectFiles.extras where self.options.rendition.extraFormats.contains(format.name) {
+            let path = base + "." + format.fileExtension
+            // One format today; a second is one more case here, plus its pass.
+            guard format == .webp else { continue }
+            let image = try self.encodeAnimatedWebPChoosing(bytes, plan: try self.plan(bytes))
+            let temporary = try OutputFile.writeTemporary(image.bytes, beside: path)
+            temporaries.append(temporary)
+            var entry = ManifestEntry(
+                role: format.name, format: format.name, bytes: image.bytes.count,
+                sha256: try ContentHash.sha256(image.bytes), width: image.width, height: image.height)
+            entry.lossless = image.lossless
+            entry.psnr = image.psnr.map { ($0 * 100).rounded() / 100 }
+            if Double(image.bytes.count) >= Double(bytes.count) * self.options.maxSizeRatio {
+                entry.recommendation = .keepGIF
+            }
+            made.append((entry, temporary, path))
+        }
+        return made
     }
 
     /// An FFmpeg failure as the transcoder reports it: a full disk while libavformat writes the MP4 is

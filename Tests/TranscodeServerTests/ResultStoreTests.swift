@@ -9,12 +9,38 @@ import Transcoder
 /// What every `ResultStore` must do, run against each implementation: the local disk here, S3 (SeaweedFS) in
 /// `S3StoreTests`.
 enum ResultStoreContract {
-    /// A real object: `loop_1.gif` converted into `directory`. - Returns: its key and metadata.
-    static func makeObject(in directory: String) throws -> (key: ObjectKey, metadata: TranscodeMetadata) {
+    /// A real object: `loop_1.gif` converted into `directory` (with `extras`, say `["webp"]`). - Returns: its key
+    /// and metadata.
+    static func makeObject(in directory: String, extras: [String] = []) throws -> (
+        key: ObjectKey, metadata: TranscodeMetadata
+    ) {
         let gif = try corpusBytes("loop_1.gif")
-        let key = ObjectKey.derive(source: gif, options: TranscodeOptions()).key
-        let metadata = try Transcoder().convert(gif, directory: directory, name: key.rawValue)
+        var options = TranscodeOptions()
+        options.rendition = options.rendition.withExtraFormats(extras)
+        let key = ObjectKey.derive(source: gif, options: options).key
+        let metadata = try Transcoder(options: options).convert(gif, directory: directory, name: key.rawValue)
         return (key, metadata)
+    }
+
+    /// An object with an extra file (an animated WebP): the store keeps it with the rest, hands it back, serves
+    /// its bytes at the size its manifest records, and deletes it with the object.
+    static func extrasRoundTrip(_ store: any ResultStore, scratch: String) async throws {
+        let made = scratch + "/made-extras"
+        let back = scratch + "/back-extras"
+        for directory in [made, back] {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        let (key, metadata) = try self.makeObject(in: made, extras: ["webp"])
+        let webp = try #require(FileManager.default.contents(atPath: "\(made)/\(key).webp"))
+        #expect(metadata.otherArtifacts.map(\.format) == ["webp"])
+        try await store.putObject(key, from: made)
+        #expect(try await store.getObject(key, into: back) == metadata)
+        #expect(FileManager.default.contents(atPath: "\(back)/\(key).webp") == webp)
+        let opened = try #require(try await store.openFile(key, .webp))
+        #expect(opened.file.size == webp.count)
+        #expect(Array(buffer: try await opened.file.read(at: 0, length: webp.count)) == Array(webp))
+        #expect(try await store.deleteObject(key))
+        #expect(try await store.openFile(key, .webp) == nil)
     }
 
     /// Put, get, delete of an object; links; tombstones. `scratch` is a directory on the local cache's file
@@ -297,6 +323,7 @@ final class FailingPuts: ForwardingStore, @unchecked Sendable {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory + "/cache", maxBytes: 1 << 30)
             try await ResultStoreContract.roundTrip(cache, scratch: cache.objects.temporaryDirectory)
+            try await ResultStoreContract.extrasRoundTrip(cache, scratch: cache.objects.temporaryDirectory)
         }
     }
 

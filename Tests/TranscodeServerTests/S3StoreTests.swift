@@ -24,8 +24,9 @@ import Transcoder
     @Test func theS3StoreKeepsTheContract() async throws {
         try await withSeaweedFS { store in
             try await withTemporaryDirectory { scratch in
-                try await ResultStoreContract.roundTrip(
-                    S3ResultStore(client: S3Client(configuration: store.configuration())), scratch: scratch)
+                let s3 = S3ResultStore(client: S3Client(configuration: store.configuration()))
+                try await ResultStoreContract.roundTrip(s3, scratch: scratch)
+                try await ResultStoreContract.extrasRoundTrip(s3, scratch: scratch)
             }
         }
     }

@@ -108,6 +108,65 @@ import Transcoder
         }
     }
 
+    /// `.webp`: an animated WebP that keeps transparency, made with its object's video and poster in one job,
+    /// served with ranges, its size and digest the manifest's; `POST /transcode` with `formats` answers its URL;
+    /// an unknown format is refused before the origin is asked.
+    @Test func animatedWebP() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_dancing_banana.gif")  // 365 x 360, transparent
+            let path = Self.signed(url, "webp")
+            let reply = try await harness.request(.GET, path)
+            #expect(reply.status == 200, "\(reply.text)")
+            #expect(reply.headers.first(name: "Content-Type") == "image/webp")
+            #expect(Array(reply.body.prefix(4)) == Array("RIFF".utf8))
+            #expect(Array(reply.body[8..<12]) == Array("WEBP".utf8))
+            // VP8X announces alpha (0x10) and animation (0x02); ANIM follows it.
+            #expect(Array(reply.body[12..<16]) == Array("VP8X".utf8))
+            #expect(reply.body[20] & 0x12 == 0x12)
+            #expect(Array(reply.body[30..<34]) == Array("ANIM".utf8))
+            let range = try await harness.request(.GET, path, headers: [("Range", "bytes=0-99")])
+            #expect(range.status == 206)
+            #expect(range.body == Array(reply.body.prefix(100)))
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+            #expect(try await harness.request(.GET, path).body == reply.body)
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+
+            // The same object through POST /transcode: its URL in the answer, its entry in the manifest.
+            let body = try JSONSerialization.data(
+                withJSONObject: ["url": url, "formats": ["mp4", "webp"]] as [String: Any])
+            let answer = try await harness.request(
+                .POST, "/transcode",
+                headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(Self.token)")],
+                body: Array(body))
+            #expect(answer.status == 200, "\(answer.text)")
+            let json = try answer.json()
+            let webpURL = try #require(json["webp"] as? String)
+            #expect(webpURL.hasSuffix(".webp") && webpURL.hasPrefix("/media/"))
+            let signed = try #require(json["signed"] as? [String: String])
+            #expect(signed["webp"]?.contains(".webp") == true)
+            let artifacts = try #require(json["artifacts"] as? [[String: Any]])
+            let entry = try #require(artifacts.first { $0["format"] as? String == "webp" })
+            #expect(entry["bytes"] as? Int == reply.body.count)
+            #expect(entry["width"] as? Int == 365 && entry["height"] as? Int == 360)
+            let media = try await harness.request(.GET, webpURL)
+            #expect(media.status == 200)
+            #expect(media.body == reply.body)
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+
+            // A format the service does not make: 400 before any download.
+            let before = harness.origin.total
+            let unknown = try JSONSerialization.data(withJSONObject: ["url": url, "formats": ["gif"]] as [String: Any])
+            let refused = try await harness.request(
+                .POST, "/transcode",
+                headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(Self.token)")],
+                body: Array(unknown))
+            #expect(refused.status == 400)
+            #expect(refused.errorCode == "bad-request")
+            #expect(refused.text.contains("unknown format"))
+            #expect(harness.origin.total == before)
+        }
+    }
+
     /// Any change to any part of the path breaks the signature: 403 before the origin is asked.
     @Test func tamperedPathsAreRefused() async throws {
         try await withSigningHarness { harness in

@@ -40,6 +40,11 @@ struct ConvertCommand: ParsableCommand {
     @Option(name: .long, help: "Size guard: the SSIM (luma, 0-1) no re-encode may fall under.")
     var minSSIM: Double = TranscodeOptions.defaultMinSSIM
 
+    @Option(
+        name: .customLong("also"),
+        help: "Also make this file of each input (repeatable): webp, an animated WebP that keeps transparency.")
+    var extraFormats: [String] = []
+
     @Flag(
         name: .customLong("dump-yuv"),
         help: """
@@ -72,6 +77,7 @@ struct ConvertCommand: ParsableCommand {
         options.maxSizeRatio = self.maxSizeRatio
         options.maxExtraAttempts = self.maxExtraAttempts
         options.minSSIM = self.minSSIM
+        options.rendition = options.rendition.withExtraFormats(self.extraFormats)
         return options
     }
 

@@ -20,7 +20,9 @@ struct SignCommand: AsyncParsableCommand {
     @Option(name: .customLong("option"), help: "An output option, name:value (bg:000000); repeatable.")
     var options: [String] = []
 
-    @Option(name: .customLong("extension"), help: "mp4 (the video), jpg (the poster) or json (the metadata).")
+    @Option(
+        name: .customLong("extension"),
+        help: "mp4 (the video), jpg (the poster), json (the metadata) or webp (an animated WebP with transparency).")
     var fileExtension = ObjectFiles.video.fileExtension
 
     @Option(name: .long, help: "JSON configuration file (default: config/transcode-server.json if present).")

@@ -90,8 +90,10 @@ extension SourceController {
         guard self.signer.isValid(signature: signature, path: path) else { throw ServiceError.invalidSignature }
         let source = try SourcePath.parse(path)
         let url = try Downloader.validate(source.sourceURL)
+        // A `.webp` is an extra of its object: asked for, it is made (with the video and the poster) by one job.
+        let extras = ObjectFiles.extras.filter { $0.fileExtension == source.fileExtension }
         let options = self.service.options(
-            background: source.background, maxWidth: source.width, maxHeight: source.height)
+            background: source.background, maxWidth: source.width, maxHeight: source.height, extraFormats: extras)
         let target = ResolvedPaths.Target(
             source: source, url: url, options: options, keys: SourceKeys(url: url, options: options))
         self.resolved.set(full, target)
@@ -145,12 +147,12 @@ struct PublicLinks: Sendable {
         self.init(baseURL: configuration.http.publicBaseURL, signer: signer)
     }
 
-    /// The signed URLs of `sourceURL`'s video, poster and metadata with `background`, when signing is
-    /// configured; nil otherwise.
-    func signed(sourceURL: String, background: RGBColor?) -> [String: String]? {
+    /// The signed URLs of `sourceURL`'s video, poster and metadata with `background`, and of each of `extras`
+    /// (by its format's name: `webp`), when signing is configured; nil otherwise.
+    func signed(sourceURL: String, background: RGBColor?, extras: [OutputFormat] = []) -> [String: String]? {
         guard self.signer.canSign else { return nil }
         var urls: [String: String] = [:]
-        for (role, format) in ObjectFiles.roles {
+        for (role, format) in ObjectFiles.roles + extras.map({ ($0.name, $0) }) {
             let path = SourcePath(sourceURL: sourceURL, background: background, format: format).path
             urls[role] = self.absolute(self.signer.signedPath(path))
         }

@@ -31,20 +31,39 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         let url: String
         let background: String?
         let callbackURL: String?
+        let formats: [String]?
     }
 
-    /// The fields of a JSON request (and, with `background` alone, the query of an upload). Anything else
-    /// is refused by name, so a typo (`backgound`) or an option the service does not offer (`crf`) is not
-    /// silently ignored.
-    static var requestFields: [String] { ["url", "background", "callbackURL"] }
+    /// The fields of a JSON request (and, but for `url`, the query of an upload). Anything else is refused by
+    /// name, so a typo (`backgound`) or an option the service does not offer (`crf`) is not silently ignored.
+    static var requestFields: [String] { ["url", "background", "callbackURL", "formats"] }
 
-    /// Refuses a query parameter `POST /transcode` does not take (`background` and `callbackURL` only, for a JSON
-    /// body as for an upload), rather than ignoring it.
+    /// Refuses a query parameter `POST /transcode` does not take (`background`, `callbackURL` and `formats` only,
+    /// for a JSON body as for an upload), rather than ignoring it.
     static func checkQuery(_ request: Request) throws {
-        for (name, _) in request.uri.queryParameters where !["background", "callbackURL"].contains(String(name)) {
+        let taken = ["background", "callbackURL", "formats"]
+        for (name, _) in request.uri.queryParameters where !taken.contains(String(name)) {
             throw ServiceError.badRequest(
-                "unknown query parameter \"\(name)\"; POST /transcode takes only background and callbackURL")
+                "unknown query parameter \"\(name)\"; POST /transcode takes only \(taken.joined(separator: ", "))")
         }
+    }
+
+    /// The formats a request can name: those every object has, and the extras it may ask for.
+    static var requestableFormats: [OutputFormat] { ObjectFiles.media + ObjectFiles.extras }
+
+    /// The extras among `names` (`formats`: a JSON array, or a query's comma-separated list), checked before any
+    /// download: `mp4` and `jpg` are always made; `webp` adds an animated WebP that keeps transparency.
+    /// - Throws: `bad-request` naming a format the service does not make.
+    static func extraFormats(_ names: [String]?) throws -> [OutputFormat] {
+        var extras: [OutputFormat] = []
+        for name in names ?? [] {
+            guard let format = self.requestableFormats.first(where: { $0.name == name }) else {
+                let known = self.requestableFormats.map(\.name).joined(separator: ", ")
+                throw ServiceError.badRequest("unknown format \"\(name)\"; the formats are \(known)")
+            }
+            if ObjectFiles.extras.contains(format), !extras.contains(format) { extras.append(format) }
+        }
+        return extras
     }
 
     /// The bodies taken as the animation itself. Which format it is, is told by its signature, not by this.
@@ -62,7 +81,9 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             try Self.checkDeclaredLength(request, limit: limit)
             try Self.checkQuery(request)
             let background = try Self.background(request.uri.queryParameters.get("background"))
-            let options = self.service.options(background: background)
+            let extras = try Self.extraFormats(
+                request.uri.queryParameters.get("formats").map { $0.split(separator: ",").map(String.init) })
+            let options = self.service.options(background: background, extraFormats: extras)
             let callback = try await request.uri.queryParameters.get("callbackURL").asyncMap {
                 try await self.webhooks.validate($0)
             }
@@ -101,12 +122,14 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             let callbackURL = body.callbackURL ?? query.get("callbackURL")
             let url = try Downloader.validate(body.url)
             let background = try Self.background(body.background ?? query.get("background"))
-            let options = self.service.options(background: background)
+            let extras = try Self.extraFormats(
+                body.formats ?? query.get("formats").map { $0.split(separator: ",").map(String.init) })
+            let options = self.service.options(background: background, extraFormats: extras)
             let callback = try await callbackURL.asyncMap { try await self.webhooks.validate($0) }
             let keys = SourceKeys(url: url, options: options)
             let subscriber = callback.map { self.notify($0, id: keys.urlKey.rawValue, url: body.url) }
             answer = try await self.service.transcode(url: url, options: options, keys: keys, subscriber: subscriber)
-            signed = self.links.signed(sourceURL: body.url, background: background)
+            signed = self.links.signed(sourceURL: body.url, background: background, extras: extras)
             sourceURL = body.url
             // Without a webhook to queue, the same body's next hit may be answered by MediaHitHandler.
             // Nor with a query: the fast path matches the body alone.
@@ -343,6 +366,14 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
         case key, mp4, poster, metadata, html, signed
     }
 
+    /// An extra's URL, under its format's name (`webp`).
+    private struct ExtraKey: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
     var mp4Path: String { self.baseURL + self.key.mediaPath(ObjectFiles.video) }
     var posterPath: String { self.baseURL + self.key.mediaPath(ObjectFiles.poster) }
 
@@ -379,6 +410,11 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
         try container.encode(self.baseURL + self.key.mediaPath(ObjectFiles.manifest), forKey: .metadata)
         try container.encode(self.html, forKey: .html)
         try container.encodeIfPresent(self.signed, forKey: .signed)
+        // Each extra the object has (`formats`), by its format's name: `"webp": "/media/<key>.webp"`.
+        var extras = encoder.container(keyedBy: ExtraKey.self)
+        for (_, format) in ObjectFiles.stored(in: self.metadata) where ObjectFiles.extras.contains(format) {
+            try extras.encode(self.baseURL + self.key.mediaPath(format), forKey: ExtraKey(stringValue: format.name))
+        }
     }
 }
 

@@ -10,7 +10,8 @@ import Transcoder
 ///   for a narrow column (`/w:480/...`), converted on its first request and cached as a result of its own.
 /// - the source URL is base64url without padding (padding is tolerated), and may be cut into
 ///   `/`-separated chunks, which are joined before decoding;
-/// - the extension picks the file: `mp4`, `jpg` (the poster) or `json` (the metadata).
+/// - the extension picks the file: `mp4`, `jpg` (the poster), `json` (the metadata) or `webp` (an animated WebP
+///   that keeps transparency: an extra of its object, which is then converted with it, a result of its own).
 struct SourcePath: Sendable, Equatable {
     var sourceURL: String
     var background: RGBColor?
@@ -48,7 +49,7 @@ struct SourcePath: Sendable, Equatable {
         self.fileExtension = fileExtension
     }
 
-    /// The extensions the route takes, for messages: `.mp4, .jpg or .json`.
+    /// The extensions the route takes, for messages: `.mp4, .jpg, .webp or .json`.
     private static var extensionList: String {
         let names = Self.formats.map { "." + $0.fileExtension }
         return names.dropLast().joined(separator: ", ") + " or " + (names.last ?? "")

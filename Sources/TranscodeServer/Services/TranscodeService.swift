@@ -122,11 +122,14 @@ final class TranscodeService: Sendable {
 
     /// The options of one request: the defaults with the request's background, if it gave one, and its box (a
     /// rendition: `maxWidth` x `maxHeight` within the configured box; the video fits inside, never upscaled).
-    func options(background: RGBColor?, maxWidth: Int? = nil, maxHeight: Int? = nil) -> TranscodeOptions {
+    func options(
+        background: RGBColor?, maxWidth: Int? = nil, maxHeight: Int? = nil, extraFormats: [OutputFormat] = []
+    ) -> TranscodeOptions {
         var options = self.defaultOptions
         if let background { options.background = background }
         if let maxWidth { options.maxOutputWidth = min(options.maxOutputWidth, maxWidth) }
         if let maxHeight { options.maxOutputHeight = min(options.maxOutputHeight, maxHeight) }
+        options.rendition = options.rendition.withExtraFormats(extraFormats.map(\.name))
         return options
     }
 

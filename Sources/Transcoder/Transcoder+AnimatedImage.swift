@@ -1,0 +1,259 @@
+import CFFmpeg
+import Foundation
+
+extension Transcoder {
+    /// libwebp's qualities for the animated WebP's lossy colour (its alpha is lossless): the first tried, and the
+    /// one tried when the first is under the quality floor. And its effort for a lossless one (its default, 75).
+    static let webpQuality: Float = 80
+    static let webpBetterQuality: Float = 90
+    static let webpLosslessEffort: Float = 75
+    /// libwebp's method (0-6): 4, its default. Method 2 encodes lossy frames in 55-60% of the time for 4-7% more
+    /// bytes (gif2webp on the corpus's four slowest files); the bytes are what every reader downloads.
+    static let webpMethod: Int32 = 4
+    /// A lossy WebP at or above the floor but not under this share of the source's bytes is weighed against a
+    /// lossless one, and the smaller kept. Lossy wins on photographic GIFs (0.1-0.4x the GIF on the corpus) and
+    /// loses on flat drawings and screen recordings (1.1-6.7x), where lossless is the smaller (0.5-0.9x): see
+    /// docs/benchmarks.md, "Animated WebP".
+    static let webpLosslessTrigger = 0.5
+    /// The lossy WebP's quality floor: its mean PSNR over the source's frames, over black and over white (the
+    /// lower), in dB. A lossy WebP under it is never kept.
+    static let webpMinPSNR = 35.0
+
+    /// The animated WebP as it is kept, the smallest of the candidates at or above the quality floor
+    /// (`webpMinPSNR`, measured by decoding each lossy one again):
+    /// 1. lossy at quality 80: kept at once when it is under half the source;
+    /// 2. under the floor, lossy at quality 90 (dithered photographs: 34 dB at 80, 35.6 at 90, at 0.35x the GIF):
+    ///    kept at once when it is at or above the floor and under half the source;
+    /// 3. lossless, always at the floor (every pixel exact).
+    /// - Returns: the file, its size in pixels, whether it is lossless, and a lossy one's PSNR.
+    func encodeAnimatedWebPChoosing(_ bytes: UnsafeRawBufferPointer, plan: Plan) throws -> (
+        bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?
+    ) {
+        typealias Candidate = (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?)
+        let smallEnough = Double(bytes.count) * Self.webpLosslessTrigger
+        var candidates: [Candidate] = []
+        for quality in [Self.webpQuality, Self.webpBetterQuality] {
+            let lossy = try self.encodeAnimatedWebP(bytes, plan: plan, lossless: false, quality: quality)
+            let psnr = try self.webpPSNR(lossy.bytes, against: bytes, plan: plan)
+            guard psnr >= Self.webpMinPSNR else { continue }
+            let candidate = (lossy.bytes, lossy.width, lossy.height, false, psnr)
+            if Double(lossy.bytes.count) < smallEnough { return candidate }
+            candidates.append(candidate)
+            // At the floor already: a better quality would only be larger.
+            break
+        }
+        let lossless = try self.encodeAnimatedWebP(bytes, plan: plan, lossless: true, quality: Self.webpLosslessEffort)
+        candidates.append((lossless.bytes, lossless.width, lossless.height, true, nil))
+        return candidates.min { $0.bytes.count < $1.bytes.count }!
+    }
+
+    /// The mean PSNR (dB, identical frames counted as 60) of `webp` against the source's frames as
+    /// `encodeAnimatedWebP` hands them to libwebp, each frame compared with the WebP's picture shown at its
+    /// start, flattened over black and over white: the lower of the two means.
+    func webpPSNR(_ webp: [UInt8], against bytes: UnsafeRawBufferPointer, plan: Plan) throws -> Double {
+        let header = plan.header
+        let size = Self.imageSize(
+            width: header.width, height: header.height, maxWidth: self.options.maxOutputWidth,
+            maxHeight: self.options.maxOutputHeight)
+        let scaler = try size.scaled ? AlphaScaler(from: header.width, header.height, to: size.width, size.height) : nil
+        let source = try header.makeFrameSource(bytes)
+        return try webp.withUnsafeBytes { encoded in
+            var limits = TranscodeLimits()
+            limits.maxWidth = size.width
+            limits.maxHeight = size.height
+            limits.maxInputBytes = max(limits.maxInputBytes, encoded.count)
+            let output = try WebPPrescan(bytes: encoded, limits: limits)
+            let decoder = try WebPFrameSource(prescan: output, bytes: encoded)
+            // Where the WebP's next picture starts, and how many it has shown.
+            var nextStart: Int64 = 0
+            var shown = 0
+            var time: Int64 = 0
+            var total = (black: 0.0, white: 0.0)
+            var frames = 0
+            for milliseconds in header.frameMilliseconds {
+                do {
+                    guard try source.advance() else { break }
+                } catch {
+                    break
+                }
+                while shown < output.durations.count, nextStart <= time {
+                    guard try decoder.advance() else { break }
+                    nextStart += Int64(output.durations[shown])
+                    shown += 1
+                }
+                let error = try source.withCanvas { canvas in
+                    try decoder.withCanvas { picture in
+                        if let scaler {
+                            var error = (black: 0.0, white: 0.0)
+                            try scaler.scale(canvas) { error = Self.squaredError($0, picture) }
+                            return error
+                        }
+                        return Self.squaredError(canvas, picture)
+                    }
+                }
+                let samples = Double(size.width * size.height * 3)
+                func decibels(_ squared: Double) -> Double {
+                    squared == 0 ? 60 : min(60, 10 * log10(255 * 255 * samples / squared))
+                }
+                total = (total.black + decibels(error.black), total.white + decibels(error.white))
+                frames += 1
+                time += Int64(milliseconds)
+            }
+            guard frames > 0 else { return 0 }
+            return min(total.black, total.white) / Double(frames)
+        }
+    }
+
+    /// The summed squared error of two straight-alpha RGBA pictures flattened over black and over white.
+    static func squaredError(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> (
+        black: Double, white: Double
+    ) {
+        let a = a.bindMemory(to: UInt32.self)
+        let b = b.bindMemory(to: UInt32.self)
+        var black: Int64 = 0
+        var white: Int64 = 0
+        for index in 0..<min(a.count, b.count) where a[index] != b[index] {
+            let (x, y) = (a[index], b[index])
+            let (alphaX, alphaY) = (Int64(x >> 24), Int64(y >> 24))
+            for shift: UInt32 in [0, 8, 16] {
+                // Over black: c * a; over white: c * a + 255 * (255 - a); both scaled by 255.
+                let overBlackX = Int64((x >> shift) & 0xFF) * alphaX
+                let overBlackY = Int64((y >> shift) & 0xFF) * alphaY
+                let overWhiteX = overBlackX + 255 * (255 - alphaX)
+                let overWhiteY = overBlackY + 255 * (255 - alphaY)
+                black += (overBlackX - overBlackY) * (overBlackX - overBlackY)
+                white += (overWhiteX - overWhiteY) * (overWhiteX - overWhiteY)
+            }
+        }
+        return (Double(black) / (255 * 255), Double(white) / (255 * 255))
+    }
+
+    /// The animated image's size: the canvas as it is (a WebP needs no even size, so an odd GIF keeps its
+    /// last row and column exactly), or, when the canvas does not fit the box, fitted inside it, aspect kept,
+    /// each side rounded to the nearest pixel.
+    static func imageSize(width: Int, height: Int, maxWidth: Int, maxHeight: Int) -> (
+        width: Int, height: Int, scaled: Bool
+    ) {
+        guard width > maxWidth || height > maxHeight else { return (width, height, false) }
+        let factor = min(Double(maxWidth) / Double(width), Double(maxHeight) / Double(height))
+        return (
+            min(maxWidth, max(1, Int((Double(width) * factor).rounded()))),
+            min(maxHeight, max(1, Int((Double(height) * factor).rounded()))), true
+        )
+    }
+
+    /// One pass over the source with its transparency kept: each frame composited as browsers do, scaled into
+    /// the box when larger, handed to libwebp with its start time. Frames after a damaged one are left out, as
+    /// the video's pass leaves them.
+    /// - Parameter quality: libwebp's quality when lossy, its effort when lossless.
+    /// - Returns: the animated WebP and its size.
+    func encodeAnimatedWebP(_ bytes: UnsafeRawBufferPointer, plan: Plan, lossless: Bool, quality: Float) throws -> (
+        bytes: [UInt8], width: Int, height: Int
+    ) {
+        let header = plan.header
+        let size = Self.imageSize(
+            width: header.width, height: header.height, maxWidth: self.options.maxOutputWidth,
+            maxHeight: self.options.maxOutputHeight)
+        let encoder = try AnimatedWebPEncoder(
+            width: size.width, height: size.height, playCount: header.playCount, lossless: lossless,
+            quality: quality, method: Self.webpMethod)
+        let scaler = try size.scaled ? AlphaScaler(from: header.width, header.height, to: size.width, size.height) : nil
+        let source = try header.makeFrameSource(bytes)
+        var time: Int64 = 0
+        var decoded = 0
+        for milliseconds in header.frameMilliseconds {
+            do {
+                guard try source.advance() else { break }
+            } catch {
+                break
+            }
+            try source.withCanvas { canvas in
+                if let scaler {
+                    try scaler.scale(canvas) { try encoder.add($0, start: time) }
+                } else {
+                    try encoder.add(canvas, start: time)
+                }
+            }
+            time += Int64(milliseconds)
+            decoded += 1
+        }
+        guard decoded > 0 else {
+            throw TranscodeError(
+                .corrupt, "the \(header.format.rawValue.uppercased()) has no frame that decodes completely")
+        }
+        return (try encoder.finish(end: time), size.width, size.height)
+    }
+}
+
+/// Scales straight-alpha RGBA canvases with libswscale's bicubic filter, premultiplied: a transparent pixel's
+/// colour (black in a GIF's canvas) must not bleed into the opaque pixels beside it, which scaling straight
+/// colours does (a dark fringe round every transparent hole).
+final class AlphaScaler {
+    private let scaler: ImageScaler
+    private let frame: VideoFrame
+    private var premultiplied: [UInt32]
+    private var output: [UInt8]
+    private let width: Int
+    private let height: Int
+
+    init(from sourceWidth: Int, _ sourceHeight: Int, to width: Int, _ height: Int) throws {
+        self.scaler = try ImageScaler(
+            sourceWidth: sourceWidth, sourceHeight: sourceHeight, destinationWidth: width, destinationHeight: height,
+            destinationFormat: AV_PIX_FMT_RGBA, matrix: SWS_CS_ITU709, fullRange: true)
+        self.frame = try VideoFrame(width: width, height: height, format: AV_PIX_FMT_RGBA)
+        self.premultiplied = [UInt32](repeating: 0, count: sourceWidth * sourceHeight)
+        self.output = [UInt8](repeating: 0, count: width * height * 4)
+        self.width = width
+        self.height = height
+    }
+
+    /// Scales `canvas` (the source's size, straight alpha) and calls `body` with the result (the destination's
+    /// size, straight alpha, `width * 4` bytes a row), valid during the call.
+    func scale(_ canvas: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        let pixels = canvas.bindMemory(to: UInt32.self)
+        self.premultiplied.withUnsafeMutableBufferPointer { premultiplied in
+            for index in premultiplied.indices {
+                let pixel = pixels[index]
+                let alpha = pixel >> 24
+                if alpha == 255 {
+                    premultiplied[index] = pixel
+                } else if alpha == 0 {
+                    premultiplied[index] = 0
+                } else {
+                    let red = ((pixel & 0xFF) * alpha + 127) / 255
+                    let green = (((pixel >> 8) & 0xFF) * alpha + 127) / 255
+                    let blue = (((pixel >> 16) & 0xFF) * alpha + 127) / 255
+                    premultiplied[index] = red | green << 8 | blue << 16 | alpha << 24
+                }
+            }
+        }
+        try self.premultiplied.withUnsafeBufferPointer { try self.scaler.convert($0, into: self.frame) }
+        let (width, height) = (self.width, self.height)
+        try self.frame.withUnsafeMutablePointer { frame in
+            guard let data = frame.pointee.data.0 else { throw TranscodeError(.encodeFailed, "no scaled picture") }
+            let stride = Int(frame.pointee.linesize.0)
+            self.output.withUnsafeMutableBytes { output in
+                for y in 0..<height {
+                    let row = data + y * stride
+                    for x in 0..<width {
+                        let (red, green, blue, alpha) = (row[x * 4], row[x * 4 + 1], row[x * 4 + 2], row[x * 4 + 3])
+                        let target = (y * width + x) * 4
+                        guard alpha > 0 else {
+                            output.storeBytes(of: UInt32(0), toByteOffset: target, as: UInt32.self)
+                            continue
+                        }
+                        // Back to straight colour; a bicubic overshoot past the alpha is clamped.
+                        func straight(_ channel: UInt8) -> UInt8 {
+                            UInt8(min(255, (UInt32(channel) * 255 + UInt32(alpha) / 2) / UInt32(alpha)))
+                        }
+                        output[target] = straight(red)
+                        output[target + 1] = straight(green)
+                        output[target + 2] = straight(blue)
+                        output[target + 3] = alpha
+                    }
+                }
+            }
+        }
+        try self.output.withUnsafeBytes(body)
+    }
+}
