@@ -81,12 +81,13 @@ import Transcoder
         configuration.rewrite.parseTimeoutSeconds = 120
     }
 
-    /// Lazy: every GIF becomes a video at once; every byte outside the GIF tags is the input's.
+    /// `output=video`, lazy: every GIF becomes a video at once; every byte outside the GIF tags is the input's.
     @Test func lazyRewriteKeepsEveryOtherByte() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let base = harness.originURL("/site/post.html")
             let reply = try await harness.request(
-                .POST, "/v1/rewrite?base=\(base.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)",
+                .POST,
+                "/v1/rewrite?output=video&base=\(base.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)",
                 headers: [("Content-Type", "text/html; charset=utf-8")], body: Array(Self.document.utf8))
             #expect(reply.status == 200)
             #expect(reply.headers.first(name: "Content-Type") == "text/html; charset=utf-8")
@@ -142,7 +143,8 @@ import Transcoder
             let missing = #"<img src="/corpus/no-such-file.gif">"#
             let kept = #"<img src="/corpus/tiny_1x1.gif">"#
             let document = "<p>\(good)\(once)</p>\n<div>\(missing)\(kept)</div>"
-            let reply = try await harness.rewrite(document, query: "?mode=eager&base=" + harness.originURL("/"))
+            let reply = try await harness.rewrite(
+                document, query: "?output=video&mode=eager&base=" + harness.originURL("/"))
             #expect(reply.status == 200)
             let output = reply.text
             let videos = try Self.videos(in: output)
@@ -176,7 +178,7 @@ import Transcoder
     func trickyPlaces(name: String, body: String, videos expected: Int) async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = "<!doctype html><html><body>\(body)</body></html>"
-            let reply = try await harness.rewrite(document, query: "?base=https://blog.example.com/")
+            let reply = try await harness.rewrite(document, query: "?output=video&base=https://blog.example.com/")
             #expect(reply.status == 200, "\(name)")
             let videos = try Self.videos(in: reply.text)
             #expect(videos.count == expected, "\(name): \(reply.text)")
@@ -217,7 +219,7 @@ import Transcoder
     @Test func aLazyVideoPlaysWhenInView() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = #"<img src="/corpus/cartoon_hotdog.gif" loading="lazy" alt="hotdog">"#
-            let reply = try await harness.rewrite(document, query: "?base=" + harness.originURL("/"))
+            let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
             let snippet = try #require(try Self.videos(in: reply.text).first)
             let run = try await runBrowserScript(
                 PlayerScriptTests.oracle,
@@ -238,7 +240,7 @@ import Transcoder
     @Test func attributeValuesCannotBreakOut() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = #"<img src="/a.gif" alt="x&quot;&#x301; onplay=alert(1) " title='"&#x301;>'>"#
-            let reply = try await harness.rewrite(document, query: "?base=https://blog.example.com/")
+            let reply = try await harness.rewrite(document, query: "?output=video&base=https://blog.example.com/")
             let video = try #require(try Self.videos(in: reply.text).first, "\(reply.text)")
             #expect(video.contains("aria-label=\"x&quot;\u{301} onplay=alert(1) \""), "\(video)")
             #expect(video.contains("title=\"&quot;\u{301}&gt;\""), "\(video)")

@@ -5,12 +5,15 @@ import NIOPosix
 import Transcoder
 
 /// `POST /v1/rewrite` (bearer token when tokens are configured): an HTML document in, the same document out
-/// with every GIF `<img>` (or `<picture>`) turned into a `<video>` of signed `GET /v1/...` URLs, every other
-/// byte unchanged (`HTMLGIFScanner`, `HTMLRewriter`).
+/// with every GIF's URL in its `<img>` (and `<picture>` sources) a signed `.auto` URL, or (`output=video`) every
+/// GIF `<img>` (or `<picture>`) turned into a `<video>` of signed `GET /v1/...` URLs; every other byte unchanged
+/// (`HTMLGIFScanner`, `HTMLRewriter`).
 ///
-/// Query: `mode=lazy` (the default: rewritten at once, the GET URLs convert on first view) or `mode=eager`
-/// (each GIF converted first; a GIF whose conversion fails or whose recommendation is `keep-gif` stays an
-/// `<img>`); `base=URL` to resolve relative sources (a `<base href>` in the document is honoured too);
+/// Query: `output=img` (the default: the elements stay, so the page's CSS, lazy loading, `srcset` choices and
+/// pages without scripts work as before; each `.auto` URL answers the smallest file that browser's `<img>`
+/// shows, or the GIF) or `output=video`; `mode=lazy` (the default: rewritten at once, the GET URLs convert on
+/// first view) or `mode=eager` (each GIF converted first; a GIF whose conversion fails or that nothing beats
+/// stays as it is); `base=URL` to resolve relative sources (a `<base href>` in the document is honoured too);
 /// `background=RRGGBB`.
 struct RewriteController<Context: RequestContext>: Sendable {
     let service: TranscodeService
@@ -27,6 +30,8 @@ struct RewriteController<Context: RequestContext>: Sendable {
     static var eagerConcurrency: Int { 4 }
 
     enum Mode: String, Sendable { case lazy, eager }
+    /// What a GIF becomes: its own element with `.auto` URLs, or a `<video>`.
+    enum Output: String, Sendable { case img, video }
 
     func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
         router.group("v1/rewrite").add(middleware: authenticator).post(use: self.rewrite)
@@ -38,13 +43,18 @@ struct RewriteController<Context: RequestContext>: Sendable {
             throw ServiceError(
                 .unsupportedMediaType, "send the document as text/html, got \(contentType)")
         }
-        for (name, _) in request.uri.queryParameters where !["mode", "base", "background"].contains(String(name)) {
+        let parameters = ["output", "mode", "base", "background"]
+        for (name, _) in request.uri.queryParameters where !parameters.contains(String(name)) {
             throw ServiceError.badRequest(
-                "unknown query parameter \"\(name)\"; the parameters are mode, base, background")
+                "unknown query parameter \"\(name)\"; the parameters are \(parameters.joined(separator: ", "))")
         }
         let modeText = request.uri.queryParameters.get("mode") ?? Mode.lazy.rawValue
         guard let mode = Mode(rawValue: modeText) else {
             throw ServiceError.badRequest("mode must be lazy or eager, got \(modeText)")
+        }
+        let outputText = request.uri.queryParameters.get("output") ?? Output.img.rawValue
+        guard let output = Output(rawValue: outputText) else {
+            throw ServiceError.badRequest("output must be img or video, got \(outputText)")
         }
         var base: URL?
         if let text = request.uri.queryParameters.get("base") {
@@ -81,7 +91,8 @@ struct RewriteController<Context: RequestContext>: Sendable {
         {
             base = resolved
         }
-        let options = self.service.options(background: background)
+        // An `.auto` URL's object has the animated WebP as well: what eager mode converts and lazy mode looks up.
+        let options = self.service.options(background: background, extraFormats: output == .img ? [.webp] : [])
         let links = self.links(for: request)
         // Each element's GIF, absolute; elements whose source cannot be fetched (relative without a base,
         // data: URLs, other schemes) stay as they are.
@@ -95,7 +106,23 @@ struct RewriteController<Context: RequestContext>: Sendable {
         }
         let metadata = try await self.metadata(for: Set(sources.values), mode: mode, options: options)
         var replacements: [(range: Range<Int>, text: String)] = []
-        for (index, element) in scan.elements.enumerated() {
+        var rewritten = 0
+        for (index, element) in scan.elements.enumerated() where output == .img {
+            guard let url = sources[index] else { continue }
+            if mode == .eager, !(metadata[url].map(Self.isWorthServing) ?? false) { continue }
+            let changes = HTMLRewriter.image(for: element) { text in
+                guard let candidate = URL(string: text, relativeTo: base)?.absoluteURL,
+                    let valid = try? Downloader.validate(candidate.absoluteString)
+                else { return nil }
+                let path = SourcePath(
+                    sourceURL: valid.absoluteString, background: background, fileExtension: SourcePath.negotiated
+                ).path
+                return links.absolute(links.signer.signedPath(path))
+            }
+            replacements += changes
+            if !changes.isEmpty { rewritten += 1 }
+        }
+        for (index, element) in scan.elements.enumerated() where output == .video {
             guard let url = sources[index] else { continue }
             let known = metadata[url]
             if mode == .eager, known?.recommendation != .video { continue }
@@ -109,16 +136,25 @@ struct RewriteController<Context: RequestContext>: Sendable {
                     HTMLRewriter.video(
                         for: element, target: target, playerScript: links.absolute(PlayerScript.path))
                 ))
+            rewritten += 1
         }
-        let output = HTMLRewriter.rewrite(html, replacements)
+        let document = HTMLRewriter.rewrite(html, replacements)
         return Response(
             status: .ok,
             headers: [
                 .contentType: contentType,
                 HTTPField.Name("X-GIFs-Found")!: String(scan.elements.count),
-                HTTPField.Name("X-GIFs-Rewritten")!: String(replacements.count),
+                HTTPField.Name("X-GIFs-Rewritten")!: String(rewritten),
             ],
-            body: .init(byteBuffer: ByteBuffer(bytes: output)))
+            body: .init(byteBuffer: ByteBuffer(bytes: document)))
+    }
+
+    /// Whether an `.auto` URL of a converted GIF answers anything but the GIF for some browser: its WebP is
+    /// smaller than it, or its video is and it has no transparency (`ImageNegotiation`).
+    static func isWorthServing(_ metadata: TranscodeMetadata) -> Bool {
+        let webp = metadata.otherArtifacts.first { $0.format == OutputFormat.webp.name }
+        return (webp != nil && webp?.recommendation == nil)
+            || (metadata.recommendation == .video && !metadata.hasTransparency)
     }
 
     /// The URLs a rewritten page needs are absolute: the page lives on another site. Under

@@ -53,6 +53,9 @@ struct SourceController<Context: RequestContext>: Sendable {
         // The raw path, as signed: no percent-decoding (base64url and `:` need none).
         let full = request.uri.path
         let target = try self.resolved.get(full) ?? self.resolve(full)
+        if target.source.fileExtension == SourcePath.negotiated {
+            return try await self.serveNegotiated(request, target: target, includeBody: includeBody)
+        }
         let source = target.source
         guard
             case .done(let outcome, _) = try await self.service.transcode(
@@ -79,6 +82,59 @@ struct SourceController<Context: RequestContext>: Sendable {
 }
 
 extension SourceController {
+    /// `.auto`: the object's file the client's `<img>` shows best (`ImageNegotiation`), or a redirect to the
+    /// source. Never worse than the page without the service: a GIF the service cannot or will not convert (too
+    /// large, not animated, not a GIF, the origin failing, the service overloaded) is a redirect to the source
+    /// too, not an error an `<img>` would show as a broken image; a takedown stays an error. Every answer varies
+    /// by `Accept`; a redirect after a failure is not cached.
+    fileprivate func serveNegotiated(
+        _ request: Request, target: ResolvedPaths.Target, includeBody: Bool
+    ) async throws -> Response {
+        let cacheControl = Self.cacheControl(maxAgeSeconds: self.maxAgeSeconds)
+        let outcome: TranscodeOutcome
+        do {
+            guard
+                case .done(let done, _) = try await self.service.transcode(
+                    url: target.url, options: target.options, untilDone: true, keys: target.keys)
+            else {
+                throw ServiceError.internal("a transcode waited for in full answered pending")
+            }
+            outcome = done
+        } catch {
+            let failure = ServiceError.from(error)
+            guard failure.code != .takenDown else { throw failure }
+            return self.toSource(target, cacheControl: "no-store", reason: failure.code.rawValue)
+        }
+        var response: Response
+        switch ImageNegotiation.choose(accept: request.headers[.accept], metadata: outcome.metadata) {
+        case .source:
+            return self.toSource(target, cacheControl: cacheControl, reason: nil)
+        case .file(let format) where self.answer == .redirect:
+            response = Response(
+                status: .found,
+                headers: [
+                    .location: self.links.absolute(outcome.key.mediaPath(format)), .cacheControl: cacheControl,
+                    .contentLength: "0",
+                ])
+        case .file(let format):
+            response = try await self.media.respond(
+                key: outcome.key, fileExtension: format.fileExtension, contentType: format.mediaType,
+                request: request, includeBody: includeBody, cacheControl: cacheControl, checked: outcome.object)
+        }
+        response.headers[.vary] = "Accept"
+        return response
+    }
+
+    /// A redirect to the source's own URL, varying by `Accept`; `reason` (an error code) in `X-Fallback` when a
+    /// failure sent it there.
+    private func toSource(_ target: ResolvedPaths.Target, cacheControl: String, reason: String?) -> Response {
+        var headers: HTTPFields = [
+            .location: target.url.absoluteString, .cacheControl: cacheControl, .vary: "Accept", .contentLength: "0",
+        ]
+        if let reason { headers[HTTPField.Name("X-Fallback")!] = reason }
+        return Response(status: .found, headers: headers)
+    }
+
     /// Verifies the signature of `full` (`/v1/<signature>/<path>`), parses it and remembers the result.
     fileprivate func resolve(_ full: String) throws -> ResolvedPaths.Target {
         guard full.hasPrefix(Self.prefix) else { throw ServiceError.notFound("no such route") }
@@ -91,7 +147,10 @@ extension SourceController {
         let source = try SourcePath.parse(path)
         let url = try Downloader.validate(source.sourceURL)
         // A `.webp` is an extra of its object: asked for, it is made (with the video and the poster) by one job.
-        let extras = ObjectFiles.extras.filter { $0.fileExtension == source.fileExtension }
+        // `.auto` chooses among that object's files.
+        let extras = ObjectFiles.extras.filter {
+            $0.fileExtension == source.fileExtension || source.fileExtension == SourcePath.negotiated
+        }
         let options = self.service.options(
             background: source.background, maxWidth: source.width, maxHeight: source.height, extraFormats: extras)
         let target = ResolvedPaths.Target(

@@ -11,11 +11,25 @@ struct GIFElement: Sendable, Equatable {
     let source: String
     /// The `<img>`'s attributes in document order, names lower-cased, values decoded.
     let attributes: [Attribute]
+    /// The URL attributes (`src`, `srcset`, `data-src`, `data-srcset`) of the `<img>` and of a `<picture>`'s
+    /// `<source>`s, with where their values are written: what a rewrite that keeps the elements changes.
+    var urlAttributes: [URLAttribute] = []
 
     struct Attribute: Sendable, Equatable {
         let name: String
         let value: String
     }
+
+    struct URLAttribute: Sendable, Equatable {
+        /// The value as written, its quotes included.
+        let range: Range<Int>
+        let name: String
+        /// Entities decoded.
+        let value: String
+    }
+
+    /// The attributes that hold image URLs: the browser's, and lazy-loading plugins' (which copy them over).
+    static let urlAttributeNames: Set<String> = ["src", "srcset", "data-src", "data-srcset"]
 
     func attribute(_ name: String) -> String? { self.attributes.first { $0.name == name }?.value }
 }
@@ -24,8 +38,9 @@ struct GIFElement: Sendable, Equatable {
 /// starts and ends in the input, so a rewrite replaces exactly those bytes and keeps every other byte
 /// (comments, scripts that contain the text `<img`, unquoted or upper-case attributes, entities).
 ///
-/// A GIF is an `<img>` whose `src` path ends in `.gif`, whose `srcset` has a `.gif` candidate, or that carries
-/// a `data-gif` marker (its value, when it is a URL, names the GIF). A `<picture>` with a GIF `<source>`
+/// A GIF is an `<img>` whose `src` path ends in `.gif`, whose `srcset` has a `.gif` candidate, whose lazy-loading
+/// plugin's `data-src` or `data-srcset` does, or that carries a `data-gif` marker (its value, when it is a URL,
+/// names the GIF). A `<picture>` with a GIF `<source>`
 /// (`type="image/gif"` or a `.gif` candidate) or a GIF `<img>` is taken whole. Left alone: what the parser
 /// did not find in the source (tags it inserted), `<template>` contents (inert markup a script clones as it
 /// wrote it), `<noscript>` contents (the fallback for pages without scripts, usually twin of an element we
@@ -187,11 +202,35 @@ enum HTMLGIFScanner {
                 source = src
             } else if let srcset = value("srcset"), let candidate = HTMLGIFScanner.gifCandidate(srcset: srcset) {
                 source = candidate
+            } else if let src = url("data-src"), HTMLGIFScanner.isGIFPath(src) {
+                // A lazy-loading plugin's: it copies `data-src` into `src` when the image nears the viewport.
+                source = src
+            } else if let srcset = value("data-srcset"), let candidate = HTMLGIFScanner.gifCandidate(srcset: srcset) {
+                source = candidate
             } else {
                 return nil
             }
             guard !source.isEmpty else { return nil }
-            return GIFElement(range: range, source: source, attributes: attributes)
+            return GIFElement(
+                range: range, source: source, attributes: attributes, urlAttributes: self.urlAttributes(element))
+        }
+
+        /// The URL attributes of an `<img>` or `<source>` whose values are written in the document.
+        private func urlAttributes(_ element: GumboElement) -> [GIFElement.URLAttribute] {
+            var found: [GIFElement.URLAttribute] = []
+            for index in 0..<Int(element.attributes.length) {
+                guard let attribute = element.attributes.data[index]?.assumingMemoryBound(to: GumboAttribute.self),
+                    let name = attribute.pointee.name.map({ String(cString: $0).lowercased() }),
+                    GIFElement.urlAttributeNames.contains(name),
+                    attribute.pointee.original_value.length > 0,
+                    let start = self.offset(attribute.pointee.original_value)
+                else { continue }
+                let value = attribute.pointee.value.map { String(cString: $0) } ?? ""
+                found.append(
+                    .init(
+                        range: start..<(start + attribute.pointee.original_value.length), name: name, value: value))
+            }
+            return found
         }
 
         /// A `<picture>` with a GIF source or a GIF `<img>`, as a whole; its `<img>` gives the attributes.
@@ -201,11 +240,19 @@ enum HTMLGIFScanner {
             else { return nil }
             var gifSource: String?
             var image: GumboElement?
+            var sourceAttributes: [GIFElement.URLAttribute] = []
             for index in 0..<Int(element.children.length) {
                 guard let child = element.children.data[index]?.assumingMemoryBound(to: GumboNode.self),
                     child.pointee.type == GUMBO_NODE_ELEMENT
                 else { continue }
                 let inner = child.pointee.v.element
+                // A <source> typed as anything but a GIF (`image/webp`) is left as it is: whatever its URL says.
+                if inner.tag == GUMBO_TAG_SOURCE,
+                    ["", "image/gif"].contains(
+                        Self.attributes(inner).first { $0.name == "type" }?.value.lowercased() ?? "")
+                {
+                    sourceAttributes += self.urlAttributes(inner)
+                }
                 if inner.tag == GUMBO_TAG_SOURCE, gifSource == nil {
                     let attributes = Self.attributes(inner)
                     let srcset = attributes.first { $0.name == "srcset" }?.value ?? ""
@@ -226,7 +273,7 @@ enum HTMLGIFScanner {
             guard let source = gifSource ?? imageGIF?.source else { return nil }
             return GIFElement(
                 range: start..<(endTag + element.original_end_tag.length), source: source,
-                attributes: Self.attributes(image))
+                attributes: Self.attributes(image), urlAttributes: sourceAttributes + self.urlAttributes(image))
         }
 
         /// The bytes of an element's start tag; nil when the parser inserted it (no source text).

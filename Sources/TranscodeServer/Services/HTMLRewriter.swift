@@ -35,6 +35,42 @@ enum HTMLRewriter {
         return output
     }
 
+    /// The element kept as it is, each GIF URL of its URL attributes (`src`, `srcset`, `data-src`, `data-srcset`,
+    /// of the `<img>` and of a `<picture>`'s `<source>`s) replaced by `replacement(url)` (a `srcset` candidate's
+    /// descriptor kept), every other byte of the element unchanged: the page's CSS, `loading`, `sizes`, `alt`,
+    /// `width`/`height` and a lazy-loading plugin's attributes go on applying. A URL `replacement` answers nil
+    /// for stays.
+    /// - Returns: the attribute values to replace, quoted; empty when no URL changed.
+    static func image(
+        for element: GIFElement, replacement: (String) -> String?
+    ) -> [(range: Range<Int>, text: String)] {
+        var replacements: [(range: Range<Int>, text: String)] = []
+        let whitespace = CharacterSet(charactersIn: " \t\n\r\u{0C}")
+        for attribute in element.urlAttributes {
+            var changed = false
+            let value: String
+            if attribute.name.hasSuffix("srcset") {
+                let candidates = attribute.value.split(separator: ",").map { candidate -> String in
+                    let text = candidate.trimmingCharacters(in: whitespace)
+                    let url = String(text.prefix { !$0.isWhitespace })
+                    guard HTMLGIFScanner.isGIFPath(url), let new = replacement(url) else { return text }
+                    changed = true
+                    return new + text.dropFirst(url.count)
+                }
+                value = candidates.joined(separator: ", ")
+            } else {
+                let url = attribute.value.trimmingCharacters(in: whitespace)
+                guard HTMLGIFScanner.isGIFPath(url) || url == element.source, let new = replacement(url) else {
+                    continue
+                }
+                changed = true
+                value = new
+            }
+            if changed { replacements.append((attribute.range, "\"" + Self.escape(value) + "\"")) }
+        }
+        return replacements
+    }
+
     /// The `<video>` (and, when it needs it, the `/player.js` script tag) for `element`.
     /// - Parameter playerScript: the URL of `/player.js`.
     static func video(for element: GIFElement, target: RewriteTarget, playerScript: String) -> String {

@@ -11,7 +11,9 @@ import Transcoder
 /// - the source URL is base64url without padding (padding is tolerated), and may be cut into
 ///   `/`-separated chunks, which are joined before decoding;
 /// - the extension picks the file: `mp4`, `jpg` (the poster), `json` (the metadata) or `webp` (an animated WebP
-///   that keeps transparency: an extra of its object, which is then converted with it, a result of its own).
+///   that keeps transparency: an extra of its object, which is then converted with it, a result of its own); `auto`
+///   answers what the client's `Accept` says its `<img>` shows best (`ImageNegotiation`), from the same object as
+///   `webp`.
 struct SourcePath: Sendable, Equatable {
     var sourceURL: String
     var background: RGBColor?
@@ -28,6 +30,11 @@ struct SourcePath: Sendable, Equatable {
     static let boxRange = 16...8192
     /// The files the route serves: an object's (`ObjectFiles`).
     static var formats: [OutputFormat] { ObjectFiles.commitOrder }
+    /// The extension of the negotiated answer: the smallest file the client's `<img>` shows, by its `Accept`
+    /// (`ImageNegotiation`), or the source itself.
+    static let negotiated = "auto"
+    /// Every extension the route takes.
+    static var extensions: [String] { Self.formats.map(\.fileExtension) + [Self.negotiated] }
 
     init(
         sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil,
@@ -49,9 +56,9 @@ struct SourcePath: Sendable, Equatable {
         self.fileExtension = fileExtension
     }
 
-    /// The extensions the route takes, for messages: `.mp4, .jpg, .webp or .json`.
+    /// The extensions the route takes, for messages: `.mp4, .jpg, .webp, .json or .auto`.
     private static var extensionList: String {
-        let names = Self.formats.map { "." + $0.fileExtension }
+        let names = Self.extensions.map { "." + $0 }
         return names.dropLast().joined(separator: ", ") + " or " + (names.last ?? "")
     }
 
@@ -74,7 +81,7 @@ struct SourcePath: Sendable, Equatable {
             throw ServiceError.badRequest("the path must end with \(Self.extensionList)")
         }
         let fileExtension = String(last[last.index(after: dot)...])
-        guard Self.formats.contains(where: { $0.fileExtension == fileExtension }) else {
+        guard Self.extensions.contains(fileExtension) else {
             throw ServiceError.badRequest("unknown file .\(fileExtension); use \(Self.extensionList)")
         }
         var background: RGBColor?

@@ -470,9 +470,12 @@ class Server:
 class Browser:
     """Headless Chromium through chromedriver, restartable after a crash."""
 
-    def __init__(self, page=None, record_csp=False, instrument=None, page_load_timeout=30):
+    def __init__(self, page=None, record_csp=False, instrument=None, page_load_timeout=30, preferences=None):
         self.page = page  # opened on every (re)start
         self.page_load_timeout = page_load_timeout
+        # Chromium's profile preferences (`{"settings": {"a11y": {"animation_policy": "none"}}}` holds animated
+        # images on their first frame).
+        self.preferences = preferences
         self.scripts = ([RECORD_CSP_VIOLATIONS] if record_csp else []) + ([instrument] if instrument else [])
         self.driver = None
 
@@ -516,6 +519,8 @@ class Browser:
             "--disable-backgrounding-occluded-windows",
         ):
             options.add_argument(argument)
+        if self.preferences:
+            options.add_experimental_option("prefs", self.preferences)
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
         self.driver.set_page_load_timeout(self.page_load_timeout)

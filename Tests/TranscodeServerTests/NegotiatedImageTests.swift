@@ -1,0 +1,161 @@
+import Foundation
+import TestSupport
+import Testing
+import Transcoder
+
+@testable import TranscodeServer
+
+/// The `<img>` a rewritten page keeps: `POST /v1/rewrite` (default `output=img`) changes only the GIF URLs of
+/// `src`, `srcset`, `data-src` and `data-srcset`, to signed `.auto` URLs, and `.auto` answers by `Accept` the
+/// smallest file that browser's `<img>` shows, or a redirect to the GIF.
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct NegotiatedImageTests {
+    static let chromium = "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8"
+    static let firefox = "image/avif,image/webp,image/png,image/svg+xml,image/*;q=0.8,*/*;q=0.5"
+    static let safari17 =
+        "image/webp,image/avif,image/jxl,image/heic,image/heic-sequence,video/*;q=0.8,image/png,image/svg+xml,image/*;q=0.8,*/*;q=0.5"
+    static let safari13 = "image/png,image/svg+xml,image/*;q=0.8,video/*;q=0.8,*/*;q=0.5"
+
+    /// Real `Accept` headers of `<img>` requests, and what each is answered for a transparent GIF whose WebP is
+    /// smaller, for an opaque one, and for one nothing beats.
+    @Test(
+        arguments: [
+            ("Chromium 120", chromium, "webp", "webp", "source"),
+            ("Firefox 128", firefox, "webp", "webp", "source"),
+            ("Firefox 65", "image/webp,*/*", "webp", "webp", "source"),
+            ("Safari 17", safari17, "webp", "webp", "source"),
+            ("Safari 13 (no WebP; its <img> plays MP4)", safari13, "source", "mp4", "source"),
+            ("curl", "*/*", "source", "source", "source"),
+            ("no Accept", nil, "source", "source", "source"),
+            ("a CDN that normalises to image/webp", "image/webp", "webp", "webp", "source"),
+            ("WebP refused", "image/webp;q=0, image/*", "source", "source", "source"),
+            ("upper case, spaces", " IMAGE/WEBP ; q=0.9 ", "webp", "webp", "source"),
+        ] as [(String, String?, String, String, String)])
+    func acceptTable(client: String, accept: String?, transparent: String, opaque: String, nothingBetter: String) {
+        func metadata(transparency: Bool, webpSmaller: Bool, videoSmaller: Bool) -> TranscodeMetadata {
+            var metadata = TranscodeMetadata(
+                sourceFormat: .gif, sourceWidth: 10, sourceHeight: 10, outputWidth: 10, outputHeight: 10,
+                sourceFrameCount: 2, encodedFrameCount: 2, durationMs: 200, loopCount: 0, playCount: nil,
+                loopsForever: true, hasTransparency: transparency, truncated: false, background: .white,
+                sourceBytes: 1000, mp4Bytes: videoSmaller ? 500 : 2000, posterBytes: 100,
+                recommendation: videoSmaller ? .video : .keepGIF)
+            var entry = ManifestEntry(role: "webp", format: "webp", bytes: webpSmaller ? 400 : 1200, sha256: nil)
+            if !webpSmaller { entry.recommendation = .keepGIF }
+            metadata.otherArtifacts = [entry]
+            return metadata
+        }
+        func name(_ choice: ImageNegotiation.Choice) -> String {
+            switch choice {
+            case .source: "source"
+            case .file(let format): format.name
+            }
+        }
+        let cases = [
+            (metadata(transparency: true, webpSmaller: true, videoSmaller: true), transparent),
+            (metadata(transparency: false, webpSmaller: true, videoSmaller: true), opaque),
+            (metadata(transparency: false, webpSmaller: false, videoSmaller: false), nothingBetter),
+        ]
+        for (metadata, expected) in cases {
+            #expect(name(ImageNegotiation.choose(accept: accept, metadata: metadata)) == expected, "\(client)")
+        }
+    }
+
+    /// The `.auto` route: WebP for a browser that names it, the MP4 for Safari 13 (opaque GIF), a redirect to
+    /// the GIF for the rest; a GIF the service refuses is a redirect too, never cached; every answer varies by
+    /// `Accept`; the object is converted once.
+    @Test func theAutoRouteAnswersByAccept() async throws {
+        try await withHarness(configure: RewriteTests.configure) { harness in
+            let signer = try #require(URLSigner(hexKeys: [RewriteTests.key], hexSalts: [RewriteTests.salt]))
+            func auto(_ path: String) -> (String, String) {
+                let url = harness.originURL(path)
+                return (signer.signedPath(SourcePath(sourceURL: url, fileExtension: SourcePath.negotiated).path), url)
+            }
+            let (banana, bananaURL) = auto("/corpus/cartoon_dancing_banana.gif")
+            let webp = try await harness.request(.GET, banana, headers: [("Accept", Self.chromium)])
+            #expect(webp.status == 200, "\(webp.text)")
+            #expect(webp.headers.first(name: "Content-Type") == "image/webp")
+            #expect(webp.headers.first(name: "Vary") == "Accept")
+            #expect(Array(webp.body[8..<12]) == Array("WEBP".utf8))
+            let range = try await harness.request(
+                .GET, banana, headers: [("Accept", Self.safari17), ("Range", "bytes=0-11")])
+            #expect(range.status == 206)
+            #expect(range.body == Array(webp.body.prefix(12)))
+            // Transparent: Safari 13 and curl get the GIF itself.
+            for accept in [Self.safari13, "*/*"] {
+                let gif = try await harness.request(.GET, banana, headers: [("Accept", accept)])
+                #expect(gif.status == 302)
+                #expect(gif.headers.first(name: "Location") == bananaURL)
+                #expect(gif.headers.first(name: "Vary") == "Accept")
+                #expect(gif.headers.first(name: "Cache-Control") == "public, max-age=3600")
+            }
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+
+            // Opaque: Safari 13's <img> gets the MP4.
+            let (hopper, _) = auto("/corpus/photo_hopper.gif")
+            let mp4 = try await harness.request(.GET, hopper, headers: [("Accept", Self.safari13)])
+            #expect(mp4.status == 200)
+            #expect(mp4.headers.first(name: "Content-Type") == "video/mp4")
+
+            // Refused (a canvas past the limits, which a browser still shows): the GIF, not a broken image.
+            let (huge, hugeURL) = auto("/corpus/corrupt_huge_claim_12352x12418.gif")
+            let refused = try await harness.request(.GET, huge, headers: [("Accept", Self.chromium)])
+            #expect(refused.status == 302)
+            #expect(refused.headers.first(name: "Location") == hugeURL)
+            #expect(refused.headers.first(name: "X-Fallback") == "dimensions-too-large")
+            #expect(refused.headers.first(name: "Cache-Control") == "no-store")
+        }
+    }
+
+    /// `output=img` (the default): the elements stay; only GIF URLs change, each to its own `.auto` URL (every
+    /// `srcset` candidate, so the browser's choice of size holds; a lazy-loading plugin's `data-src`; a
+    /// `<picture>`'s GIF `<img>`, its WebP `<source>` left as it is). Put back, the original URLs give the input.
+    @Test func imgRewriteChangesOnlyTheGIFURLs() async throws {
+        try await withHarness(configure: RewriteTests.configure) { harness in
+            let document = """
+                <!doctype html><html><head><style>article img { max-width: 100%; border-radius: 8px }</style></head>
+                <body><article>
+                <img src="/corpus/cartoon_dancing_banana.gif" class="hero" loading="lazy" alt="banana" width="365" height="360">
+                <img src="/c/photo.jpg" srcset="/corpus/cartoon_hotdog.gif 500w, /corpus/loop_1.gif 150w" sizes="50vw">
+                <img src="data:image/gif;base64,R0lGODlhAQABAAAAACw=" data-src="/corpus/cartoon_hotdog.gif" class="lazyload">
+                <picture><source srcset="/f/anim.webp" type="image/webp"><img src="/corpus/loop_1.gif" alt="p"></picture>
+                <a href="/corpus/cartoon_hotdog.gif"><IMG SRC=/corpus/loop_1.gif></a>
+                <img src="/d/still.png">
+                </article></body></html>
+                """
+            let base = harness.originURL("/")
+            let reply = try await harness.rewrite(document, query: "?base=" + base)
+            #expect(reply.status == 200, "\(reply.text)")
+            #expect(reply.headers.first(name: "X-GIFs-Found") == "5")
+            #expect(reply.headers.first(name: "X-GIFs-Rewritten") == "5")
+            #expect(!reply.text.contains("<video"))
+            #expect(harness.services.transcodes.counters.downloads == 0)
+
+            // Each .auto URL back to its GIF's (quoted: the rewrite quotes the values it writes).
+            let signer = try #require(URLSigner(hexKeys: [RewriteTests.key], hexSalts: [RewriteTests.salt]))
+            let origin = "http://127.0.0.1:\(harness.appPort)"
+            var restored = reply.text
+            for path in ["/corpus/cartoon_dancing_banana.gif", "/corpus/cartoon_hotdog.gif", "/corpus/loop_1.gif"] {
+                let auto = signer.signedPath(
+                    SourcePath(sourceURL: harness.originURL(path), fileExtension: SourcePath.negotiated).path)
+                #expect(restored.contains(origin + auto), "\(path)")
+                restored = restored.replacingOccurrences(of: origin + auto, with: path)
+            }
+            let expected = document.replacingOccurrences(
+                of: "<IMG SRC=/corpus/loop_1.gif>", with: "<IMG SRC=\"/corpus/loop_1.gif\">")
+            #expect(restored == expected)
+            // The WebP <source>, the link, the still image and the placeholder are the input's.
+            #expect(reply.text.contains(#"<source srcset="/f/anim.webp" type="image/webp">"#))
+            #expect(reply.text.contains(#"<a href="/corpus/cartoon_hotdog.gif">"#))
+            #expect(reply.text.contains(#"src="data:image/gif;base64,R0lGODlhAQABAAAAACw=""#))
+
+            // Eager: converted first; a GIF nothing beats (1x1) and a missing one stay as they are.
+            let eager = """
+                <img src="/corpus/cartoon_dancing_banana.gif"><img src="/corpus/tiny_1x1.gif"><img src="/corpus/none.gif">
+                """
+            let converted = try await harness.rewrite(eager, query: "?mode=eager&base=" + base)
+            #expect(converted.headers.first(name: "X-GIFs-Rewritten") == "1", "\(converted.text)")
+            #expect(converted.text.contains(#"<img src="/corpus/tiny_1x1.gif"><img src="/corpus/none.gif">"#))
+            let bad = try await harness.rewrite(eager, query: "?output=picture")
+            #expect(bad.status == 400)
+        }
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+import TestSupport
+import Testing
+
+@testable import TranscodeServer
+
+/// A rewritten page looks like the original page, in headless Chromium (`Browser/page_fidelity.py`): an article
+/// with GIFs in the places a CMS puts them (over a gradient and a dark card, an odd size, a `srcset` with width
+/// descriptors, a class-sized thumbnail in a flex row, a grid with `aspect-ratio` and `object-fit`, a link, a
+/// `<picture>` with an animated WebP source, a figure, a lazy image below the fold), rewritten by
+/// `POST /v1/rewrite` in its default output, loaded at a phone's and a desktop's width, light and dark, animated
+/// images held on their first frame. Every image's box within 2 px, its pixels at least 30 dB (PSNR of 2x2
+/// averages) against the original's, no new horizontal overflow, and nothing fetched before scrolling that the
+/// original did not fetch.
+@Suite(.tags(.system), .timeLimit(.minutes(10))) struct PageFidelityTests {
+    static let oracle = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .appendingPathComponent("Browser/page_fidelity.py").path
+
+    /// The article, its GIFs at `origin` (absolute URLs: the page is served from elsewhere).
+    static func article(origin: String) -> String {
+        let o = origin + "/corpus/"
+        return """
+            <!doctype html>
+            <html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+            <style>
+            body { margin: 0; font: 16px/1.5 sans-serif; background: #fafaf7; color: #222 }
+            main { max-width: 720px; margin: 0 auto; padding: 0 24px }
+            article img { max-width: 100%; height: auto; border-radius: 8px; display: block; margin: 12px 0 }
+            .hero { background: linear-gradient(135deg, #ff7a59, #5a4bff); padding: 12px }
+            .card { background: #1d2230; padding: 16px; border-radius: 12px }
+            .row { display: flex; gap: 8px; align-items: center }
+            .row img.thumb { width: 120px; height: 90px; object-fit: cover; margin: 0 }
+            .grid { display: grid; grid-template-columns: 1fr 1fr; gap: 8px }
+            .grid img.ratio { aspect-ratio: 16 / 9; width: 100%; object-fit: contain; background: #000 }
+            .spacer { height: 2400px }
+            @media (prefers-color-scheme: dark) {
+              body { background: #15171a; color: #eee }
+              .card { background: #2a2d33 }
+            }
+            </style></head>
+            <body><main><article>
+            <h1>Nine GIFs</h1>
+            <div class="hero"><img src="\(o)cartoon_dancing_banana.gif" alt="A banana" width="365" height="360"></div>
+            <div class="card"><img src="\(o)transp_flag_estonia.gif" alt="A flag on a card"></div>
+            <figure><img src="\(o)cartoon_flag_delaware.gif" alt="278 x 183"><figcaption>An odd size</figcaption></figure>
+            <img src="\(o)cartoon_hotdog.gif" srcset="\(o)cartoon_hotdog.gif 200w, \(o)cartoon_gifjs_logo.gif 600w" sizes="(max-width: 600px) 100vw, 600px" alt="srcset">
+            <div class="row"><img class="thumb" src="\(o)photo_hopper.gif" alt="thumb"><p>A thumbnail sized by its class.</p></div>
+            <div class="grid"><a href="\(o)loop_1.gif"><img src="\(o)loop_1.gif" alt="linked"></a><img class="ratio" src="\(o)cartoon_hotdog.gif" alt="ratio"></div>
+            <picture><source srcset="\(o)notgif_webp_anim.gif" type="image/webp"><img src="\(o)cartoon_spinner_loading.gif" alt="picture"></picture>
+            <div class="spacer"></div>
+            <img src="\(o)cartoon_gifjs_logo.gif" loading="lazy" alt="below the fold">
+            </article></main></body></html>
+            """
+    }
+
+    @Test func aRewrittenArticleLooksLikeTheOriginal() async throws {
+        try await withHarness(configure: RewriteTests.configure) { harness in
+            let original = Self.article(origin: harness.originURL(""))
+            // Eager: converted first, so the browser does not wait on conversions (lazy converts on first view).
+            let reply = try await harness.rewrite(original, query: "?mode=eager", timeout: .seconds(300))
+            #expect(reply.status == 200, "\(reply.text)")
+            #expect(reply.headers.first(name: "X-GIFs-Found") == "9")
+            #expect(!reply.text.contains("<video"))
+            try await withTemporaryDirectory { directory in
+                let before = directory + "/original.html"
+                let after = directory + "/rewritten.html"
+                try Data(original.utf8).write(to: URL(fileURLWithPath: before))
+                try Data(reply.body).write(to: URL(fileURLWithPath: after))
+                let run = try await runBrowserScript(Self.oracle, [before, after], timeout: .seconds(480))
+                #expect(run.result["ok"] as? Bool == true, "\(run.output)")
+                let runs = try #require(run.result["runs"] as? [[String: Any]], "\(run.output)")
+                #expect(runs.count == 4)
+                for page in runs {
+                    let name = "\(page["width"] ?? "?") px, \(page["scheme"] ?? "?")"
+                    let originalPage = try #require(page["original"] as? [String: Any])
+                    let rewrittenPage = try #require(page["rewritten"] as? [String: Any])
+                    #expect(
+                        (rewrittenPage["overflow"] as? Double ?? 0) <= (originalPage["overflow"] as? Double ?? 0),
+                        "\(name): new horizontal overflow")
+                    let fetchedBefore = (originalPage["fetchedBeforeScroll"] as? [String])?.count ?? 0
+                    let fetchedAfter = (rewrittenPage["fetchedBeforeScroll"] as? [String])?.count ?? -1
+                    #expect(fetchedAfter <= fetchedBefore, "\(name): \(rewrittenPage) against \(originalPage)")
+                    let images = try #require(page["images"] as? [[String: Any]])
+                    #expect(images.count == 9, "\(name)")
+                    for image in images {
+                        let label = "\(name), image \(image["index"] ?? "?") (\(image["originalSrc"] ?? ""))"
+                        #expect(image["loaded"] as? Bool == true, "\(label): not loaded")
+                        #expect((image["boxDelta"] as? Double ?? 99) <= 2, "\(label): \(image)")
+                        #expect((image["psnr"] as? Double ?? 0) >= 30, "\(label): \(image)")
+                        // Every GIF is shown through the service; the <picture> (index 7) shows its WebP source.
+                        let shown = image["rewrittenSrc"] as? String ?? ""
+                        #expect(
+                            shown.hasSuffix(image["index"] as? Int == 7 ? "notgif_webp_anim.gif" : ".auto"), "\(label)")
+                    }
+                    print("page \(name): " + images.map { "\($0["psnr"] ?? "-")" }.joined(separator: " "))
+                }
+            }
+        }
+    }
+}
