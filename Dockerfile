@@ -16,9 +16,9 @@ RUN swift build -c release --product transcode-server --static-swift-stdlib \
 
 FROM debian:bookworm-slim
 # Only the runtime libraries: FFmpeg 5.1 (libavcodec59, libavformat59, libavutil57, libswscale6), giflib and
-# libwebp (libwebp7, libwebpdemux2).
+# libwebp (libwebp7, libwebpdemux2, libwebpmux3: the animated WebP output).
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libavcodec59 libavformat59 libavutil57 libswscale6 libgif7 libwebp7 libwebpdemux2 libgumbo1 ca-certificates curl \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libavcodec59 libavformat59 libavutil57 libswscale6 libgif7 libwebp7 libwebpdemux2 libwebpmux3 libgumbo1 ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /var/cache/transcode-server transcode \
     && mkdir -p /var/cache/transcode-server /etc/transcode-server \

@@ -74,8 +74,22 @@ public final class ChildProcess: Sendable {
         CTestSupport_posix_spawn_file_actions_addclosefrom_np(&actions, 3)
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
+        // A clean signal state: the test process blocks most signals on its threads and ignores SIGTERM
+        // (swift-service-lifecycle), and both are inherited across exec. A child with SIGTERM blocked outlives
+        // every terminate, and GLib programs (WebKitGTK's MiniBrowser, under WebKitWebDriver) that watch their
+        // own children through SIGCHLD never see them end.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        var all = sigset_t()
+        sigemptyset(&empty)
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var pid: pid_t = 0
-        let result = posix_spawnp(&pid, executable, &actions, nil, argv, environ)
+        let result = posix_spawnp(&pid, executable, &actions, &attributes, argv, environ)
         if pipeEnds[1] >= 0 { close(pipeEnds[1]) }
         guard result == 0 else {
             if pipeEnds[0] >= 0 { close(pipeEnds[0]) }

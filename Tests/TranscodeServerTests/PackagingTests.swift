@@ -43,6 +43,7 @@ import Testing
         #expect(
             runtime.isSuperset(of: [
                 "libavcodec59", "libavformat59", "libavutil57", "libswscale6", "libgif7", "libwebp7", "libwebpdemux2",
+                "libwebpmux3",
                 "libgumbo1",
             ]))
         #expect(!runtime.contains { $0.hasSuffix("-dev") })
@@ -55,13 +56,16 @@ import Testing
         #expect(docker.contains("TRANSCODE_HOST=0.0.0.0"))
     }
 
-    /// CI and `make test` install the same SeaweedFS (the S3 tests fail, never skip, without it).
+    /// CI and `make test` install the same SeaweedFS and Marionette client (the S3 and page tests fail, never
+    /// skip, without them).
     @Test func testDependenciesAreTheSame() throws {
         let ci = try Self.read(".ci/run")
         let script = try Self.read("scripts/install-deps")
-        let pinned = try #require(script.split(separator: "\n").first { $0.hasPrefix("SEAWEEDFS=") })
-        let version = pinned.dropFirst("SEAWEEDFS=".count).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
-        #expect(ci.contains("\"\(version)\""), "\(version) is not what .ci/run installs")
+        for variable in ["SEAWEEDFS=", "MARIONETTE="] {
+            let pinned = try #require(script.split(separator: "\n").first { $0.hasPrefix(variable) })
+            let version = pinned.dropFirst(variable.count).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            #expect(ci.contains("\"\(version)\""), "\(version) is not what .ci/run installs")
+        }
         let ciTest = try Self.packages(in: ci, after: "# Test packages")
         let line = try #require(script.split(separator: "\n").first { $0.hasPrefix("TEST_PACKAGES=") })
         let scriptTest = Set(

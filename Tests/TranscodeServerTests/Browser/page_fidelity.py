@@ -1,16 +1,31 @@
 #!/usr/bin/python3
-"""A page before and after POST /v1/rewrite, as a reader sees it in headless Chromium.
+"""A page before and after POST /v1/rewrite, as a reader sees it, in three browser engines.
 
-Usage: /usr/bin/python3 page_fidelity.py ORIGINAL.html REWRITTEN.html [--widths 390,1280] [--schemes light,dark]
+Usage: /usr/bin/python3 page_fidelity.py ORIGINAL.html REWRITTEN.html [--engine chromium|firefox|webkitgtk]
+                                         [--widths 390,1280] [--schemes light,dark]
 
 Serves both files from its own HTTP server on 127.0.0.1 (their images are wherever their URLs say: the test's
 origin and service, on 127.0.0.1 too) and loads each page at every width (CSS pixels, device scale 1) and colour
-scheme (`prefers-color-scheme`, emulated), with animated images held on their first frame (Chromium's
-`settings.a11y.animation_policy: none`, what the accessibility setting "no animation" does): a GIF and the WebP
-made from it are then compared frame 0 to frame 0. For each run, before any scrolling:
+scheme (`prefers-color-scheme`), in
+
+- chromium: headless Chromium through chromedriver (Debian chromium, chromium-driver, python3-selenium); the
+  width and scheme emulated through DevTools; animated images held on their first frame
+  (`settings.a11y.animation_policy: none`, what the accessibility setting "no animation" does);
+- firefox: headless Firefox ESR through Marionette (Debian firefox-esr; PyPI marionette-driver), no geckodriver;
+  the scheme by `layout.css.prefers-color-scheme.content-override`, animated images held on their first frame by
+  `image.animation_mode: none`; a phone's width by zooming a 509-px window (its narrowest is 500);
+- webkitgtk: WebKitGTK's MiniBrowser (`--automation`) through WebKitWebDriver under its own Xvfb (Debian
+  webkit2gtk-driver, xvfb; selenium's WebKitGTK driver); the scheme by GTK's dark theme (`GTK_THEME`). WebKitGTK has
+  no setting that holds animations, so its images are not compared pixel for pixel (`psnr` null): boxes, overflow
+  and fetches are. MiniBrowser's window is at least 447 px wide (its toolbar): the narrowest width it lays out.
+
+Each run reports the width the page was laid out at (`viewport`, `innerWidth`).
+
+A GIF and the WebP made from it are then compared frame 0 to frame 0. For each run, before any scrolling:
 
 - `overflow`: how far the document is wider than the viewport (horizontal scrolling), in CSS pixels;
-- `fetchedBeforeScroll`: the image URLs the page had requested (Resource Timing, `initiatorType` img);
+- `fetchedBeforeScroll`: the image URLs the page had requested (Resource Timing, `initiatorType` img), in a
+  browser started afresh for each width and scheme (an image in the memory cache is shown at once, lazy or not);
 
 then for each `<img>` of the document, in order, scrolled into view and loaded: its box in the document (x, y,
 width, height, CSS pixels) and a screenshot of it. It compares the two pages image by image: the largest
@@ -27,8 +42,13 @@ import http.server
 import json
 import math
 import os
+import shutil
+import signal
+import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -136,38 +156,256 @@ poll();
 """
 
 
-def read_page(driver, url, width, scheme):
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride", {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": False})
-    driver.execute_cdp_cmd(
-        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
-    driver.get(url)
+class Chromium:
+    frozen = True
+
+    def __init__(self):
+        self.browser = Browser(
+            page_load_timeout=LOAD_SECONDS, preferences={"settings": {"a11y": {"animation_policy": "none"}}})
+        self.driver = None
+
+    def fresh(self, width, scheme):
+        self.driver = self.browser.restart()
+
+    def open(self, url, width, scheme):
+        self.driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+        self.driver.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
+        self.driver.get(url)
+
+    def script(self, source, *arguments):
+        return self.driver.execute_script(source, *arguments)
+
+    def async_script(self, source, *arguments):
+        return self.driver.execute_async_script(source, *arguments)
+
+    def screenshot(self, index):
+        return self.driver.execute_script("return document.images[arguments[0]]", index).screenshot_as_png
+
+    def quit(self):
+        self.browser.quit()
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Firefox:
+    """Firefox ESR through Marionette; restarted when the scheme changes (a profile preference)."""
+
+    frozen = True
+
+    def __init__(self):
+        self.process = None
+        self.client = None
+        self.profile = None
+
+    def start(self, scheme):
+        self.quit()
+        from marionette_driver.marionette import Marionette
+
+        self.profile = tempfile.mkdtemp(prefix="page-fidelity-firefox-")
+        port = free_port()
+        preferences = {
+            "marionette.port": port,
+            "image.animation_mode": "none",
+            "layout.css.prefers-color-scheme.content-override": 0 if scheme == "dark" else 1,
+            # Zoom by tab, not by site (see `open`).
+            "browser.zoom.siteSpecific": False,
+            # Nothing but the page: no first-run pages, updates, telemetry or other hosts.
+            "browser.shell.checkDefaultBrowser": False,
+            "browser.startup.homepage_override.mstone": "ignore",
+            "datareporting.policy.dataSubmissionEnabled": False,
+            "toolkit.telemetry.reportingpolicy.firstRun": False,
+            "app.update.disabledForTesting": True,
+            "network.proxy.type": 0,
+        }
+        with open(os.path.join(self.profile, "user.js"), "w") as file:
+            for name, value in preferences.items():
+                file.write("user_pref(%s, %s);\n" % (json.dumps(name), json.dumps(value)))
+        self.process = subprocess.Popen(
+            # System access: the zoom is set from the browser's own scripts (`ZoomManager`).
+            ["firefox-esr", "--marionette", "-remote-allow-system-access", "--headless", "--no-remote", "-profile",
+             self.profile],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.client = Marionette(host="127.0.0.1", port=port, startup_timeout=60)
+        self.client.start_session()
+        self.client.timeout.page_load = LOAD_SECONDS
+        self.client.timeout.script = 30
+
+    def fresh(self, width, scheme):
+        self.start(scheme)
+
+    # Headless Firefox's window is at least 500 px wide: a phone's width is the page zoomed to 60/46 (Firefox's
+    # zoom steps are 60 app units per CSS pixel over a whole number per device pixel) in a window 509 px wide,
+    # as a phone draws CSS pixels at more than one device pixel. The zoom is reset by each navigation.
+    ZOOM = 60 / 46
+
+    def open(self, url, width, scheme):
+        zoom = self.ZOOM if width < 500 else 1
+        self.client.set_window_rect(width=math.ceil(width * zoom), height=800)
+        self.client.navigate(url)
+        if zoom != 1:
+            with self.client.using_context("chrome"):
+                self.client.execute_script(
+                    "ZoomManager.setZoomForBrowser(gBrowser.selectedBrowser, arguments[0])", script_args=[zoom])
+
+    def script(self, source, *arguments):
+        return self.client.execute_script(source, script_args=list(arguments))
+
+    def async_script(self, source, *arguments):
+        return self.client.execute_async_script(source, script_args=list(arguments))
+
+    def screenshot(self, index):
+        element = self.client.execute_script("return document.images[arguments[0]]", script_args=[index])
+        return self.client.screenshot(element=element, format="binary")
+
+    def quit(self):
+        if self.client is not None:
+            try:
+                self.client.delete_session()
+            except Exception:  # noqa: BLE001 - it may already be gone
+                pass
+            self.client = None
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+            self.process = None
+        if self.profile:
+            shutil.rmtree(self.profile, ignore_errors=True)
+            self.profile = None
+
+
+class WebKitGTK:
+    """MiniBrowser through WebKitWebDriver on a display of its own; restarted when the scheme changes."""
+
+    frozen = False
+    MINIBROWSER = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser"
+
+    def __init__(self):
+        self.xvfb = None
+        self.driver = None
+        self.scheme = None
+
+    def start(self, scheme):
+        self.quit()
+        from selenium import webdriver
+
+        display = ":%d" % (100 + free_port() % 800)
+        self.xvfb = subprocess.Popen(
+            ["Xvfb", display, "-screen", "0", "2000x1200x24", "-nolisten", "tcp"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)
+        os.environ["DISPLAY"] = display
+        # WebKitGTK's prefers-color-scheme follows the GTK theme's variant.
+        os.environ["GTK_THEME"] = "Adwaita:dark" if scheme == "dark" else "Adwaita"
+        options = webdriver.WebKitGTKOptions()
+        options.binary_location = self.MINIBROWSER
+        options.add_argument("--automation")
+        self.driver = webdriver.WebKitGTK(executable_path="/usr/bin/WebKitWebDriver", options=options)
+        self.driver.set_page_load_timeout(LOAD_SECONDS)
+        self.driver.set_script_timeout(30)
+        self.scheme = scheme
+
+    def fresh(self, width, scheme):
+        self.start(scheme)
+
+    def open(self, url, width, scheme):
+        self.driver.set_window_size(width, 800)
+        inner = self.driver.execute_script("return innerWidth")
+        if inner != width:
+            self.driver.set_window_size(2 * width - inner, 800)
+        self.driver.get(url)
+
+    def script(self, source, *arguments):
+        return self.driver.execute_script(source, *arguments)
+
+    def async_script(self, source, *arguments):
+        return self.driver.execute_async_script(source, *arguments)
+
+    def screenshot(self, index):
+        return self.driver.execute_script("return document.images[arguments[0]]", index).screenshot_as_png
+
+    def quit(self):
+        if self.driver is not None:
+            try:
+                self.driver.quit()
+            except Exception:  # noqa: BLE001 - it may already be gone
+                pass
+            self.driver = None
+        if self.xvfb is not None:
+            self.xvfb.kill()
+            self.xvfb.wait()
+            self.xvfb = None
+
+
+ENGINES = {"chromium": Chromium, "firefox": Firefox, "webkitgtk": WebKitGTK}
+MISSING = {
+    "chromium": lambda: Browser.missing_tools(),
+    "firefox": lambda: [tool for tool in ("firefox-esr",) if shutil.which(tool) is None] + missing_module(
+        "marionette_driver", "PyPI marionette-driver"),
+    "webkitgtk": lambda: [tool for tool in ("/usr/bin/WebKitWebDriver", WebKitGTK.MINIBROWSER, "Xvfb")
+                          if shutil.which(tool) is None] + missing_module("selenium", "python3-selenium"),
+}
+INSTALL = {
+    "chromium": PACKAGES,
+    "firefox": "apt-get install -y firefox-esr; python3 -m pip install --user marionette-driver",
+    "webkitgtk": "apt-get install -y webkit2gtk-driver xvfb python3-selenium",
+}
+
+
+def missing_module(name, package):
+    try:
+        __import__(name)
+        return []
+    except ImportError:
+        return [package]
+
+
+def read_page(engine, url, width, scheme):
+    engine.open(url, width, scheme)
     deadline = time.monotonic() + LOAD_SECONDS
-    while driver.execute_script("return document.readyState") != "complete":
+    while engine.script("return document.readyState") != "complete":
         if time.monotonic() > deadline:
             raise RuntimeError("%s did not load in %d s" % (url, LOAD_SECONDS))
         time.sleep(0.1)
     time.sleep(0.3)
-    page = driver.execute_script(READ_PAGE)
+    page = engine.script(READ_PAGE)
+    page["viewport"] = engine.script("return innerWidth")
     images = []
     for index in range(page["images"]):
-        box = driver.execute_async_script(SHOW_IMAGE, index)
-        element = driver.execute_script("return document.images[arguments[0]]", index)
-        shot = decode_png(element.screenshot_as_png) if box["width"] >= 1 and box["height"] >= 1 else None
+        box = engine.async_script(SHOW_IMAGE, index)
+        shot = None
+        if engine.frozen and box["width"] >= 1 and box["height"] >= 1:
+            shot = decode_png(engine.screenshot(index))
         images.append((box, shot))
     return page, images
 
 
 def main():
+    # Started by hand from a process that blocks or ignores signals, the browsers, their drivers and Xvfb would
+    # inherit that and outlive every terminate (selenium then waits 60 s on each): they get a clean state.
+    # (The tests' ChildProcess starts this script with one already.)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
     parser = argparse.ArgumentParser()
     parser.add_argument("original")
     parser.add_argument("rewritten")
+    parser.add_argument("--engine", choices=sorted(ENGINES), default="chromium")
     parser.add_argument("--widths", default="390,1280")
     parser.add_argument("--schemes", default="light,dark")
     args = parser.parse_args()
-    missing = Browser.missing_tools()
+    missing = MISSING[args.engine]()
     if missing:
-        report({"ok": False, "error": "missing %s; install with: %s" % (", ".join(missing), PACKAGES)}, 2)
+        report({"ok": False, "error": "missing %s; install with: %s" % (", ".join(missing), INSTALL[args.engine])}, 2)
     directory = os.path.dirname(os.path.abspath(args.original))
     if directory != os.path.dirname(os.path.abspath(args.rewritten)):
         report({"ok": False, "error": "the two pages must be in one directory"}, 2)
@@ -179,14 +417,17 @@ def main():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=directory))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = "http://127.0.0.1:%d/" % server.server_address[1]
-    browser = Browser(page_load_timeout=LOAD_SECONDS, preferences={"settings": {"a11y": {"animation_policy": "none"}}})
     runs = []
+    engine = None
     try:
-        driver = browser.start()
-        for width in [int(value) for value in args.widths.split(",")]:
-            for scheme in args.schemes.split(","):
-                before, before_images = read_page(driver, base + os.path.basename(args.original), width, scheme)
-                after, after_images = read_page(driver, base + os.path.basename(args.rewritten), width, scheme)
+        engine = ENGINES[args.engine]()
+        for scheme in args.schemes.split(","):
+            for width in [int(value) for value in args.widths.split(",")]:
+                # A browser of its own for each run: nothing cached from the run before (an image in the memory
+                # cache is shown at once, lazy or not).
+                engine.fresh(width, scheme)
+                before, before_images = read_page(engine, base + os.path.basename(args.original), width, scheme)
+                after, after_images = read_page(engine, base + os.path.basename(args.rewritten), width, scheme)
                 compared = []
                 for index, ((box_a, shot_a), (box_b, shot_b)) in enumerate(zip(before_images, after_images)):
                     delta = max(abs(box_a[key] - box_b[key]) for key in ("x", "y", "width", "height"))
@@ -199,17 +440,14 @@ def main():
                         "loaded": bool(box_b["complete"] and (box_b["natural"] > 0 or not box_b["src"])),
                     })
                 runs.append({
-                    "width": width, "scheme": scheme,
-                    "original": {"overflow": before["overflow"], "fetchedBeforeScroll": before["fetchedBeforeScroll"],
-                                 "images": before["images"]},
-                    "rewritten": {"overflow": after["overflow"], "fetchedBeforeScroll": after["fetchedBeforeScroll"],
-                                  "images": after["images"]},
-                    "images": compared,
+                    "engine": args.engine, "width": width, "scheme": scheme, "frozen": engine.frozen,
+                    "original": before, "rewritten": after, "images": compared,
                 })
     except Exception as error:  # noqa: BLE001 - reported as JSON
-        browser.quit()
+        if engine is not None:
+            engine.quit()
         report({"ok": False, "error": "%s: %s" % (type(error).__name__, error), "runs": runs}, 1)
-    browser.quit()
+    engine.quit()
     report({"ok": True, "runs": runs}, 0)
 
 
