@@ -63,7 +63,7 @@ import Testing
         try await withHarness(configure: RewriteTests.configure) { harness in
             let original = Self.article(origin: harness.originURL(""))
             // Eager: converted first, so the browser does not wait on conversions (lazy converts on first view).
-            let reply = try await harness.rewrite(original, query: "?mode=eager", timeout: .seconds(300))
+            let reply = try await harness.rewrite(original, query: "?mode=eager", timeout: .seconds(120))
             #expect(reply.status == 200, "\(reply.text)")
             #expect(reply.headers.first(name: "X-GIFs-Found") == "9")
             #expect(!reply.text.contains("<video"))
@@ -73,7 +73,7 @@ import Testing
                 try Data(original.utf8).write(to: URL(fileURLWithPath: before))
                 try Data(reply.body).write(to: URL(fileURLWithPath: after))
                 let run = try await runProcess(
-                    "/usr/bin/python3", [Self.oracle, before, after, "--engine", engine], timeout: .seconds(480))
+                    "/usr/bin/python3", [Self.oracle, before, after, "--engine", engine], timeout: .seconds(120))
                 let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
                 let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
                 let result = try #require(
