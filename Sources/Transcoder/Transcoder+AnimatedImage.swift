@@ -58,15 +58,12 @@ extension Transcoder {
         let scaler = try size.scaled ? AlphaScaler(from: header.width, header.height, to: size.width, size.height) : nil
         let source = try header.makeFrameSource(bytes)
         return try webp.withUnsafeBytes { encoded in
-            var limits = TranscodeLimits()
-            limits.maxWidth = size.width
-            limits.maxHeight = size.height
-            limits.maxInputBytes = max(limits.maxInputBytes, encoded.count)
-            let output = try WebPPrescan(bytes: encoded, limits: limits)
-            let decoder = try WebPFrameSource(prescan: output, bytes: encoded)
-            // Where the WebP's next picture starts, and how many it has shown.
-            var nextStart: Int64 = 0
-            var shown = 0
+            // libwebp's own reader, not the input pre-scan: a one-picture result (a still GIF, a GIF whose frames
+            // are all alike) is a still WebP without an ANIM chunk, which the pre-scan refuses as not animated.
+            let decoder = try EncodedWebP(encoded, width: size.width, height: size.height)
+            // Where the WebP's current picture ends (libwebp's timestamps are each picture's end).
+            var shownUntil: Int64 = -1
+            var picture: UnsafeRawBufferPointer?
             var time: Int64 = 0
             var total = (black: 0.0, white: 0.0)
             var frames = 0
@@ -76,20 +73,19 @@ extension Transcoder {
                 } catch {
                     break
                 }
-                while shown < output.durations.count, nextStart <= time {
-                    guard try decoder.advance() else { break }
-                    nextStart += Int64(output.durations[shown])
-                    shown += 1
+                while shownUntil <= time, let next = try decoder.next() {
+                    (picture, shownUntil) = (next.picture, next.end)
+                }
+                guard let picture else {
+                    throw TranscodeError(.encodeFailed, "the WebP has no picture at \(time) ms")
                 }
                 let error = try source.withCanvas { canvas in
-                    try decoder.withCanvas { picture in
-                        if let scaler {
-                            var error = (black: 0.0, white: 0.0)
-                            try scaler.scale(canvas) { error = Self.squaredError($0, picture) }
-                            return error
-                        }
-                        return Self.squaredError(canvas, picture)
+                    if let scaler {
+                        var error = (black: 0.0, white: 0.0)
+                        try scaler.scale(canvas) { error = Self.squaredError($0, picture) }
+                        return error
                     }
+                    return Self.squaredError(canvas, picture)
                 }
                 let samples = Double(size.width * size.height * 3)
                 func decibels(_ squared: Double) -> Double {
@@ -255,5 +251,49 @@ final class AlphaScaler {
             }
         }
         try self.output.withUnsafeBytes(body)
+    }
+}
+
+/// A WebP this process just encoded, read back with libwebp's `WebPAnimDecoder` (animated or still): each picture as
+/// a straight-alpha RGBA canvas with the time it ends. Owns the decoder (freed in `deinit`); the bytes must outlive it.
+private final class EncodedWebP {
+    private let decoder: OpaquePointer
+    private let count: Int
+
+    init(_ bytes: UnsafeRawBufferPointer, width: Int, height: Int) throws {
+        var options = WebPAnimDecoderOptions()
+        guard WebPAnimDecoderOptionsInit(&options) != 0 else {
+            throw TranscodeError(.encodeFailed, "libwebp's demux library does not match its headers")
+        }
+        options.color_mode = MODE_RGBA
+        options.use_threads = 0
+        var data = WebPData(bytes: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), size: bytes.count)
+        guard let decoder = WebPAnimDecoderNew(&data, &options) else {
+            throw TranscodeError(.encodeFailed, "libwebp cannot read the WebP it wrote")
+        }
+        var info = WebPAnimInfo()
+        guard WebPAnimDecoderGetInfo(decoder, &info) != 0, Int(info.canvas_width) == width,
+            Int(info.canvas_height) == height
+        else {
+            WebPAnimDecoderDelete(decoder)
+            throw TranscodeError(.encodeFailed, "the WebP written is not \(width)x\(height)")
+        }
+        self.decoder = decoder
+        self.count = width * height * 4
+    }
+
+    deinit {
+        WebPAnimDecoderDelete(self.decoder)
+    }
+
+    /// The next picture (valid until the next call) and where it ends, in milliseconds; nil after the last.
+    func next() throws -> (picture: UnsafeRawBufferPointer, end: Int64)? {
+        guard WebPAnimDecoderHasMoreFrames(self.decoder) != 0 else { return nil }
+        var canvas: UnsafeMutablePointer<UInt8>?
+        var timestamp: Int32 = 0
+        guard WebPAnimDecoderGetNext(self.decoder, &canvas, &timestamp) != 0, let canvas else {
+            throw TranscodeError(.encodeFailed, "libwebp cannot decode the WebP it wrote")
+        }
+        return (UnsafeRawBufferPointer(start: canvas, count: self.count), Int64(timestamp))
     }
 }

@@ -99,7 +99,14 @@ public struct Transcoder: Sendable {
             let path = base + "." + format.fileExtension
             // One format today; a second is one more case here, plus its pass.
             guard format == .webp else { continue }
-            let image = try self.encodeAnimatedWebPChoosing(bytes, plan: try self.plan(bytes))
+            let image: (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?)
+            do {
+                image = try self.encodeAnimatedWebPChoosing(bytes, plan: try self.plan(bytes))
+            } catch let error as TranscodeError where error.code == .encodeFailed {
+                // The video and the poster are good: the object is kept without this file, and its manifest does
+                // not list it (`.auto` then answers the video or the source; `.webp` finds no such file).
+                continue
+            }
             let temporary = try OutputFile.writeTemporary(image.bytes, beside: path)
             temporaries.append(temporary)
             var entry = ManifestEntry(

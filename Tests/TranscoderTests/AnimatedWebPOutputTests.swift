@@ -32,6 +32,8 @@ import Testing
         Case(name: "photo_hopper.gif"),
         // 3 x 1 pixels, 95 bytes: no WebP is smaller (keep-gif), and still exact.
         Case(name: "odd_3x1_anim.gif"),
+        // One frame (a NETSCAPE loop block all the same): libwebp writes a still WebP, no ANIM chunk.
+        Case(name: "single_hotdog_still_netscape.gif"),
         // 0 and 1 cs delays: the browser rule (100 ms) is written as the duration.
         Case(name: "fastdelay_sparse_0_6_7cs.gif"),
         // An APNG that plays 3 times; an animated WebP source.
@@ -83,9 +85,13 @@ import Testing
                 #expect(image.repetitionCount == gif.repetitionCount, "plays differ")
             }
 
-            // The timelines: every picture of the WebP starts where a source frame does; the whole as long.
+            // The timelines: every picture of the WebP starts where a source frame does; the whole as long. A still
+            // WebP (one picture, no duration) shows its picture for the whole of the source's.
             let sourceStarts = gif.playedMilliseconds.reduce(into: [0]) { $0.append($0.last! + $1) }
-            let imageStarts = image.playedMilliseconds.reduce(into: [0]) { $0.append($0.last! + $1) }
+            let still = image.durationsMs.count == 1 && image.durationsMs[0] == nil
+            let imageStarts =
+                still
+                ? [0, sourceStarts.last!] : image.playedMilliseconds.reduce(into: [0]) { $0.append($0.last! + $1) }
             #expect(sourceStarts.last == imageStarts.last, "durations differ")
             #expect(Set(imageStarts).isSubset(of: Set(sourceStarts)), "a picture starts between the source's frames")
 

@@ -104,7 +104,7 @@ enum DemoPage {
           <div class="row background">
             <label for="background">Background for transparent parts</label>
             <input id="background" type="color" value="\(Self.lightBackground)">
-            <span>the video has no transparency: it is flattened over this colour</span>
+            <span>the video has no transparency: it is flattened over this colour; the WebP keeps it</span>
           </div>
           <details>
             <summary>Access token</summary>
@@ -123,6 +123,10 @@ enum DemoPage {
               <figure>
                 <video id="video" autoplay muted playsinline aria-label="The MP4"></video>
                 <figcaption>MP4: <span id="mp4-size"></span></figcaption>
+              </figure>
+              <figure>
+                <img id="webp" alt="The animated WebP">
+                <figcaption>WebP, transparency kept: <span id="webp-size"></span></figcaption>
               </figure>
             </div>
             <dl>
@@ -235,9 +239,10 @@ enum DemoPage {
             if (contentType === "application/json") {
               const fields = JSON.parse(body);
               fields.background = background;
+              fields.formats = ["webp"];
               response = await fetch("/transcode", { method: "POST", headers, body: JSON.stringify(fields) });
             } else {
-              const query = "?background=" + encodeURIComponent(background);
+              const query = "?formats=webp&background=" + encodeURIComponent(background);
               response = await fetch("/transcode" + query, { method: "POST", headers, body });
             }
             let answer;
@@ -270,7 +275,15 @@ enum DemoPage {
 
         function show(r, preview) {
           gif.src = preview;
-          for (const media of [gif, video]) { media.width = r.sourceWidth; media.height = r.sourceHeight; }
+          const webp = $("webp");
+          for (const media of [gif, video, webp]) { media.width = r.sourceWidth; media.height = r.sourceHeight; }
+          const webpEntry = (r.artifacts || []).find((a) => a.format === "webp");
+          webp.src = r.webp || "";
+          webp.closest("figure").hidden = !r.webp;
+          $("webp-size").textContent = webpEntry
+            ? kb(webpEntry.bytes) + (webpEntry.lossless ? ", lossless" : "")
+              + (webpEntry.recommendation === "keep-gif" ? " (not smaller than the GIF)" : "")
+            : "";
           video.loop = r.loopsForever;
           // A finite loop count is played by /player.js, as in the snippet.
           if (!r.loopsForever && r.playCount > 1) video.dataset.playCount = r.playCount;

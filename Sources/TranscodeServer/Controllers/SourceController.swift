@@ -117,9 +117,17 @@ extension SourceController {
                     .contentLength: "0",
                 ])
         case .file(let format):
-            response = try await self.media.respond(
-                key: outcome.key, fileExtension: format.fileExtension, contentType: format.mediaType,
-                request: request, includeBody: includeBody, cacheControl: cacheControl, checked: outcome.object)
+            do {
+                response = try await self.media.respond(
+                    key: outcome.key, fileExtension: format.fileExtension, contentType: format.mediaType,
+                    request: request, includeBody: includeBody, cacheControl: cacheControl, checked: outcome.object)
+            } catch {
+                // The file could not be served now (the shared store failing, the node short of descriptors):
+                // the source, as for a failed conversion.
+                let failure = ServiceError.from(error)
+                guard failure.code != .takenDown else { throw failure }
+                return self.toSource(target, cacheControl: "no-store", reason: failure.code.rawValue)
+            }
         }
         response.headers[.vary] = "Accept"
         return response

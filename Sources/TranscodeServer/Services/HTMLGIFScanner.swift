@@ -125,16 +125,54 @@ enum HTMLGIFScanner {
     /// The GIF candidate of a `srcset` with the largest width (`w`) or density (`x`) descriptor.
     static func gifCandidate(srcset: String) -> String? {
         var best: (url: String, weight: Double)?
-        for candidate in srcset.split(separator: ",") {
-            let parts = candidate.split(whereSeparator: \.isWhitespace)
-            guard let url = parts.first.map(String.init), Self.isGIFPath(url) else { continue }
+        for candidate in Self.srcsetCandidates(srcset) {
+            let url = String(srcset[candidate.url])
+            guard Self.isGIFPath(url) else { continue }
             var weight = 1.0
-            if parts.count > 1, let descriptor = parts.last, let value = Double(descriptor.dropLast()) {
+            if let descriptor = candidate.descriptors.split(whereSeparator: \.isWhitespace).last,
+                let value = Double(descriptor.dropLast())
+            {
                 weight = value
             }
             if best == nil || weight > best!.weight { best = (url, weight) }
         }
         return best?.url
+    }
+
+    /// A `srcset`'s candidates as the HTML standard parses them ("parse a srcset attribute"): a URL runs to the next
+    /// whitespace, so a comma inside it belongs to it (`/upload/w_400,c_fill/cat.gif 400w`) and commas ending it
+    /// end the candidate; its descriptors run to the next comma outside parentheses.
+    /// - Returns: where each candidate's URL is in `srcset`, and its descriptors' text.
+    static func srcsetCandidates(_ srcset: String) -> [(url: Range<String.Index>, descriptors: Substring)] {
+        func isSpace(_ character: Character) -> Bool { " \t\n\r\u{0C}".contains(character) }
+        var found: [(url: Range<String.Index>, descriptors: Substring)] = []
+        var position = srcset.startIndex
+        while position < srcset.endIndex {
+            while position < srcset.endIndex, isSpace(srcset[position]) || srcset[position] == "," {
+                position = srcset.index(after: position)
+            }
+            guard position < srcset.endIndex else { break }
+            let start = position
+            while position < srcset.endIndex, !isSpace(srcset[position]) { position = srcset.index(after: position) }
+            var end = position
+            if srcset[srcset.index(before: end)] == "," {
+                while end > start, srcset[srcset.index(before: end)] == "," { end = srcset.index(before: end) }
+                if end > start { found.append((start..<end, srcset[end..<end])) }
+                continue
+            }
+            let descriptorsStart = position
+            var depth = 0
+            while position < srcset.endIndex {
+                let character = srcset[position]
+                if character == "(" { depth += 1 }
+                if character == ")" { depth = max(0, depth - 1) }
+                if character == ",", depth == 0 { break }
+                position = srcset.index(after: position)
+            }
+            found.append((start..<end, srcset[descriptorsStart..<position]))
+            if position < srcset.endIndex { position = srcset.index(after: position) }
+        }
+        return found
     }
 
     private struct Walker {

@@ -50,14 +50,15 @@ enum HTMLRewriter {
             var changed = false
             let value: String
             if attribute.name.hasSuffix("srcset") {
-                let candidates = attribute.value.split(separator: ",").map { candidate -> String in
-                    let text = candidate.trimmingCharacters(in: whitespace)
-                    let url = String(text.prefix { !$0.isWhitespace })
-                    guard HTMLGIFScanner.isGIFPath(url), let new = replacement(url) else { return text }
+                // Only each GIF candidate's URL changes; separators and descriptors stay as written.
+                var text = attribute.value
+                for candidate in HTMLGIFScanner.srcsetCandidates(attribute.value).reversed() {
+                    let url = String(attribute.value[candidate.url])
+                    guard HTMLGIFScanner.isGIFPath(url), let new = replacement(url) else { continue }
                     changed = true
-                    return new + text.dropFirst(url.count)
+                    text.replaceSubrange(candidate.url, with: new)
                 }
-                value = candidates.joined(separator: ", ")
+                value = text
             } else {
                 let url = attribute.value.trimmingCharacters(in: whitespace)
                 guard HTMLGIFScanner.isGIFPath(url) || url == element.source, let new = replacement(url) else {

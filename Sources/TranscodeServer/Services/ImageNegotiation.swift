@@ -7,8 +7,8 @@ import Transcoder
 /// - An animated WebP when `Accept` names `image/webp` (Chromium, Firefox 65 and later, Safari 14 and later) and
 ///   the object's WebP is smaller than the source: it keeps transparency, timing and the play count.
 /// - Else the MP4 when `Accept` names `video/mp4` or `video/*` (Safari's `<img>` plays MP4; Safari 13 sends
-///   `video/*;q=0.8`), the video is smaller than the source and the source has no transparency (the MP4 would
-///   show a box where the page shows through).
+///   `video/*;q=0.8`), the video is smaller than the source, the source has no transparency (the MP4 would
+///   show a box where the page shows through) and loops forever (an `<img>` loops an MP4 forever).
 /// - Else the source (a redirect to the GIF's own URL): `*/*` and `image/*` do not say a client decodes WebP (old
 ///   browsers, curl, crawlers), and a file that is not smaller is not worth it.
 ///
@@ -31,8 +31,9 @@ enum ImageNegotiation {
         {
             return .file(.webp)
         }
+        // Safari's <img> loops an MP4 forever: only for a GIF that loops forever.
         if named.contains("video/mp4") || named.contains("video/*"), metadata.recommendation == .video,
-            !metadata.hasTransparency
+            !metadata.hasTransparency, metadata.loopsForever
         {
             return .file(ObjectFiles.video)
         }

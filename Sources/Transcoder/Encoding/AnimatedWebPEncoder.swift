@@ -43,8 +43,9 @@ final class AnimatedWebPEncoder {
         options.anim_params.loop_count = Int32(min(playCount ?? 0, 65535))
         // Transparent black: the canvas's start, which browsers ignore anyway (they clear to transparent).
         options.anim_params.bgcolor = 0
-        // Key frames as libwebp's defaults choose them (kmin 9, kmax 17 for lossy); mixed lossy and lossless
-        // frames off: trying both doubles the work for a few per cent (see docs/benchmarks.md).
+        // No key frames beyond the first (libwebp's default for WebPAnimEncoder; gif2webp's own kmin 9, kmax 17
+        // made the corpus's files slower and larger); mixed lossy and lossless frames off: trying both per frame
+        // doubles the work (the whole file is tried both ways instead, see `encodeAnimatedWebPChoosing`).
         options.allow_mixed = 0
         self.config.lossless = lossless ? 1 : 0
         self.config.quality = quality

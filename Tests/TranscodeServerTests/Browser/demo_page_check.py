@@ -6,7 +6,8 @@ Usage: /usr/bin/python3 demo_page_check.py PAGE_URL GIF_URL [PLAYS]
 
 With `sample`, the page is shown in dark mode (emulated): the background picker must start at the page's dark
 colour; it is set to #123456 and the built-in sample GIF (transparent corners) converted through the "Try the
-sample" button; the video's corner pixel, read through a canvas, must be that colour, and /favicon.ico an icon.
+sample" button; the video's corner pixel, read through a canvas, must be that colour, the animated WebP's corner
+transparent, and /favicon.ico an icon.
 
 With PLAYS, also waits for the video to end and checks that it played exactly PLAYS times (a loop wrap, seen
 as requestVideoFrameCallback's mediaTime going back, ends a play; so does `ended`) and stopped on its end.
@@ -138,6 +139,16 @@ def main():
                 raise CheckFailed("the figures' backdrop is %s" % backdrop)
             if icon["status"] != 200 or icon["type"] != "image/x-icon" or icon["bytes"] == 0:
                 raise CheckFailed("/favicon.ico: %s" % icon)
+            # The animated WebP beside it keeps the corner transparent (the figure's colour shows through).
+            wait_for("#webp to load", 30, lambda: script(
+                "const w = document.querySelector('#webp'); return w.complete && w.naturalWidth > 0"))
+            webp_corner = script(
+                "const w = document.querySelector('#webp'); const c = document.createElement('canvas');"
+                "c.width = w.naturalWidth; c.height = w.naturalHeight; const x = c.getContext('2d');"
+                "x.drawImage(w, 0, 0); return Array.from(x.getImageData(3, 3, 1, 1).data);")
+            result["webpCorner"] = webp_corner
+            if webp_corner[3] != 0:
+                raise CheckFailed("the WebP's transparent corner is %s, not transparent" % webp_corner)
 
         snippet = script("return document.querySelector('#snippet').value")
         # A GIF better kept (no smaller video at the quality floor) named by its URL gets its own <img>.
