@@ -39,6 +39,25 @@ protocol FrameSource: AnyObject {
     func withCanvas<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result
 }
 
+extension FrameSource {
+    /// Composites each frame of `durations` in turn and calls `shown` with its start (milliseconds), stopping at
+    /// the first frame that does not decode completely, as browsers keep the frames before it.
+    /// - Returns: how many frames were shown, and where the last one ends.
+    func forEachFrame(durations: [Int], _ shown: (_ start: Int64) throws -> Void) throws -> (
+        frames: Int, end: Int64
+    ) {
+        var time: Int64 = 0
+        var frames = 0
+        for milliseconds in durations {
+            guard (try? self.advance()) == true else { break }
+            try shown(time)
+            time += Int64(milliseconds)
+            frames += 1
+        }
+        return (frames, time)
+    }
+}
+
 /// Flattens straight-alpha RGBA rows (memory order R, G, B, A) over an opaque background, as a page shows
 /// the animation over its background colour: `c * a + background * (1 - a)`, rounded.
 /// - Returns: whether any pixel was not opaque.

@@ -113,8 +113,9 @@ public enum ObjectFiles {
     }
 
     /// The entry of `metadata.artifacts` for `format`, without building the list: the checks of every request
-    /// (a media hit's ETag, the anti-tamper sizes) ask this, and the list is an array made on each call.
-    private static func recorded(_ format: OutputFormat, in metadata: TranscodeMetadata) -> ManifestEntry? {
+    /// (a media hit's ETag, the anti-tamper sizes) ask this, and the list is an array made on each call. Nil for the
+    /// manifest itself and for a file the object does not have (an extra it was not asked for).
+    public static func recorded(_ format: OutputFormat, in metadata: TranscodeMetadata) -> ManifestEntry? {
         switch format {
         case self.manifest: nil
         case self.video, self.poster: metadata.namedArtifact(format == self.video ? .video : .poster)

@@ -64,15 +64,8 @@ extension Transcoder {
             // Where the WebP's current picture ends (libwebp's timestamps are each picture's end).
             var shownUntil: Int64 = -1
             var picture: UnsafeRawBufferPointer?
-            var time: Int64 = 0
             var total = (black: 0.0, white: 0.0)
-            var frames = 0
-            for milliseconds in header.frameMilliseconds {
-                do {
-                    guard try source.advance() else { break }
-                } catch {
-                    break
-                }
+            let pass = try source.forEachFrame(durations: header.frameMilliseconds) { time in
                 while shownUntil <= time, let next = try decoder.next() {
                     (picture, shownUntil) = (next.picture, next.end)
                 }
@@ -92,11 +85,9 @@ extension Transcoder {
                     squared == 0 ? 60 : min(60, 10 * log10(255 * 255 * samples / squared))
                 }
                 total = (total.black + decibels(error.black), total.white + decibels(error.white))
-                frames += 1
-                time += Int64(milliseconds)
             }
-            guard frames > 0 else { return 0 }
-            return min(total.black, total.white) / Double(frames)
+            guard pass.frames > 0 else { return 0 }
+            return min(total.black, total.white) / Double(pass.frames)
         }
     }
 
@@ -155,29 +146,20 @@ extension Transcoder {
             quality: quality, method: Self.webpMethod)
         let scaler = try size.scaled ? AlphaScaler(from: header.width, header.height, to: size.width, size.height) : nil
         let source = try header.makeFrameSource(bytes)
-        var time: Int64 = 0
-        var decoded = 0
-        for milliseconds in header.frameMilliseconds {
-            do {
-                guard try source.advance() else { break }
-            } catch {
-                break
-            }
+        let pass = try source.forEachFrame(durations: header.frameMilliseconds) { start in
             try source.withCanvas { canvas in
                 if let scaler {
-                    try scaler.scale(canvas) { try encoder.add($0, start: time) }
+                    try scaler.scale(canvas) { try encoder.add($0, start: start) }
                 } else {
-                    try encoder.add(canvas, start: time)
+                    try encoder.add(canvas, start: start)
                 }
             }
-            time += Int64(milliseconds)
-            decoded += 1
         }
-        guard decoded > 0 else {
+        guard pass.frames > 0 else {
             throw TranscodeError(
                 .corrupt, "the \(header.format.rawValue.uppercased()) has no frame that decodes completely")
         }
-        return (try encoder.finish(end: time), size.width, size.height)
+        return (try encoder.finish(end: pass.end), size.width, size.height)
     }
 }
 

@@ -174,9 +174,8 @@ extension Transcoder {
     /// the luma of the few pictures inside the encoder's delay).
     /// - Returns: the metadata (its `crf` and `sizeGuard` set), the poster, and the path of the file to keep.
     func encodeGuarded(
-        _ bytes: UnsafeRawBufferPointer, mp4Path: String, temporaries: inout [String]
+        _ bytes: UnsafeRawBufferPointer, plan: Plan, mp4Path: String, temporaries: inout [String]
     ) throws -> (metadata: (result: TranscodeMetadata, poster: [UInt8]), mp4Path: String) {
-        let plan = try self.plan(bytes)
         var firstPathTaken = false
         var made: [String] = []
         defer { temporaries += made }

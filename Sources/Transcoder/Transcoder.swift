@@ -48,8 +48,10 @@ public struct Transcoder: Sendable {
         }
         do {
             let (guarded, extras) = try gif.withUnsafeBytes { bytes in
-                let guarded = try self.encodeGuarded(bytes, mp4Path: mp4Temporary, temporaries: &temporaries)
-                return (guarded, try self.encodeExtras(bytes, beside: base, temporaries: &temporaries))
+                let plan = try self.plan(bytes)
+                let guarded = try self.encodeGuarded(
+                    bytes, plan: plan, mp4Path: mp4Temporary, temporaries: &temporaries)
+                return (guarded, try self.encodeExtras(bytes, plan: plan, beside: base, temporaries: &temporaries))
             }
             var metadata = guarded.metadata
             metadata.result.otherArtifacts = extras.map(\.entry)
@@ -92,7 +94,7 @@ public struct Transcoder: Sendable {
     /// `base.<extension>` (added to `temporaries`).
     /// - Returns: each file's manifest entry, temporary path and final path, in the registry's order.
     private func encodeExtras(
-        _ bytes: UnsafeRawBufferPointer, beside base: String, temporaries: inout [String]
+        _ bytes: UnsafeRawBufferPointer, plan: Plan, beside base: String, temporaries: inout [String]
     ) throws -> [(entry: ManifestEntry, temporary: String, path: String)] {
         var made: [(entry: ManifestEntry, temporary: String, path: String)] = []
         for format in ObjectFiles.extras where self.options.rendition.extraFormats.contains(format.name) {
@@ -101,7 +103,7 @@ public struct Transcoder: Sendable {
             guard format == .webp else { continue }
             let image: (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?)
             do {
-                image = try self.encodeAnimatedWebPChoosing(bytes, plan: try self.plan(bytes))
+                image = try self.encodeAnimatedWebPChoosing(bytes, plan: plan)
             } catch let error as TranscodeError where error.code == .encodeFailed {
                 // The video and the poster are good: the object is kept without this file, and its manifest does
                 // not list it (`.auto` then answers the video or the source; `.webp` finds no such file).

@@ -1,5 +1,4 @@
 import Foundation
-import Hummingbird
 import TestSupport
 import Testing
 import Transcoder
@@ -180,7 +179,7 @@ import Transcoder
             let tiny = try #require(
                 try harness.services.transcodes.cachedMetadata(
                     url: URL(string: harness.originURL("/corpus/odd_3x1_anim.gif"))!, options: options))
-            #expect(!RewriteController<BasicRequestContext>.isWorthServing(tiny))
+            #expect(!ImageNegotiation.beatsTheSource(tiny))
             #expect(tiny.otherArtifacts.first?.recommendation == .keepGIF)
             let bad = try await harness.rewrite(eager, query: "?output=picture")
             #expect(bad.status == 400)

@@ -109,7 +109,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
         var rewritten = 0
         for (index, element) in scan.elements.enumerated() where output == .img {
             guard let url = sources[index] else { continue }
-            if mode == .eager, !(metadata[url].map(Self.isWorthServing) ?? false) { continue }
+            if mode == .eager, !(metadata[url].map(ImageNegotiation.beatsTheSource) ?? false) { continue }
             let changes = HTMLRewriter.image(for: element) { text in
                 guard let candidate = URL(string: text, relativeTo: base)?.absoluteURL,
                     let valid = try? Downloader.validate(candidate.absoluteString)
@@ -147,14 +147,6 @@ struct RewriteController<Context: RequestContext>: Sendable {
                 HTTPField.Name("X-GIFs-Rewritten")!: String(rewritten),
             ],
             body: .init(byteBuffer: ByteBuffer(bytes: document)))
-    }
-
-    /// Whether an `.auto` URL of a converted GIF answers anything but the GIF for some browser: its WebP is
-    /// smaller than it, or its video is and it has no transparency (`ImageNegotiation`).
-    static func isWorthServing(_ metadata: TranscodeMetadata) -> Bool {
-        let webp = metadata.otherArtifacts.first { $0.format == OutputFormat.webp.name }
-        return (webp != nil && webp?.recommendation == nil)
-            || (metadata.recommendation == .video && !metadata.hasTransparency)
     }
 
     /// The URLs a rewritten page needs are absolute: the page lives on another site. Under

@@ -57,12 +57,7 @@ struct SourceController<Context: RequestContext>: Sendable {
             return try await self.serveNegotiated(request, target: target, includeBody: includeBody)
         }
         let source = target.source
-        guard
-            case .done(let outcome, _) = try await self.service.transcode(
-                url: target.url, options: target.options, untilDone: true, keys: target.keys)
-        else {
-            throw ServiceError.internal("a transcode waited for in full answered pending")
-        }
+        let outcome = try await self.outcome(target)
         let cacheControl = Self.cacheControl(maxAgeSeconds: self.maxAgeSeconds)
         switch self.answer {
         case .redirect:
@@ -93,13 +88,7 @@ extension SourceController {
         let cacheControl = Self.cacheControl(maxAgeSeconds: self.maxAgeSeconds)
         let outcome: TranscodeOutcome
         do {
-            guard
-                case .done(let done, _) = try await self.service.transcode(
-                    url: target.url, options: target.options, untilDone: true, keys: target.keys)
-            else {
-                throw ServiceError.internal("a transcode waited for in full answered pending")
-            }
-            outcome = done
+            outcome = try await self.outcome(target)
         } catch {
             let failure = ServiceError.from(error)
             guard failure.code != .takenDown else { throw failure }
@@ -131,6 +120,18 @@ extension SourceController {
         }
         response.headers[.vary] = "Accept"
         return response
+    }
+
+    /// The target's object, converted first if need be, waited for however long it takes (a `<video src>` or an
+    /// `<img src>` cannot poll).
+    private func outcome(_ target: ResolvedPaths.Target) async throws -> TranscodeOutcome {
+        guard
+            case .done(let outcome, _) = try await self.service.transcode(
+                url: target.url, options: target.options, untilDone: true, keys: target.keys)
+        else {
+            throw ServiceError.internal("a transcode waited for in full answered pending")
+        }
+        return outcome
     }
 
     /// A redirect to the source's own URL, varying by `Accept`; `reason` (an error code) in `X-Fallback` when a

@@ -51,12 +51,13 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     /// The formats a request can name: those every object has, and the extras it may ask for.
     static var requestableFormats: [OutputFormat] { ObjectFiles.media + ObjectFiles.extras }
 
-    /// The extras among `names` (`formats`: a JSON array, or a query's comma-separated list), checked before any
-    /// download: `mp4` and `jpg` are always made; `webp` adds an animated WebP that keeps transparency.
+    /// The extras among `names` (a JSON body's `formats`), or else among the query's comma-separated `formats`,
+    /// checked before any download: `mp4` and `jpg` are always made; `webp` adds an animated WebP that keeps
+    /// transparency.
     /// - Throws: `bad-request` naming a format the service does not make.
-    static func extraFormats(_ names: [String]?) throws -> [OutputFormat] {
+    static func extraFormats(_ names: [String]? = nil, query: String?) throws -> [OutputFormat] {
         var extras: [OutputFormat] = []
-        for name in names ?? [] {
+        for name in names ?? query.map({ $0.split(separator: ",").map(String.init) }) ?? [] {
             guard let format = self.requestableFormats.first(where: { $0.name == name }) else {
                 let known = self.requestableFormats.map(\.name).joined(separator: ", ")
                 throw ServiceError.badRequest("unknown format \"\(name)\"; the formats are \(known)")
@@ -81,8 +82,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             try Self.checkDeclaredLength(request, limit: limit)
             try Self.checkQuery(request)
             let background = try Self.background(request.uri.queryParameters.get("background"))
-            let extras = try Self.extraFormats(
-                request.uri.queryParameters.get("formats").map { $0.split(separator: ",").map(String.init) })
+            let extras = try Self.extraFormats(query: request.uri.queryParameters.get("formats"))
             let options = self.service.options(background: background, extraFormats: extras)
             let callback = try await request.uri.queryParameters.get("callbackURL").asyncMap {
                 try await self.webhooks.validate($0)
@@ -122,8 +122,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             let callbackURL = body.callbackURL ?? query.get("callbackURL")
             let url = try Downloader.validate(body.url)
             let background = try Self.background(body.background ?? query.get("background"))
-            let extras = try Self.extraFormats(
-                body.formats ?? query.get("formats").map { $0.split(separator: ",").map(String.init) })
+            let extras = try Self.extraFormats(body.formats, query: query.get("formats"))
             let options = self.service.options(background: background, extraFormats: extras)
             let callback = try await callbackURL.asyncMap { try await self.webhooks.validate($0) }
             let keys = SourceKeys(url: url, options: options)

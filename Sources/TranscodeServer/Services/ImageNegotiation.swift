@@ -25,8 +25,7 @@ enum ImageNegotiation {
     /// The answer for a client that sent `accept` (nil: no header), for the object `metadata` describes.
     static func choose(accept: String?, metadata: TranscodeMetadata) -> Choice {
         let named = self.namedTypes(accept ?? "")
-        if named.contains("image/webp"),
-            let webp = metadata.otherArtifacts.first(where: { $0.format == OutputFormat.webp.name }),
+        if named.contains("image/webp"), let webp = ObjectFiles.recorded(.webp, in: metadata),
             webp.recommendation == nil
         {
             return .file(.webp)
@@ -38,6 +37,12 @@ enum ImageNegotiation {
             return .file(ObjectFiles.video)
         }
         return .source
+    }
+
+    /// Whether some client is answered anything but the source: what makes rewriting a GIF's URLs worth it (the
+    /// rewrite's eager mode leaves the others as they are).
+    static func beatsTheSource(_ metadata: TranscodeMetadata) -> Bool {
+        ["image/webp", "video/*"].contains { self.choose(accept: $0, metadata: metadata) != .source }
     }
 
     /// The media types and ranges `accept` names with a quality above 0, lower-cased, parameters dropped

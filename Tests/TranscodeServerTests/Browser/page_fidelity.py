@@ -156,7 +156,20 @@ poll();
 """
 
 
-class Chromium:
+class SeleniumEngine:
+    """What Chromium and WebKitGTK share: a selenium driver in `self.driver`."""
+
+    def script(self, source, *arguments):
+        return self.driver.execute_script(source, *arguments)
+
+    def async_script(self, source, *arguments):
+        return self.driver.execute_async_script(source, *arguments)
+
+    def screenshot(self, index):
+        return self.driver.execute_script("return document.images[arguments[0]]", index).screenshot_as_png
+
+
+class Chromium(SeleniumEngine):
     frozen = True
 
     def __init__(self):
@@ -174,15 +187,6 @@ class Chromium:
         self.driver.execute_cdp_cmd(
             "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
         self.driver.get(url)
-
-    def script(self, source, *arguments):
-        return self.driver.execute_script(source, *arguments)
-
-    def async_script(self, source, *arguments):
-        return self.driver.execute_async_script(source, *arguments)
-
-    def screenshot(self, index):
-        return self.driver.execute_script("return document.images[arguments[0]]", index).screenshot_as_png
 
     def quit(self):
         self.browser.quit()
@@ -283,7 +287,7 @@ class Firefox:
             self.profile = None
 
 
-class WebKitGTK:
+class WebKitGTK(SeleniumEngine):
     """MiniBrowser through WebKitWebDriver on a display of its own; restarted when the scheme changes."""
 
     frozen = False
@@ -323,15 +327,6 @@ class WebKitGTK:
         if inner != width:
             self.driver.set_window_size(2 * width - inner, 800)
         self.driver.get(url)
-
-    def script(self, source, *arguments):
-        return self.driver.execute_script(source, *arguments)
-
-    def async_script(self, source, *arguments):
-        return self.driver.execute_async_script(source, *arguments)
-
-    def screenshot(self, index):
-        return self.driver.execute_script("return document.images[arguments[0]]", index).screenshot_as_png
 
     def quit(self):
         if self.driver is not None:
