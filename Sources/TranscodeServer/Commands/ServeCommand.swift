@@ -81,11 +81,13 @@ struct ServeCommand: AsyncParsableCommand {
             group.enter()
             group.enter()
             group.enter()
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(1)) { group.leave() }
-            DispatchQueue.global().asyncAfter(wallDeadline: .now() + .milliseconds(1)) { group.leave() }
+            // 50 ms, not 1: a deadline already past when the timer is registered (a loaded machine) fires without
+            // arming, and that clock got no timerfd (the wall clock's was missing in one full test run).
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { group.leave() }
+            DispatchQueue.global().asyncAfter(wallDeadline: .now() + .milliseconds(50)) { group.leave() }
             // The monotonic clock (CLOCK_BOOTTIME): Swift's continuous clock.
             Task {
-                try? await Task.sleep(for: .milliseconds(1), clock: .continuous)
+                try? await Task.sleep(for: .milliseconds(50), clock: .continuous)
                 group.leave()
             }
             group.notify(queue: .global()) { done.resume() }
