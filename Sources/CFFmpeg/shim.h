@@ -6,7 +6,10 @@
 // static inline functions carrying the module prefix (the CNIOLinux convention).
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -122,5 +125,40 @@ static inline void CFFmpeg_MemoryInputClose(AVIOContext **context) {
         avio_context_free(context);
     }
 }
+
+/// Where libx264's own SSIM of each picture goes: x264 (with `ssim=1` among its parameters) scores every
+/// reconstructed picture's luma against the picture it was given, and logs it on the line it logs per picture
+/// ("frame=  12 QP=... size=... bytes SSIM Y:0.98765"), which libavcodec forwards to `av_log` with the
+/// `AVCodecContext` as the logging object. An encoder that wants the scores points its context's `opaque` at
+/// one of these; `record` is then called, on the thread that sends pictures or drains packets, with x264's
+/// picture number (coding order) and its SSIM.
+typedef struct CFFmpeg_X264SSIMSink {
+    void (*record)(void *owner, int frame, double ssim);
+    void *owner;
+} CFFmpeg_X264SSIMSink;
+
+/// The process's `av_log` callback: x264's per-picture lines for a context with a sink go to the sink; every
+/// other message to FFmpeg's default callback (which honours `av_log_set_level`).
+static void CFFmpeg_LogCallback(void *object, int level, const char *format, va_list arguments) {
+    if (level == AV_LOG_DEBUG && object != NULL && format != NULL && strncmp(format, "frame=", 6) == 0) {
+        const AVClass *kind = *(const AVClass **)object;
+        if (kind != NULL && kind->class_name != NULL && strcmp(kind->class_name, "AVCodecContext") == 0) {
+            CFFmpeg_X264SSIMSink *sink = (CFFmpeg_X264SSIMSink *)((AVCodecContext *)object)->opaque;
+            if (sink != NULL) {
+                char line[256];
+                vsnprintf(line, sizeof line, format, arguments);
+                const char *ssim = strstr(line, "SSIM Y:");
+                if (ssim != NULL) {
+                    sink->record(sink->owner, atoi(line + 6), strtod(ssim + 7, NULL));
+                }
+                return;
+            }
+        }
+    }
+    av_log_default_callback(object, level, format, arguments);
+}
+
+/// Installs `CFFmpeg_LogCallback` as the process's `av_log` callback.
+static inline void CFFmpeg_InstallLogCallback(void) { av_log_set_callback(CFFmpeg_LogCallback); }
 
 #endif

@@ -15,6 +15,10 @@ protocol AnimationHeader: Sendable {
     var playCount: Int? { get }
     /// The headers already show the file is cut short.
     var truncated: Bool { get }
+    /// Where each frame's data ends in the file (the bytes the source spends up to and including it), when the
+    /// format tells (GIF); nil otherwise. The size guard compares a video's bytes with the source's for the same
+    /// pictures (`SizeGuardPolicy.overrunsTheSource`).
+    var frameSourceEnds: [Int]? { get }
 
     /// A new decoder positioned before the first frame (each pass over the animation takes its own).
     /// - Throws: `TranscodeError` (`corrupt`) when the decoder cannot start.
@@ -92,9 +96,14 @@ func flattenStraightAlpha(
     return sawTransparency
 }
 
+extension AnimationHeader {
+    var frameSourceEnds: [Int]? { nil }
+}
+
 extension GIFPrescan: AnimationHeader {
     var format: SourceFormat { .gif }
     var frameMilliseconds: [Int] { self.frames.map(\.displayMilliseconds) }
+    var frameSourceEnds: [Int]? { self.frames.map(\.sourceEnd) }
 
     func makeFrameSource(_ bytes: UnsafeRawBufferPointer) throws -> any FrameSource {
         try GIFFrameSource(prescan: self, bytes: bytes)

@@ -200,7 +200,8 @@ public struct Transcoder: Sendable {
     /// - Parameters:
     ///   - stopAbove: stop (throw `StoppedAboveTarget`) once the packets written pass this many bytes, or overrun
     ///     it steadily (`overrunsSteadily`).
-    ///   - measure: measure the video's SSIM against the pictures encoded, while encoding (`EncodeSSIM`).
+    ///   - measure: measure the video's SSIM against the pictures encoded, while encoding (x264's own: `X264SSIM`),
+    ///     each picture weighted by how long it shows.
     /// - Returns: the metadata, the poster and, when measured, the SSIM.
     func encode(
         _ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String, stopAbove: Int? = nil,
@@ -215,15 +216,25 @@ public struct Transcoder: Sendable {
         var rendition = self.options.rendition
         rendition.crf = crf
         let encoder = try self.video.makeEncoder(
-            output.width, output.height, rendition, self.x264UsesSIMD, av_reduce_rational(frameRate))
+            output.width, output.height, rendition, self.x264UsesSIMD, av_reduce_rational(frameRate), measure)
         let muxer = try self.video.makeWriter(mp4Path, encoder)
-        let check = measure ? try EncodeSSIM(encoder: encoder) : nil
+        // Where each source frame starts (milliseconds) and the source's bytes through it: how much of the
+        // source the pictures encoded so far cover.
+        let sourceEnds = header.frameSourceEnds
+        var frameStarts: [Int64] = []
+        frameStarts.reserveCapacity(header.frameMilliseconds.count)
+        var clock: Int64 = 0
+        for milliseconds in header.frameMilliseconds {
+            frameStarts.append(clock)
+            clock += Int64(milliseconds)
+        }
+        var coveredFrame = 0
+        var pictureStarts: [Int64] = []
         var written = 0
         var packets = 0
         var quarter: SizeGuardPolicy.EncodedShare?
         func write(_ packet: Packet) throws {
             let (size, start) = packet.withUnsafeMutablePointer { (Int($0.pointee.size), $0.pointee.pts) }
-            try check?.encoded(packet)
             try muxer.write(packet)
             guard let stopAbove else { return }
             written += size
@@ -235,6 +246,16 @@ public struct Transcoder: Sendable {
                     Double(packets) / Double(max(1, header.frameMilliseconds.count))),
                 bytes: written)
             if quarter == nil, now.share >= 0.25 { quarter = now }
+            var sourceShare = 0.0
+            if let sourceEnds, !sourceEnds.isEmpty, sourceEnds.count == frameStarts.count {
+                // Packets come in presentation order (no B-frames): the frames covered only grow.
+                while coveredFrame + 1 < frameStarts.count, frameStarts[coveredFrame + 1] <= start { coveredFrame += 1 }
+                sourceShare = Double(sourceEnds[coveredFrame]) / Double(max(1, bytes.count))
+            }
+            if SizeGuardPolicy.overrunsTheSource(bytes: written, sourceShare: sourceShare, target: stopAbove) {
+                throw SizeGuardPolicy.StoppedAboveTarget(
+                    bytes: written, projectedBytes: Int(Double(written) / sourceShare))
+            }
             if written > stopAbove || SizeGuardPolicy.overrunsSteadily(now, quarter: quarter, target: stopAbove) {
                 // Early on, at most twice what was written: a big first picture must not look like a huge whole.
                 let whole = Double(written) / max(now.share, 0.01)
@@ -250,12 +271,14 @@ public struct Transcoder: Sendable {
                     picture, width: width, height: height, outputWidth: output.width, outputHeight: output.height)
             },
             picture: { frame, start in
-                try check?.sending(frame, start: start)
+                if measure { pictureStarts.append(start) }
                 try encoder.encode(frame, pts: start, emit: write)
             })
         try encoder.finish(emit: write)
         try muxer.finish(endTime: pass.time)
-        let ssim = try check?.finish(end: pass.time)
+        let ssim =
+            measure
+            ? try X264SSIM.weightedMean(encoder.pictureSSIM ?? [], starts: pictureStarts, end: pass.time) : nil
 
         let metadata = TranscodeMetadata(
             sourceFormat: header.format, sourceWidth: header.width, sourceHeight: header.height,

@@ -36,8 +36,8 @@ import Testing
         let encoder = Scripted(sizes: { _ in 40_000 })
         let choice = try SizeGuardPolicy().run(firstCRF: 25, sourceBytes: 50_000, encode: encoder.encode)
         #expect(choice.output == 25 && choice.crf == 25 && choice.record == nil)
-        // Under the stopping size the first attempt is measured, not stopped.
-        #expect(encoder.calls.count == 1 && encoder.calls[0].stopAbove == nil && encoder.calls[0].measure)
+        // Under the stopping size the first attempt is not stopped; it is never measured.
+        #expect(encoder.calls.count == 1 && encoder.calls[0].stopAbove == nil && !encoder.calls[0].measure)
     }
 
     @Test func aStoppedFirstEncodeLeadsToASmallerOne() throws {
@@ -67,5 +67,29 @@ import Testing
         let encoder = Scripted(sizes: { _ in 900_000 })
         let choice = try policy.run(firstCRF: 25, sourceBytes: 200_000, encode: encoder.encode)
         #expect(choice.record == nil && encoder.calls.count == 1 && encoder.calls[0].stopAbove == nil)
+    }
+
+    /// Under the stopping size the first attempt runs whole; it is not measured either (measuring would change the
+    /// settings x264 writes into every file), and when no later attempt qualifies it is kept as it is, not
+    /// encoded again.
+    @Test func anUnmeasuredWholeFirstEncodeIsKeptWithoutAnotherEncode() throws {
+        let encoder = Scripted(sizes: Self.halving(from: 60_000), ssims: { _ in 0.9 })
+        let choice = try SizeGuardPolicy().run(firstCRF: 25, sourceBytes: 50_000, encode: encoder.encode)
+        let record = try #require(choice.record)
+        #expect(encoder.calls[0].stopAbove == nil && !encoder.calls[0].measure)
+        #expect(!encoder.calls.dropFirst().contains { !$0.measure })
+        #expect(encoder.calls.count == 2, "\(encoder.calls)")
+        #expect(choice.crf == 25 && choice.output == 25 && record.outcome == .qualityFloor)
+        #expect(record.attempts[0].ssim == nil && record.attempts[0].projectedBytes == nil)
+    }
+
+    /// The source rule: from 30% of the source's bytes on, a video at 1.15x the target's share of them; not
+    /// before 30%, not under 1.15x.
+    @Test func anEncodeThatOverrunsItsSourceStops() {
+        #expect(SizeGuardPolicy.overrunsTheSource(bytes: 345, sourceShare: 0.3, target: 1000))
+        #expect(SizeGuardPolicy.overrunsTheSource(bytes: 600, sourceShare: 0.5, target: 1000))
+        #expect(!SizeGuardPolicy.overrunsTheSource(bytes: 340, sourceShare: 0.3, target: 1000))
+        #expect(!SizeGuardPolicy.overrunsTheSource(bytes: 900, sourceShare: 0.29, target: 1000))
+        #expect(!SizeGuardPolicy.overrunsTheSource(bytes: 900, sourceShare: 0, target: 1000))
     }
 }

@@ -56,7 +56,7 @@ import Testing
 
     /// A target the first encode misses: a higher CRF, chosen from the first attempt's size, meets it; every
     /// attempt is recorded; only the kept video is left on disk. With a target of 64 KB and more the first
-    /// attempt is stopped as soon as it passes the target, and its size projected.
+    /// attempt is stopped once it is sure to miss the target, and its size projected.
     @Test(arguments: [("cartoon_hotdog.gif", false), ("cartoon_earth_3d_loop65535.gif", true)])
     func reencodesUntilSmaller(name: String, stopped: Bool) async throws {
         let gif = try Self.corpus(name)
@@ -79,17 +79,18 @@ import Testing
             // Not compared byte for byte with the plain encode: under a loaded test run the same GIF and
             // settings once came out 8084 instead of 7977 bytes in one process (see docs/open-questions.md
             // question on determinism); the size guard only needs the first attempt to miss the target.
-            #expect(Double(guarded.attempts[0].bytes) >= Double(gif.count) * options.maxSizeRatio)
+            // The first attempt is never measured.
+            #expect(guarded.attempts[0].ssim == nil)
             if stopped {
-                // Stopped once past the target (it could only end larger): not measured, its size projected
-                // from the share encoded (here late: more than what was written, less than twice).
-                #expect(guarded.attempts[0].ssim == nil)
+                // Stopped once past the target (it could only end larger), or before, once it spent 1.15x the
+                // target's share of the GIF's bytes (`overrunsTheSource`); its size projected.
                 let projected = try #require(guarded.attempts[0].projectedBytes)
-                #expect(projected >= guarded.attempts[0].bytes && projected <= 2 * guarded.attempts[0].bytes)
+                #expect(projected >= guarded.attempts[0].bytes && Double(projected) >= Double(gif.count) * options.maxSizeRatio)
                 #expect(guarded.attempts[0].bytes < plain.mp4Bytes)
                 #expect(abs(Double(projected) / Double(plain.mp4Bytes) - 1) < 0.3, "\(projected) vs \(plain.mp4Bytes)")
             } else {
-                #expect(guarded.attempts[0].ssim != nil && guarded.attempts[0].projectedBytes == nil)
+                #expect(Double(guarded.attempts[0].bytes) >= Double(gif.count) * options.maxSizeRatio)
+                #expect(guarded.attempts[0].projectedBytes == nil)
             }
             #expect(metadata.crf == guarded.chosenCRF && guarded.chosenCRF > TranscodeOptions.defaultCRF)
             #expect(Double(metadata.mp4Bytes) < Double(gif.count) * options.maxSizeRatio)
@@ -97,7 +98,7 @@ import Testing
             #expect(metadata.recommendation == .video)
             // Quality falls as CRF rises, and stays above the floor.
             let scores = guarded.attempts.compactMap(\.ssim)
-            #expect(scores.count == guarded.attempts.count - (stopped ? 1 : 0))
+            #expect(scores.count == guarded.attempts.count - 1)
             #expect(scores == scores.sorted(by: >))
             #expect(scores.allSatisfy { $0 >= 0.9 && $0 <= 1 })
             let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
@@ -124,8 +125,9 @@ import Testing
     }
 
     /// Pictures that all cost about the same (noise), with a target at 70% of the plain video: the first
-    /// attempt reads 1.4x the target from the start, so it is stopped at half the animation, before its bytes
-    /// pass the target, and its projection is close to the whole. The stopped attempt is never the one kept,
+    /// attempt reads 1.4x the target from the start, so it is stopped before its bytes pass the target (at 30% of
+    /// the GIF's bytes, where it spends 1.4x the target's share of them: `overrunsTheSource`), and its projection
+    /// is close to the whole. The stopped attempt is never the one kept,
     /// though its bytes are under the target, not even with no quality floor at all.
     @Test(arguments: [0.5, 0])
     func aSteadyOverrunIsStoppedBeforeItPassesTheTarget(minSSIM: Double) async throws {
@@ -158,9 +160,11 @@ import Testing
         }
     }
 
-    /// An attempt's SSIM, measured while it is encoded, is the SSIM of the file written: the MP4 decoded by
-    /// the ffmpeg CLI against the pictures the encoder got (`dumpPictures`), each weighted by its display
-    /// time. Both ways of the first attempt: measured (a small target) and stopped.
+    /// An attempt's SSIM, x264's own measured while it is encoded, is the SSIM of the file written: the MP4 decoded
+    /// by the ffmpeg CLI against the pictures the encoder got (`dumpPictures`), scored by `LumaSSIM` (checked against
+    /// FFmpeg's `ssim` filter above) on x264's grid, 2 pixels in from the top-left corner, and each weighted by its
+    /// display time; equal to the fifth decimal, which is as many as x264 gives. Both ways of the first attempt:
+    /// whole (a small target) and stopped.
     @Test(arguments: [("cartoon_hotdog.gif", false), ("cartoon_earth_3d_loop65535.gif", true)])
     func measuredSSIMIsThatOfTheFileWritten(name: String, stopped: Bool) async throws {
         let gif = try Self.corpus(name)
@@ -171,7 +175,8 @@ import Testing
         try await withTemporaryDirectory { directory in
             let metadata = try await convertFiles(gif, options: options, directory: directory, name: "a")
             let guarded = try #require(metadata.sizeGuard)
-            #expect((guarded.attempts[0].ssim == nil) == stopped)
+            #expect(guarded.attempts[0].ssim == nil)
+            #expect((guarded.attempts[0].projectedBytes != nil) == stopped)
             let kept = try #require(guarded.attempts.last?.ssim)
 
             let dump = try await onOwnThread { [options] in
@@ -194,16 +199,16 @@ import Testing
                 let score = pictures.withUnsafeBufferPointer { source in
                     decoded.withUnsafeBufferPointer { video in
                         LumaSSIM.compute(
-                            source.baseAddress! + index * pictureBytes, strideA: dump.width,
-                            video.baseAddress! + index * pictureBytes, strideB: dump.width, width: dump.width,
-                            height: dump.height)
+                            source.baseAddress! + index * pictureBytes + 2 * dump.width + 2, strideA: dump.width,
+                            video.baseAddress! + index * pictureBytes + 2 * dump.width + 2, strideB: dump.width,
+                            width: dump.width - 2, height: dump.height - 2)
                     }
                 }
                 let end = index + 1 < dump.starts.count ? dump.starts[index + 1] : dump.end
                 weighted += score * Double(end - start)
             }
             let measured = weighted / Double(dump.end)
-            #expect(abs(measured - kept) < 1e-9, "measured while encoding \(kept), from the file \(measured)")
+            #expect(abs(measured - kept) < 1e-5, "measured while encoding \(kept), from the file \(measured)")
         }
     }
 
@@ -231,7 +236,7 @@ import Testing
             #expect(
                 abs(Double(metadata.mp4Bytes) / Double(plainBytes) - 1) < 0.08, "\(metadata.mp4Bytes) vs \(plainBytes)")
             #expect((guarded.attempts[0].projectedBytes != nil) == stopped)
-            #expect((guarded.attempts[0].ssim == nil) == stopped)
+            #expect(guarded.attempts[0].ssim == nil)
             #expect(metadata.recommendation == .keepGIF)
             #expect(guarded.attempts.count <= 4)
             let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()

@@ -13,6 +13,8 @@ final class H264Encoder: VideoEncoder {
     let height: Int
     private let codec: CodecContext
     private let packet: Packet
+    /// x264's own SSIM of each picture, when asked for.
+    private let ssim: X264SSIM?
 
     /// - Parameters:
     ///   - averageFrameRate: frames per second over the whole animation; x264 uses it for level and
@@ -20,14 +22,17 @@ final class H264Encoder: VideoEncoder {
     ///   - globalHeader: put SPS/PPS in extradata (MP4 needs it).
     /// - Parameter simd: let x264 use the CPU's SIMD instructions (the output is the same without: see
     ///   `cpuIndependent`).
+    /// - Parameter measureSSIM: x264 scores each picture it encodes (`ssim=1`, `pictureSSIM`). The pictures are
+    ///   coded the same; only the encoder's settings, written into the stream's first picture, say `ssim=1`.
     init(
         width: Int, height: Int, rendition options: RenditionSpec, simd: Bool = true, averageFrameRate: AVRational,
-        globalHeader: Bool
+        globalHeader: Bool, measureSSIM: Bool = false
     ) throws {
         self.width = width
         self.height = height
         self.codec = try CodecContext(encoderNamed: "libx264")
         self.packet = try Packet()
+        self.ssim = measureSSIM ? X264SSIM() : nil
         let bound = Self.memoryBound(width: width, height: height, preset: options.preset, threads: options.threads)
         self.codec.withUnsafeMutablePointer { context in
             context.pointee.width = Int32(width)
@@ -53,6 +58,7 @@ final class H264Encoder: VideoEncoder {
             if globalHeader {
                 context.pointee.flags |= Int32(AV_CODEC_FLAG_GLOBAL_HEADER)
             }
+            context.pointee.opaque = self.ssim.map { UnsafeMutableRawPointer($0.sink) }
         }
         try self.codec.open(
             options: [
@@ -63,7 +69,7 @@ final class H264Encoder: VideoEncoder {
                 ("profile", "high"),
                 (
                     "x264-params",
-                    ([Self.cpuIndependent] + (simd ? [] : ["asm=0"])
+                    ([Self.cpuIndependent] + (simd ? [] : ["asm=0"]) + (measureSSIM ? ["ssim=1"] : [])
                         + (bound.x264Params.isEmpty ? [] : [bound.x264Params]))
                         .joined(separator: ":")
                 ),
@@ -106,6 +112,13 @@ final class H264Encoder: VideoEncoder {
         "ultrafast": 0, "superfast": 0, "veryfast": 10, "faster": 20, "fast": 30, "medium": 40, "slow": 50,
         "slower": 60, "veryslow": 60, "placebo": 60,
     ]
+
+    deinit {
+        // x264 logs its summary when the context is freed, after this: nothing may reach the sink then.
+        self.codec.withUnsafeMutablePointer { $0.pointee.opaque = nil }
+    }
+
+    var pictureSSIM: [Double]? { self.ssim?.scores }
 
     /// The stream parameters a muxer copies.
     func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result {

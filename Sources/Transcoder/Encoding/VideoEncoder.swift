@@ -17,7 +17,12 @@ protocol VideoEncoder: AnyObject {
     /// Flushes what the encoder holds and hands the remaining packets to `emit`.
     func finish(emit: (Packet) throws -> Void) throws
 
-    /// The stream parameters a container copies, and a decoder for measuring the output is opened from.
+    /// The luma SSIM of each picture encoded so far, in the order the pictures were sent, as the encoder scores
+    /// its own reconstruction (what a decoder shows) against the picture it got; nil unless asked for when it
+    /// was made (`measureSSIM`).
+    var pictureSSIM: [Double]? { get }
+
+    /// The stream parameters a container copies.
     func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result
 }
 
@@ -34,10 +39,12 @@ struct VideoRecipe: Sendable {
     /// The format it makes.
     let format: OutputFormat
     /// An encoder for pictures of `width` x `height`, as `rendition` says (`simd`: see
-    /// `Transcoder.x264UsesSIMD`); `averageFrameRate` feeds rate-control heuristics only.
+    /// `Transcoder.x264UsesSIMD`); `averageFrameRate` feeds rate-control heuristics only; with `measureSSIM` it
+    /// scores every picture (`pictureSSIM`).
     let makeEncoder:
         @Sendable (
-            _ width: Int, _ height: Int, _ rendition: RenditionSpec, _ simd: Bool, _ averageFrameRate: AVRational
+            _ width: Int, _ height: Int, _ rendition: RenditionSpec, _ simd: Bool, _ averageFrameRate: AVRational,
+            _ measureSSIM: Bool
         )
             throws -> any VideoEncoder
     /// A container writing `path`, for `encoder`'s stream (its header is written at once).
@@ -46,10 +53,10 @@ struct VideoRecipe: Sendable {
     /// H.264 High profile in MP4 with faststart: what every browser and AVPlayer play.
     static let h264MP4 = VideoRecipe(
         format: .mp4,
-        makeEncoder: { width, height, rendition, simd, rate in
+        makeEncoder: { width, height, rendition, simd, rate, measureSSIM in
             try H264Encoder(
                 width: width, height: height, rendition: rendition, simd: simd, averageFrameRate: rate,
-                globalHeader: true)
+                globalHeader: true, measureSSIM: measureSSIM)
         },
         makeWriter: { path, encoder in try MP4Muxer(path: path, encoder: encoder) })
 }

@@ -21,10 +21,12 @@ struct FFmpegError: Error, CustomStringConvertible, Sendable {
     }
 }
 
-/// FFmpeg's global log level, set once per process: libraries print to stderr by default, and a
-/// service's log stream is no place for x264's per-file statistics. Errors still show.
+/// FFmpeg's global log level and callback, set once per process: libraries print to stderr by default, and a
+/// service's log stream is no place for x264's per-file statistics. Errors still show. The callback
+/// (`CFFmpeg_LogCallback`) hands x264's per-picture SSIM to the encoder that asked for it (`X264SSIM`).
 enum FFmpegLogging {
     static let configured: Void = {
         av_log_set_level(AV_LOG_ERROR)
+        CFFmpeg_InstallLogCallback()
     }()
 }

@@ -29,6 +29,8 @@ struct GIFFrameInfo: Sendable, Equatable {
     var delayCentiseconds: Int
     var disposal: GIFDisposal
     var transparentIndex: UInt8?
+    /// Where the frame's image data ends in the file: the bytes the GIF spends up to and including this frame.
+    var sourceEnd = 0
 
     /// How long the frame shows, in milliseconds, by the rule Chrome, Firefox and Safari share:
     /// a delay of 0 or 1 centisecond plays as 100 ms ("fast" GIFs made for old browsers would otherwise
@@ -209,7 +211,7 @@ struct GIFPrescan: Sendable {
                         left: Int(left), top: Int(top), width: Int(frameWidth), height: Int(frameHeight),
                         interlaced: fields & 0x40 != 0, localColorTable: localTable,
                         delayCentiseconds: control.delay, disposal: control.disposal,
-                        transparentIndex: control.transparent))
+                        transparentIndex: control.transparent, sourceEnd: reader.position))
             default:
                 // Like Chrome and Firefox: bytes that start no known block end the stream, and what came
                 // before them still plays.
