@@ -259,8 +259,9 @@ public struct SizeGuard: Codable, Hashable, Sendable {
         public var crf: Int
         /// The MP4's size; for a stopped attempt, the bytes encoded when it was stopped.
         public var bytes: Int
-        /// Mean SSIM (luma) against the encoded pictures, weighted by display time; `nil` for a stopped
-        /// attempt (not measured; written as 0).
+        /// Mean SSIM (luma, x264's own) against the encoded pictures, weighted by display time; `nil` when not
+        /// measured (the first attempt), or not measurable (pictures under 10 pixels in a dimension, too small for
+        /// x264's windows); written as 0.
         public var ssim: Double?
         /// For a first attempt stopped early, as soon as its bytes passed the target (it could only end larger)
         /// or, from half the animation on, when it overran the target steadily (`bytes` may then be under the
@@ -281,9 +282,9 @@ public struct SizeGuard: Codable, Hashable, Sendable {
             case crf, bytes, ssim, projectedBytes
         }
 
-        // `ssim` is always written, 0 for a stopped attempt (not measured; `projectedBytes` says it stopped):
-        // versions before stopped attempts require the field, and a fleet upgraded node by node, or rolled
-        // back, must still read every object's metadata.
+        // `ssim` is always written, 0 when there is none (no SSIM is 0): versions before stopped attempts
+        // require the field, and a fleet upgraded node by node, or rolled back, must still read every object's
+        // metadata.
         public func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: Keys.self)
             try container.encode(self.crf, forKey: .crf)
@@ -298,7 +299,7 @@ public struct SizeGuard: Codable, Hashable, Sendable {
             self.bytes = try container.decode(Int.self, forKey: .bytes)
             self.projectedBytes = try container.decodeIfPresent(Int.self, forKey: .projectedBytes)
             let ssim = try container.decodeIfPresent(Double.self, forKey: .ssim)
-            self.ssim = self.projectedBytes == nil ? ssim : nil
+            self.ssim = self.projectedBytes == nil && ssim != 0 ? ssim : nil
         }
     }
 

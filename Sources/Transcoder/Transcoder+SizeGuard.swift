@@ -77,7 +77,8 @@ extension SizeGuardPolicy {
             outputs.append(encoded.output)
             let attempt = SizeGuard.Attempt(crf: crf, bytes: encoded.bytes, ssim: encoded.ssim)
             attempts.append(attempt)
-            if let ssim = attempt.ssim, ssim < self.minSSIM {
+            // No SSIM from a measured attempt: its pictures are too small to score; none can be shown to qualify.
+            if (attempt.ssim ?? 0) < self.minSSIM {
                 outcome = .qualityFloor
                 break
             }

@@ -245,6 +245,22 @@ import Testing
         }
     }
 
+    /// Pictures under 10 pixels in a dimension leave x264 no whole window to score ("SSIM Y:-nan"): such a
+    /// re-encode has no SSIM, cannot be shown to meet the floor, and the first (whole) encode is kept, with the
+    /// answer to keep the GIF (whose few bytes no MP4 beats anyway).
+    @Test func picturesTooSmallToScoreKeepTheFirstEncode() async throws {
+        var builder = GIFBuilder(width: 8, height: 8)
+        builder.frames = (0..<3).map { .filled(UInt8($0 + 1), width: 8, height: 8, delay: 10) }
+        let gif = try builder.build()
+        try await withTemporaryDirectory { directory in
+            let metadata = try await convertFiles(gif, directory: directory, name: "a")
+            let guarded = try #require(metadata.sizeGuard)
+            #expect(guarded.outcome == .qualityFloor && guarded.chosenCRF == TranscodeOptions.defaultCRF)
+            #expect(guarded.attempts.count == 2 && guarded.attempts.allSatisfy { $0.ssim == nil })
+            #expect(metadata.mp4Bytes == guarded.attempts[0].bytes && metadata.recommendation == .keepGIF)
+        }
+    }
+
     /// A stopped attempt's SSIM is written as 0, not left out: metadata written now must still decode where
     /// `ssim` is required (a fleet upgraded node by node, a rollback); read back, it is "not measured" again.
     @Test func stoppedAttemptsStayReadableByEarlierVersions() throws {

@@ -118,7 +118,7 @@ final class H264Encoder: VideoEncoder {
         self.codec.withUnsafeMutablePointer { $0.pointee.opaque = nil }
     }
 
-    var pictureSSIM: [Double]? { self.ssim?.scores }
+    var pictureSSIM: [Double?]? { self.ssim?.scores }
 
     /// The stream parameters a muxer copies.
     func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result {

@@ -19,8 +19,8 @@ protocol VideoEncoder: AnyObject {
 
     /// The luma SSIM of each picture encoded so far, in the order the pictures were sent, as the encoder scores
     /// its own reconstruction (what a decoder shows) against the picture it got; nil unless asked for when it
-    /// was made (`measureSSIM`).
-    var pictureSSIM: [Double]? { get }
+    /// was made (`measureSSIM`). A picture not scored (yet) is nil; one too small to score, NaN.
+    var pictureSSIM: [Double?]? { get }
 
     /// The stream parameters a container copies.
     func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result

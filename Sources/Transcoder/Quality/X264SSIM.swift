@@ -14,7 +14,7 @@ final class X264SSIM: @unchecked Sendable {
     /// The sink the codec context's `opaque` points at. Allocated here, freed with this object.
     let sink: UnsafeMutablePointer<CFFmpeg_X264SSIMSink>
     private let lock = NSLock()
-    private var recorded: [Double] = []
+    private var recorded: [Double?] = []
 
     init() {
         self.sink = .allocate(capacity: 1)
@@ -33,9 +33,10 @@ final class X264SSIM: @unchecked Sendable {
         self.sink.deallocate()
     }
 
-    /// The scores by picture number (coding order, which is the order sent: no B-frames); NaN for a picture not
-    /// (yet) reported.
-    var scores: [Double] {
+    /// The scores by picture number (coding order, which is the order sent: no B-frames); nil for a picture not
+    /// (yet) reported, NaN for one x264 could not score (under 10 pixels wide or high: no whole 8x8 window 2
+    /// pixels in from the corner).
+    var scores: [Double?] {
         self.lock.withLock { self.recorded }
     }
 
@@ -43,25 +44,26 @@ final class X264SSIM: @unchecked Sendable {
         guard frame >= 0 else { return }
         self.lock.withLock {
             if frame >= self.recorded.count {
-                self.recorded.append(contentsOf: repeatElement(.nan, count: frame + 1 - self.recorded.count))
+                self.recorded.append(contentsOf: repeatElement(nil, count: frame + 1 - self.recorded.count))
             }
             self.recorded[frame] = ssim
         }
     }
 
     /// The mean of `scores`, each picture weighted by how long it shows: picture `i` from `starts[i]` to the next
-    /// one's start, the last to `end` (milliseconds).
+    /// one's start, the last to `end` (milliseconds); nil when x264 could not score the pictures (too small).
     /// - Throws: `TranscodeError.encodeFailed` when a picture sent has no score.
-    static func weightedMean(_ scores: [Double], starts: [Int64], end: Int64) throws -> Double {
-        guard scores.count == starts.count, !scores.contains(where: \.isNaN) else {
+    static func weightedMean(_ scores: [Double?], starts: [Int64], end: Int64) throws -> Double? {
+        let reported = scores.compactMap { $0 }
+        guard scores.count == starts.count, reported.count == starts.count else {
             throw TranscodeError(
-                .encodeFailed,
-                "x264 scored \(scores.filter { !$0.isNaN }.count) of the \(starts.count) pictures encoded (SSIM)")
+                .encodeFailed, "x264 scored \(reported.count) of the \(starts.count) pictures encoded (SSIM)")
         }
+        guard !reported.contains(where: \.isNaN) else { return nil }
         var weighted = 0.0
         for (index, start) in starts.enumerated() {
             let next = index + 1 < starts.count ? starts[index + 1] : end
-            weighted += scores[index] * Double(next - start)
+            weighted += reported[index] * Double(next - start)
         }
         return end > 0 ? weighted / Double(end) : 1
     }
