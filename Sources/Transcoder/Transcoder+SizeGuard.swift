@@ -196,6 +196,8 @@ extension Transcoder {
         _ bytes: UnsafeRawBufferPointer, plan: Plan, mp4Path: String, temporaries: inout [String]
     ) throws -> (metadata: (result: TranscodeMetadata, poster: [UInt8]), mp4Path: String) {
         var firstPathTaken = false
+        // Made by the first attempt (even a stopped one) and reused: every attempt's first picture is the same.
+        var poster: [UInt8]?
         var made: [String] = []
         defer { temporaries += made }
         let choice = try self.options.sizeGuard.run(firstCRF: self.options.crf, sourceBytes: bytes.count) {
@@ -209,7 +211,7 @@ extension Transcoder {
                 firstPathTaken = true
             }
             let encoded = try self.encode(
-                bytes, plan: plan, crf: crf, mp4Path: path, stopAbove: stopAbove, measure: measure)
+                bytes, plan: plan, crf: crf, mp4Path: path, stopAbove: stopAbove, measure: measure, poster: &poster)
             return SizeGuardPolicy.Encoded(
                 output: (result: encoded.result, poster: encoded.poster, path: path),
                 bytes: try OutputFile.size(path), ssim: encoded.ssim)

@@ -202,10 +202,12 @@ public struct Transcoder: Sendable {
     ///     it steadily (`overrunsSteadily`).
     ///   - measure: measure the video's SSIM against the pictures encoded, while encoding (x264's own: `X264SSIM`),
     ///     each picture weighted by how long it shows.
+    ///   - poster: the poster, when an earlier attempt made it (the first picture is the same in every attempt);
+    ///     made here and stored when nil, so a stopped attempt's poster is kept for the next.
     /// - Returns: the metadata, the poster and, when measured, the SSIM.
     func encode(
         _ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String, stopAbove: Int? = nil,
-        measure: Bool = false
+        measure: Bool = false, poster: inout [UInt8]?
     ) throws -> (result: TranscodeMetadata, poster: [UInt8], ssim: Double?) {
         let header = plan.header
         let output = plan.output
@@ -263,10 +265,10 @@ public struct Transcoder: Sendable {
                 throw SizeGuardPolicy.StoppedAboveTarget(bytes: written, projectedBytes: Int(projected))
             }
         }
-        var poster: [UInt8] = []
         let pass = try self.composite(
             bytes, plan: plan, pipelined: true,
             first: { picture, width, height in
+                guard poster == nil else { return }
                 poster = try PosterEncoder.encode(
                     picture, width: width, height: height, outputWidth: output.width, outputHeight: output.height)
             },
@@ -288,6 +290,7 @@ public struct Transcoder: Sendable {
             hasTransparency: pass.sawTransparency, truncated: pass.truncated,
             background: self.options.background, sourceBytes: bytes.count, mp4Bytes: 0, posterBytes: 0,
             recommendation: .video)
+        guard let poster else { throw TranscodeError(.encodeFailed, "the conversion made no poster") }
         return (metadata, poster, ssim)
     }
 
