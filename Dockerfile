@@ -5,7 +5,7 @@
 
 FROM swift:6.3-bookworm AS build
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y make pkg-config libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libgif-dev libwebp-dev libgumbo-dev ffmpeg \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y make pkg-config libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libgif-dev libwebp-dev libavif-dev libgumbo-dev ffmpeg \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Package.swift ./
@@ -16,9 +16,9 @@ RUN swift build -c release --product transcode-server --static-swift-stdlib \
 
 FROM debian:bookworm-slim
 # Only the runtime libraries: FFmpeg 5.1 (libavcodec59, libavformat59, libavutil57, libswscale6), giflib and
-# libwebp (libwebp7, libwebpdemux2, libwebpmux3: the animated WebP output).
+# libwebp (libwebp7, libwebpdemux2, libwebpmux3: the animated WebP output), libavif15 (the animated AVIF output).
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libavcodec59 libavformat59 libavutil57 libswscale6 libgif7 libwebp7 libwebpdemux2 libwebpmux3 libgumbo1 ca-certificates curl \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libavcodec59 libavformat59 libavutil57 libswscale6 libgif7 libwebp7 libwebpdemux2 libwebpmux3 libavif15 libgumbo1 ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /var/cache/transcode-server transcode \
     && mkdir -p /var/cache/transcode-server /etc/transcode-server \

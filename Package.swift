@@ -30,10 +30,11 @@ let package = Package(
     targets: [
         .systemLibrary(
             name: "CFFmpeg",
-            pkgConfig: "libavcodec libavformat libavutil libswscale libwebpdemux libwebpmux",
+            pkgConfig: "libavcodec libavformat libavutil libswscale libwebpdemux libwebpmux libavif",
             providers: [
                 .apt([
                     "libavcodec-dev", "libavformat-dev", "libavutil-dev", "libswscale-dev", "libgif-dev", "libwebp-dev",
+                    "libavif-dev",
                 ])
             ]
         ),

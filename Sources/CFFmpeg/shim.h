@@ -2,7 +2,7 @@
 #define CFFMPEG_SHIM_H
 
 // The C declarations the Transcoder needs from FFmpeg (libavcodec, libavformat, libavutil, libswscale),
-// giflib and libwebp's demux and mux libraries (animated WebP in and out). Function-like macros do not import into Swift, so the few we need are re-exported as
+// giflib, libwebp's demux and mux libraries (animated WebP in and out) and libavif (animated AVIF out). Function-like macros do not import into Swift, so the few we need are re-exported as
 // static inline functions carrying the module prefix (the CNIOLinux convention).
 
 #include <errno.h>
@@ -26,6 +26,7 @@
 #include <webp/demux.h>
 #include <webp/encode.h>
 #include <webp/mux.h>
+#include <avif/avif.h>
 
 /// `AVERROR(e)`: FFmpeg's negative error code for a POSIX errno value.
 static inline int CFFmpeg_AVERROR(int e) { return AVERROR(e); }

@@ -38,13 +38,19 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
     public static let webp = OutputFormat(
         name: "webp", fileExtension: "webp", mediaType: "image/webp", supportsAlpha: true, isAnimated: true,
         muxerName: nil)
+    /// An animated AVIF (AV1) that keeps transparency and each picture's own duration: the smallest file a page's
+    /// `<img>` shows in Chromium, Firefox and Safari 16 and later. Made only of sources that loop forever (its
+    /// encoder writes no loop count).
+    public static let avif = OutputFormat(
+        name: "avif", fileExtension: "avif", mediaType: "image/avif", supportsAlpha: true, isAnimated: true,
+        muxerName: nil)
     /// The object's manifest: `TranscodeMetadata` as JSON.
     public static let manifest = OutputFormat(
         name: "json", fileExtension: "json", mediaType: "application/json; charset=utf-8", supportsAlpha: false,
         isAnimated: false, muxerName: nil)
 
     /// Every format in the registry.
-    public static let all: [OutputFormat] = [.mp4, .jpeg, .webp, .manifest]
+    public static let all: [OutputFormat] = [.mp4, .jpeg, .webp, .avif, .manifest]
 
     /// The format registered as `name` (a manifest names its artifacts' formats so), nil for any other.
     public static func named(_ name: some StringProtocol) -> OutputFormat? {
@@ -84,7 +90,7 @@ public enum ObjectFiles {
     public static let media: [OutputFormat] = [video, poster]
     /// The files an object has when its options ask for them (`RenditionSpec.extraFormats`), listed in its
     /// manifest with their sizes and digests (role: the format's name).
-    public static let extras: [OutputFormat] = [.webp]
+    public static let extras: [OutputFormat] = [.webp, .avif]
     /// The order to write or move an object's files in: the manifest last, so an object never exists half.
     public static let commitOrder: [OutputFormat] = media + extras + [manifest]
     /// The order to delete them in: the manifest first, so the object is a miss from then on.

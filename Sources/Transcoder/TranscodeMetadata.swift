@@ -34,7 +34,7 @@ public struct ManifestEntry: Codable, Hashable, Sendable {
     /// For an animated WebP: whether it is lossless (every pixel exact) or lossy.
     public var lossless: Bool?
     /// For a lossy animated WebP: its mean PSNR against the source's frames, over black and over white (the
-    /// lower), in dB, to two decimals (`Transcoder.webpPSNR`).
+    /// lower), in dB, to two decimals (`Transcoder.imagePSNR`).
     public var psnr: Double?
     /// `keep-gif` when this file is not smaller than the source (x `maxSizeRatio`) whichever way it was encoded:
     /// a page should show the source rather than it. Nil (absent) otherwise, and for the video and the poster,

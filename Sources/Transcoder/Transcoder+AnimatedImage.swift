@@ -34,7 +34,10 @@ extension Transcoder {
         var candidates: [Candidate] = []
         for quality in [Self.webpQuality, Self.webpBetterQuality] {
             let lossy = try self.encodeAnimatedWebP(bytes, plan: plan, lossless: false, quality: quality)
-            let psnr = try self.webpPSNR(lossy.bytes, against: bytes, plan: plan)
+            // libwebp's own reader, not the input pre-scan: a one-picture result (a still GIF, a GIF whose frames
+            // are all alike) is a still WebP without an ANIM chunk, which the pre-scan refuses as not animated.
+            let psnr = try self.imagePSNR(
+                lossy.bytes, reader: { try EncodedWebP($0, width: $1, height: $2) }, against: bytes, plan: plan)
             guard psnr >= Self.webpMinPSNR else { continue }
             let candidate = (lossy.bytes, lossy.width, lossy.height, false, psnr)
             if Double(lossy.bytes.count) < smallEnough { return candidate }
@@ -47,20 +50,21 @@ extension Transcoder {
         return candidates.min { $0.bytes.count < $1.bytes.count }!
     }
 
-    /// The mean PSNR (dB, identical frames counted as 60) of `webp` against the source's frames as
-    /// `encodeAnimatedWebP` hands them to libwebp, each frame compared with the WebP's picture shown at its
-    /// start, flattened over black and over white: the lower of the two means.
-    func webpPSNR(_ webp: [UInt8], against bytes: UnsafeRawBufferPointer, plan: Plan) throws -> Double {
+    /// The mean PSNR (dB, identical frames counted as 60) of an animated image (`file`, read back by `reader`)
+    /// against the source's frames as `forEachImageCanvas` hands them to its encoder, each frame compared with
+    /// the image's picture shown at its start, flattened over black and over white: the lower of the two means.
+    func imagePSNR(
+        _ file: [UInt8], reader: (UnsafeRawBufferPointer, _ width: Int, _ height: Int) throws -> any EncodedAnimation,
+        against bytes: UnsafeRawBufferPointer, plan: Plan
+    ) throws -> Double {
         let header = plan.header
         let size = Self.imageSize(
             width: header.width, height: header.height, maxWidth: self.options.maxOutputWidth,
             maxHeight: self.options.maxOutputHeight)
         let scaler = try size.scaled ? AlphaScaler(from: header.width, header.height, to: size.width, size.height) : nil
         let source = try header.makeFrameSource(bytes)
-        return try webp.withUnsafeBytes { encoded in
-            // libwebp's own reader, not the input pre-scan: a one-picture result (a still GIF, a GIF whose frames
-            // are all alike) is a still WebP without an ANIM chunk, which the pre-scan refuses as not animated.
-            let decoder = try EncodedWebP(encoded, width: size.width, height: size.height)
+        return try file.withUnsafeBytes { encoded in
+            let decoder = try reader(encoded, size.width, size.height)
             // Where the WebP's current picture ends (libwebp's timestamps are each picture's end).
             var shownUntil: Int64 = -1
             var picture: UnsafeRawBufferPointer?
@@ -70,7 +74,7 @@ extension Transcoder {
                     (picture, shownUntil) = (next.picture, next.end)
                 }
                 guard let picture else {
-                    throw TranscodeError(.encodeFailed, "the WebP has no picture at \(time) ms")
+                    throw TranscodeError(.encodeFailed, "the animated image has no picture at \(time) ms")
                 }
                 let error = try source.withCanvas { canvas in
                     if let scaler {
@@ -130,28 +134,22 @@ extension Transcoder {
     }
 
     /// One pass over the source with its transparency kept: each frame composited as browsers do, scaled into
-    /// the box when larger, handed to libwebp with its start time. Frames after a damaged one are left out, as
-    /// the video's pass leaves them.
-    /// - Parameter quality: libwebp's quality when lossy, its effort when lossless.
-    /// - Returns: the animated WebP and its size.
-    func encodeAnimatedWebP(_ bytes: UnsafeRawBufferPointer, plan: Plan, lossless: Bool, quality: Float) throws -> (
-        bytes: [UInt8], width: Int, height: Int
-    ) {
+    /// the box when larger (`imageSize`), handed to `add` with its start time. Frames after a damaged one are
+    /// left out, as the video's pass leaves them.
+    /// - Returns: where the last frame ends (milliseconds).
+    func forEachImageCanvas(
+        _ bytes: UnsafeRawBufferPointer, plan: Plan, size: (width: Int, height: Int, scaled: Bool),
+        add: (UnsafeRawBufferPointer, Int64) throws -> Void
+    ) throws -> Int64 {
         let header = plan.header
-        let size = Self.imageSize(
-            width: header.width, height: header.height, maxWidth: self.options.maxOutputWidth,
-            maxHeight: self.options.maxOutputHeight)
-        let encoder = try AnimatedWebPEncoder(
-            width: size.width, height: size.height, playCount: header.playCount, lossless: lossless,
-            quality: quality, method: Self.webpMethod)
         let scaler = try size.scaled ? AlphaScaler(from: header.width, header.height, to: size.width, size.height) : nil
         let source = try header.makeFrameSource(bytes)
         let pass = try source.forEachFrame(durations: header.frameMilliseconds) { start in
             try source.withCanvas { canvas in
                 if let scaler {
-                    try scaler.scale(canvas) { try encoder.add($0, start: start) }
+                    try scaler.scale(canvas) { try add($0, start) }
                 } else {
-                    try encoder.add(canvas, start: start)
+                    try add(canvas, start)
                 }
             }
         }
@@ -159,7 +157,65 @@ extension Transcoder {
             throw TranscodeError(
                 .corrupt, "the \(header.format.rawValue.uppercased()) has no frame that decodes completely")
         }
-        return (try encoder.finish(end: pass.end), size.width, size.height)
+        return pass.end
+    }
+
+    /// The animated image's size for this transcoder's box.
+    func imageSize(_ plan: Plan) -> (width: Int, height: Int, scaled: Bool) {
+        Self.imageSize(
+            width: plan.header.width, height: plan.header.height, maxWidth: self.options.maxOutputWidth,
+            maxHeight: self.options.maxOutputHeight)
+    }
+
+    /// One WebP encode of the source (`forEachImageCanvas`).
+    /// - Parameter quality: libwebp's quality when lossy, its effort when lossless.
+    /// - Returns: the animated WebP and its size.
+    func encodeAnimatedWebP(_ bytes: UnsafeRawBufferPointer, plan: Plan, lossless: Bool, quality: Float) throws -> (
+        bytes: [UInt8], width: Int, height: Int
+    ) {
+        let size = self.imageSize(plan)
+        let encoder = try AnimatedWebPEncoder(
+            width: size.width, height: size.height, playCount: plan.header.playCount, lossless: lossless,
+            quality: quality, method: Self.webpMethod)
+        let end = try self.forEachImageCanvas(bytes, plan: plan, size: size) { try encoder.add($0, start: $1) }
+        return (try encoder.finish(end: end), size.width, size.height)
+    }
+
+    /// The animated AVIF's rungs, tried in order until one is at or above the quality floor (`webpMinPSNR`, the
+    /// same 35 dB over black and over white, measured by decoding it again): libavif's colour quantizer (0 best,
+    /// 63 worst) and whether the chroma is full (4:4:4). Photographs pass the first; flat drawings, whose colour
+    /// edges 4:2:0 blurs, the second; dithered photographs may need the third.
+    static let avifRungs: [(quantizer: Int32, fullChroma: Bool)] = [(32, false), (32, true), (20, true)]
+
+    /// A play count at or above this is as good as forever (a loop count of 65535 plays 65536 times).
+    static let avifForever = 65535
+
+    /// The animated AVIF as it is kept: the first rung of `avifRungs` at or above the quality floor; none when
+    /// none is, or when the source plays a number of times (libavif 0.11 writes no loop count, and readers loop
+    /// such a file forever).
+    /// - Throws: `TranscodeError` `.encodeFailed` when no AVIF is kept.
+    func encodeAnimatedAVIFChoosing(_ bytes: UnsafeRawBufferPointer, plan: Plan) throws -> (
+        bytes: [UInt8], width: Int, height: Int, psnr: Double
+    ) {
+        if let plays = plan.header.playCount, plays < Self.avifForever {
+            throw TranscodeError(
+                .encodeFailed, "the source plays \(plays) times; an AVIF from libavif 0.11 loops forever")
+        }
+        let size = self.imageSize(plan)
+        var readings: [String] = []
+        for rung in Self.avifRungs {
+            let encoder = try AnimatedAVIFEncoder(
+                width: size.width, height: size.height, quantizer: rung.quantizer, fullChroma: rung.fullChroma,
+                threads: self.options.rendition.threads)
+            let end = try self.forEachImageCanvas(bytes, plan: plan, size: size) { try encoder.add($0, start: $1) }
+            let file = try encoder.finish(end: end)
+            let psnr = try self.imagePSNR(
+                file, reader: { try EncodedAVIF($0, width: $1, height: $2) }, against: bytes, plan: plan)
+            if psnr >= Self.webpMinPSNR { return (file, size.width, size.height, psnr) }
+            readings.append("\(psnr) dB at quantizer \(rung.quantizer)\(rung.fullChroma ? ", 4:4:4" : "")")
+        }
+        throw TranscodeError(
+            .encodeFailed, "no AVIF reaches \(Self.webpMinPSNR) dB: \(readings.joined(separator: ", "))")
     }
 }
 
@@ -238,7 +294,13 @@ final class AlphaScaler {
 
 /// A WebP this process just encoded, read back with libwebp's `WebPAnimDecoder` (animated or still): each picture as
 /// a straight-alpha RGBA canvas with the time it ends. Owns the decoder (freed in `deinit`); the bytes must outlive it.
-private final class EncodedWebP {
+/// An animated image read back picture by picture as straight-alpha RGBA, for the quality check.
+protocol EncodedAnimation: AnyObject {
+    /// The next picture (valid until the next call) and where it ends, in milliseconds; nil after the last.
+    func next() throws -> (picture: UnsafeRawBufferPointer, end: Int64)?
+}
+
+private final class EncodedWebP: EncodedAnimation {
     private let decoder: OpaquePointer
     private let count: Int
 

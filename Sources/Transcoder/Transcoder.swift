@@ -99,14 +99,18 @@ public struct Transcoder: Sendable {
         var made: [(entry: ManifestEntry, temporary: String, path: String)] = []
         for format in ObjectFiles.extras where self.options.rendition.extraFormats.contains(format.name) {
             let path = base + "." + format.fileExtension
-            // One format today; a second is one more case here, plus its pass.
-            guard format == .webp else { continue }
             let image: (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?)
             do {
-                image = try self.encodeAnimatedWebPChoosing(bytes, plan: plan)
+                switch format {
+                case .webp: image = try self.encodeAnimatedWebPChoosing(bytes, plan: plan)
+                case .avif:
+                    let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan)
+                    image = (avif.bytes, avif.width, avif.height, false, avif.psnr)
+                default: continue
+                }
             } catch let error as TranscodeError where error.code == .encodeFailed {
                 // The video and the poster are good: the object is kept without this file, and its manifest does
-                // not list it (`.auto` then answers the video or the source; `.webp` finds no such file).
+                // not list it (`.auto` then answers another format or the source; `.<format>` finds no such file).
                 continue
             }
             let temporary = try OutputFile.writeTemporary(image.bytes, beside: path)

@@ -15,32 +15,38 @@ import Transcoder
         "image/webp,image/avif,image/jxl,image/heic,image/heic-sequence,video/*;q=0.8,image/png,image/svg+xml,image/*;q=0.8,*/*;q=0.5"
     static let safari13 = "image/png,image/svg+xml,image/*;q=0.8,video/*;q=0.8,*/*;q=0.5"
 
-    /// Real `Accept` headers of `<img>` requests, and what each is answered for a transparent GIF whose WebP is
-    /// smaller, for an opaque one, and for one nothing beats.
+    /// Real `Accept` headers of `<img>` requests, and what each is answered for a transparent GIF whose AVIF and
+    /// WebP are smaller, for an opaque one, for one with no AVIF (it plays a number of times), and for one
+    /// nothing beats.
     @Test(
         arguments: [
-            ("Chromium 120", chromium, "webp", "webp", "source"),
-            ("Firefox 128", firefox, "webp", "webp", "source"),
-            ("Firefox 65", "image/webp,*/*", "webp", "webp", "source"),
-            ("Safari 17", safari17, "webp", "webp", "source"),
-            ("Safari 13 (no WebP; its <img> plays MP4)", safari13, "source", "mp4", "source"),
-            ("curl", "*/*", "source", "source", "source"),
-            ("no Accept", nil, "source", "source", "source"),
-            ("a CDN that normalises to image/webp", "image/webp", "webp", "webp", "source"),
-            ("WebP refused", "image/webp;q=0, image/*", "source", "source", "source"),
-            ("upper case, spaces", " IMAGE/WEBP ; q=0.9 ", "webp", "webp", "source"),
-        ] as [(String, String?, String, String, String)])
-    func acceptTable(client: String, accept: String?, transparent: String, opaque: String, nothingBetter: String) {
-        func metadata(transparency: Bool, webpSmaller: Bool, videoSmaller: Bool) -> TranscodeMetadata {
+            ("Chromium 120", chromium, "avif", "avif", "webp", "source"),
+            ("Firefox 128", firefox, "avif", "avif", "webp", "source"),
+            ("Firefox 65", "image/webp,*/*", "webp", "webp", "webp", "source"),
+            ("Safari 17", safari17, "avif", "avif", "webp", "source"),
+            ("Safari 13 (no WebP; its <img> plays MP4)", safari13, "source", "mp4", "mp4", "source"),
+            ("curl", "*/*", "source", "source", "source", "source"),
+            ("no Accept", nil, "source", "source", "source", "source"),
+            ("a CDN that normalises to image/webp", "image/webp", "webp", "webp", "webp", "source"),
+            ("AVIF refused", "image/avif;q=0, image/webp", "webp", "webp", "webp", "source"),
+            ("WebP refused", "image/webp;q=0, image/*", "source", "source", "source", "source"),
+            ("upper case, spaces", " IMAGE/WEBP ; q=0.9 ", "webp", "webp", "webp", "source"),
+        ] as [(String, String?, String, String, String, String)])
+    func acceptTable(
+        client: String, accept: String?, transparent: String, opaque: String, noAVIF: String, nothingBetter: String
+    ) {
+        func metadata(transparency: Bool, smaller: Bool, avif: Bool = true) -> TranscodeMetadata {
             var metadata = TranscodeMetadata(
                 sourceFormat: .gif, sourceWidth: 10, sourceHeight: 10, outputWidth: 10, outputHeight: 10,
                 sourceFrameCount: 2, encodedFrameCount: 2, durationMs: 200, loopCount: 0, playCount: nil,
                 loopsForever: true, hasTransparency: transparency, truncated: false, background: .white,
-                sourceBytes: 1000, mp4Bytes: videoSmaller ? 500 : 2000, posterBytes: 100,
-                recommendation: videoSmaller ? .video : .keepGIF)
-            var entry = ManifestEntry(role: "webp", format: "webp", bytes: webpSmaller ? 400 : 1200, sha256: nil)
-            if !webpSmaller { entry.recommendation = .keepGIF }
-            metadata.otherArtifacts = [entry]
+                sourceBytes: 1000, mp4Bytes: smaller ? 500 : 2000, posterBytes: 100,
+                recommendation: smaller ? .video : .keepGIF)
+            for format in ["webp"] + (avif ? ["avif"] : []) {
+                var entry = ManifestEntry(role: format, format: format, bytes: smaller ? 400 : 1200, sha256: nil)
+                if !smaller { entry.recommendation = .keepGIF }
+                metadata.otherArtifacts.append(entry)
+            }
             return metadata
         }
         func name(_ choice: ImageNegotiation.Choice) -> String {
@@ -50,9 +56,10 @@ import Transcoder
             }
         }
         let cases = [
-            (metadata(transparency: true, webpSmaller: true, videoSmaller: true), transparent),
-            (metadata(transparency: false, webpSmaller: true, videoSmaller: true), opaque),
-            (metadata(transparency: false, webpSmaller: false, videoSmaller: false), nothingBetter),
+            (metadata(transparency: true, smaller: true), transparent),
+            (metadata(transparency: false, smaller: true), opaque),
+            (metadata(transparency: false, smaller: true, avif: false), noAVIF),
+            (metadata(transparency: false, smaller: false), nothingBetter),
         ]
         for (metadata, expected) in cases {
             #expect(name(ImageNegotiation.choose(accept: accept, metadata: metadata)) == expected, "\(client)")
@@ -74,7 +81,7 @@ import Transcoder
         #expect(HTMLGIFScanner.srcsetCandidates(srcset).map { String(srcset[$0.url]) } == urls)
     }
 
-    /// The `.auto` route: WebP for a browser that names it, the MP4 for Safari 13 (opaque GIF), a redirect to
+    /// The `.auto` route: AVIF or WebP for a browser that names it, the MP4 for Safari 13 (opaque GIF), a redirect to
     /// the GIF for the rest; a GIF the service refuses is a redirect too, never cached; every answer varies by
     /// `Accept`; the object is converted once.
     @Test func theAutoRouteAnswersByAccept() async throws {
@@ -85,15 +92,18 @@ import Transcoder
                 return (signer.signedPath(SourcePath(sourceURL: url, fileExtension: SourcePath.negotiated).path), url)
             }
             let (banana, bananaURL) = auto("/corpus/cartoon_dancing_banana.gif")
-            let webp = try await harness.request(.GET, banana, headers: [("Accept", Self.chromium)])
-            #expect(webp.status == 200, "\(webp.text)")
-            #expect(webp.headers.first(name: "Content-Type") == "image/webp")
-            #expect(webp.headers.first(name: "Vary") == "Accept")
-            #expect(Array(webp.body[8..<12]) == Array("WEBP".utf8))
+            let avif = try await harness.request(.GET, banana, headers: [("Accept", Self.chromium)])
+            #expect(avif.status == 200, "\(avif.text)")
+            #expect(avif.headers.first(name: "Content-Type") == "image/avif")
+            #expect(avif.headers.first(name: "Vary") == "Accept")
+            #expect(Array(avif.body[4..<12]) == Array("ftypavis".utf8))
             let range = try await harness.request(
                 .GET, banana, headers: [("Accept", Self.safari17), ("Range", "bytes=0-11")])
             #expect(range.status == 206)
-            #expect(range.body == Array(webp.body.prefix(12)))
+            #expect(range.body == Array(avif.body.prefix(12)))
+            let webp = try await harness.request(.GET, banana, headers: [("Accept", "image/webp,*/*")])
+            #expect(webp.headers.first(name: "Content-Type") == "image/webp")
+            #expect(Array(webp.body[8..<12]) == Array("WEBP".utf8))
             // Transparent: Safari 13 and curl get the GIF itself.
             for accept in [Self.safari13, "*/*"] {
                 let gif = try await harness.request(.GET, banana, headers: [("Accept", accept)])
@@ -175,12 +185,12 @@ import Transcoder
             #expect(converted.text.contains(#"<img src="/corpus/odd_3x1_anim.gif"><img src="/corpus/none.gif">"#))
             // The 3x1 GIF (95 bytes) was converted, and is left because nothing beats it (not because it failed).
             var options = harness.services.transcodes.defaultOptions
-            options.rendition = options.rendition.withExtraFormats(["webp"])
+            options.rendition = options.rendition.withExtraFormats(ObjectFiles.extras.map(\.name))
             let tiny = try #require(
                 try harness.services.transcodes.cachedMetadata(
                     url: URL(string: harness.originURL("/corpus/odd_3x1_anim.gif"))!, options: options))
             #expect(!ImageNegotiation.beatsTheSource(tiny))
-            #expect(tiny.otherArtifacts.first?.recommendation == .keepGIF)
+            #expect(!tiny.otherArtifacts.isEmpty && tiny.otherArtifacts.allSatisfy { $0.recommendation == .keepGIF })
             let bad = try await harness.rewrite(eager, query: "?output=picture")
             #expect(bad.status == 400)
         }

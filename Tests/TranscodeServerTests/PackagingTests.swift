@@ -34,6 +34,7 @@ import Testing
         #expect(
             docker.isSuperset(of: [
                 "libavcodec-dev", "libavformat-dev", "libavutil-dev", "libswscale-dev", "libgif-dev", "libwebp-dev",
+                "libavif-dev",
             ]))
     }
 
@@ -43,7 +44,7 @@ import Testing
         #expect(
             runtime.isSuperset(of: [
                 "libavcodec59", "libavformat59", "libavutil57", "libswscale6", "libgif7", "libwebp7", "libwebpdemux2",
-                "libwebpmux3",
+                "libwebpmux3", "libavif15",
                 "libgumbo1",
             ]))
         #expect(!runtime.contains { $0.hasSuffix("-dev") })

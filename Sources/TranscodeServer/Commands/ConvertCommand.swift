@@ -42,7 +42,9 @@ struct ConvertCommand: ParsableCommand {
 
     @Option(
         name: .customLong("also"),
-        help: "Also make this file of each input (repeatable): webp, an animated WebP that keeps transparency.")
+        help:
+            "Also make this file of each input (repeatable): webp, an animated WebP that keeps transparency; avif, an animated AVIF that keeps it too (of inputs that loop forever)."
+    )
     var extraFormats: [String] = []
 
     @Flag(

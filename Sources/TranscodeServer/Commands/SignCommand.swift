@@ -22,7 +22,10 @@ struct SignCommand: AsyncParsableCommand {
 
     @Option(
         name: .customLong("extension"),
-        help: "mp4 (the video), jpg (the poster), json (the metadata) or webp (an animated WebP with transparency).")
+        help: """
+            mp4 (the video), jpg (the poster), json (the metadata), webp (an animated WebP with transparency) or \
+            avif (an animated AVIF with transparency).
+            """)
     var fileExtension = ObjectFiles.video.fileExtension
 
     @Option(name: .long, help: "JSON configuration file (default: config/transcode-server.json if present).")

@@ -67,6 +67,8 @@ SIGNATURES = (
     (lambda head: head.startswith(b"GIF8"), "image/gif"),
     (lambda head: head.startswith(b"\x89PNG\r\n\x1a\n"), "image/png"),
     (lambda head: head[:4] == b"RIFF" and head[8:12] == b"WEBP", "image/webp"),
+    # An ISO BMFF file type box whose major brand is an AVIF image sequence or still.
+    (lambda head: head[4:8] == b"ftyp" and head[8:12] in (b"avis", b"avif"), "image/avif"),
 )
 
 # Installed before any page script runs (DevTools scripts are exempt from the page's CSP), so a blocked
@@ -645,7 +647,7 @@ def frames_of_one_file(browser, sink, key, path, background):
         message = "cannot read the input: %s" % error
         return message, message
     if mime is None:
-        return "unrecognised file signature (not GIF, PNG or WebP)", None
+        return "unrecognised file signature (not GIF, PNG, WebP or AVIF)", None
     try:
         return decode_in_page(browser.driver, sink, key, mime, background), None
     except Stalled as stall:  # the decoder's behaviour on this file: recorded, the page is replaced
