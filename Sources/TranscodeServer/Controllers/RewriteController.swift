@@ -91,10 +91,10 @@ struct RewriteController<Context: RequestContext>: Sendable {
         {
             base = resolved
         }
-        // An `.auto` URL's object has the animated WebP and AVIF as well: what eager mode converts and lazy mode
-        // looks up (the same options as the `.auto` route's, so the same key).
+        // An `.auto` URL's object has the animated WebP as well: what eager mode converts and lazy mode looks up
+        // (the same options as the `.auto` route's, so the same key).
         let options = self.service.options(
-            background: background, extraFormats: output == .img ? ObjectFiles.extras : [])
+            background: background, extraFormats: output == .img ? ImageNegotiation.objectFormats : [])
         let links = self.links(for: request)
         // Each element's GIF, absolute; elements whose source cannot be fetched (relative without a base,
         // data: URLs, other schemes) stay as they are.

@@ -155,11 +155,11 @@ extension SourceController {
         guard self.signer.isValid(signature: signature, path: path) else { throw ServiceError.invalidSignature }
         let source = try SourcePath.parse(path)
         let url = try Downloader.validate(source.sourceURL)
-        // A `.webp` is an extra of its object: asked for, it is made (with the video and the poster) by one job.
-        // `.auto` chooses among that object's files.
-        let extras = ObjectFiles.extras.filter {
-            $0.fileExtension == source.fileExtension || source.fileExtension == SourcePath.negotiated
-        }
+        // A `.webp` or `.avif` is an extra of its object: asked for, it is made (with the video and the poster) by
+        // one job. `.auto` chooses among the files of an object made with `ImageNegotiation.objectFormats`.
+        let extras =
+            source.fileExtension == SourcePath.negotiated
+            ? ImageNegotiation.objectFormats : ObjectFiles.extras.filter { $0.fileExtension == source.fileExtension }
         let options = self.service.options(
             background: source.background, maxWidth: source.width, maxHeight: source.height, extraFormats: extras)
         let target = ResolvedPaths.Target(

@@ -18,6 +18,13 @@ import Transcoder
 /// Only types named outright count, with a quality above 0; the order and the weights between them do not (every
 /// browser that names WebP shows it). Answers carry `Vary: Accept`.
 enum ImageNegotiation {
+    /// The files an `.auto` object is made with besides its video and poster (the same options in the route and
+    /// in the rewrite's eager mode, so the same key): the animated WebP. Not the AVIF, though the rule prefers it
+    /// when an object has one: libaom under libavif 0.11 holds its whole lookahead (which libavif 0.11 cannot
+    /// shorten), 146-625 MiB per job on the corpus against the service's 150 MiB, and takes about 19x the video's
+    /// time, which every first reader of an `.auto` URL would wait for. `formats: ["avif"]` and `.avif` make it.
+    static let objectFormats: [OutputFormat] = [.webp]
+
     enum Choice: Equatable, Sendable {
         /// One of the object's files.
         case file(OutputFormat)
