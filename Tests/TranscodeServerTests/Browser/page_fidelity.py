@@ -2,7 +2,7 @@
 """A page before and after POST /v1/rewrite, as a reader sees it, in three browser engines.
 
 Usage: /usr/bin/python3 page_fidelity.py ORIGINAL.html REWRITTEN.html [--engine chromium|firefox|webkitgtk]
-                                         [--widths 390,1280] [--schemes light,dark]
+                                         [--widths 390,1280] [--schemes light,dark] [--no-javascript]
 
 Serves both files from its own HTTP server on 127.0.0.1 (their images are wherever their URLs say: the test's
 origin and service, on 127.0.0.1 too) and loads each page at every width (CSS pixels, device scale 1) and colour
@@ -19,7 +19,9 @@ scheme (`prefers-color-scheme`), in
   no setting that holds animations, so its images are not compared pixel for pixel (`psnr` null): boxes, overflow
   and fetches are. MiniBrowser's window is at least 447 px wide (its toolbar): the narrowest width it lays out.
 
-Each run reports the width the page was laid out at (`viewport`, `innerWidth`).
+Each run reports the width the page was laid out at (`viewport`, `innerWidth`). With `--no-javascript` (Chromium
+only) the pages' own scripts do not run (the profile's JavaScript content setting blocked, as a reader who turned
+scripts off has it); this script's measurements, through WebDriver, still do.
 
 A GIF and the WebP made from it are then compared frame 0 to frame 0. For each run, before any scrolling:
 
@@ -156,6 +158,31 @@ poll();
 """
 
 
+# The same without timers, for a page whose scripts are blocked (`--no-javascript`: WebDriver's synchronous scripts
+# still run, its asynchronous ones wait on timers that never fire): scrolled once, then polled from here.
+SCROLL_TO_IMAGE = """
+document.images[arguments[0]].scrollIntoView({block: "center", inline: "center"});
+"""
+IMAGE_STATE = """
+const image = document.images[arguments[0]];
+const rect = image.getBoundingClientRect();
+return {x: rect.left + scrollX, y: rect.top + scrollY, width: rect.width, height: rect.height,
+        src: image.currentSrc || image.src, complete: image.complete, natural: image.naturalWidth};
+"""
+
+
+def show_image_polling(engine, index):
+    engine.script(SCROLL_TO_IMAGE, index)
+    deadline = time.monotonic() + 20
+    while True:
+        box = engine.script(IMAGE_STATE, index)
+        if (box["complete"] and (box["natural"] > 0 or not box["src"])) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    time.sleep(0.2)  # two frames and more: painted before the screenshot
+    return engine.script(IMAGE_STATE, index)
+
+
 class SeleniumEngine:
     """What Chromium and WebKitGTK share: a selenium driver in `self.driver`."""
 
@@ -172,9 +199,12 @@ class SeleniumEngine:
 class Chromium(SeleniumEngine):
     frozen = True
 
-    def __init__(self):
-        self.browser = Browser(
-            page_load_timeout=LOAD_SECONDS, preferences={"settings": {"a11y": {"animation_policy": "none"}}})
+    def __init__(self, javascript=True):
+        self.javascript = javascript
+        preferences = {"settings": {"a11y": {"animation_policy": "none"}}}
+        if not javascript:
+            preferences["profile"] = {"managed_default_content_settings": {"javascript": 2}}
+        self.browser = Browser(page_load_timeout=LOAD_SECONDS, preferences=preferences)
         self.driver = None
 
     def fresh(self, width, scheme):
@@ -376,7 +406,10 @@ def read_page(engine, url, width, scheme):
     page["viewport"] = engine.script("return innerWidth")
     images = []
     for index in range(page["images"]):
-        box = engine.async_script(SHOW_IMAGE, index)
+        if getattr(engine, "javascript", True):
+            box = engine.async_script(SHOW_IMAGE, index)
+        else:
+            box = show_image_polling(engine, index)
         shot = None
         if engine.frozen and box["width"] >= 1 and box["height"] >= 1:
             shot = decode_png(engine.screenshot(index))
@@ -397,7 +430,10 @@ def main():
     parser.add_argument("--engine", choices=sorted(ENGINES), default="chromium")
     parser.add_argument("--widths", default="390,1280")
     parser.add_argument("--schemes", default="light,dark")
+    parser.add_argument("--no-javascript", action="store_true", help="the pages' scripts blocked (chromium only)")
     args = parser.parse_args()
+    if args.no_javascript and args.engine != "chromium":
+        report({"ok": False, "error": "--no-javascript is for chromium only"}, 2)
     missing = MISSING[args.engine]()
     if missing:
         report({"ok": False, "error": "missing %s; install with: %s" % (", ".join(missing), INSTALL[args.engine])}, 2)
@@ -415,7 +451,7 @@ def main():
     runs = []
     engine = None
     try:
-        engine = ENGINES[args.engine]()
+        engine = Chromium(javascript=False) if args.no_javascript else ENGINES[args.engine]()
         for scheme in args.schemes.split(","):
             for width in [int(value) for value in args.widths.split(",")]:
                 # A browser of its own for each run: nothing cached from the run before (an image in the memory
@@ -434,8 +470,10 @@ def main():
                         "originalSrc": box_a["src"], "rewrittenSrc": box_b["src"],
                         "loaded": bool(box_b["complete"] and (box_b["natural"] > 0 or not box_b["src"])),
                     })
+                javascript = engine.script("return document.documentElement.dataset.scriptRan === 'yes'")
                 runs.append({
                     "engine": args.engine, "width": width, "scheme": scheme, "frozen": engine.frozen,
+                    "pageScriptRan": javascript,
                     "original": before, "rewritten": after, "images": compared,
                 })
     except Exception as error:  # noqa: BLE001 - reported as JSON
