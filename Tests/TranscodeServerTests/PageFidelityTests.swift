@@ -61,9 +61,35 @@ import Testing
     /// One engine at a time: three browsers beside three services on two cores were slow enough to time out.
     @Test(.serialized, arguments: engines.map(\.name))
     func aRewrittenArticleLooksLikeTheOriginal(engine: String) async throws {
+        try await Self.rewriteAndCompare(["--engine", engine]) { runs in
+            #expect(runs.count == 4)
+            for page in runs {
+                #expect(page["pageScriptRan"] as? Bool == true, "\(engine): the page's script did not run")
+                try Self.check(page, engine: engine)
+            }
+        }
+    }
+
+    /// The same pages with JavaScript off (Chromium, the profile's JavaScript setting blocked; the page's own
+    /// script, which marks the document, does not run): the rewritten `<img>` needs no script, so every GIF still
+    /// shows, in its box, at its first frame. (Lazy images load at once without scripts, in both pages alike.)
+    @Test func withoutJavaScriptEveryGIFStillShows() async throws {
+        try await Self.rewriteAndCompare(["--engine", "chromium", "--schemes", "light", "--no-javascript"]) { runs in
+            #expect(runs.count == 2)
+            for page in runs {
+                #expect(page["pageScriptRan"] as? Bool == false, "the page's script ran: JavaScript is not off")
+                try Self.check(page, engine: "chromium (no JavaScript)", lazyLoads: false)
+            }
+        }
+    }
+
+    /// The article rewritten by `POST /v1/rewrite` (eager: converted first, so the browser does not wait on
+    /// conversions), both pages compared by `page_fidelity.py` with `arguments`, its runs handed to `check`.
+    static func rewriteAndCompare(
+        _ arguments: [String], check: @escaping @Sendable ([[String: Any]]) throws -> Void
+    ) async throws {
         try await withHarness(configure: RewriteTests.configure) { harness in
             let original = Self.article(origin: harness.originURL(""))
-            // Eager: converted first, so the browser does not wait on conversions (lazy converts on first view).
             let reply = try await harness.rewrite(original, query: "?mode=eager", timeout: .seconds(120))
             #expect(reply.status == 200, "\(reply.text)")
             #expect(reply.headers.first(name: "X-GIFs-Found") == "9")
@@ -74,50 +100,13 @@ import Testing
                 try Data(original.utf8).write(to: URL(fileURLWithPath: before))
                 try Data(reply.body).write(to: URL(fileURLWithPath: after))
                 let run = try await runProcess(
-                    "/usr/bin/python3", [Self.oracle, before, after, "--engine", engine], timeout: .seconds(120))
+                    "/usr/bin/python3", [Self.oracle, before, after] + arguments, timeout: .seconds(120))
                 let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
                 let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
                 let result = try #require(
                     (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any], "\(output)")
                 #expect(result["ok"] as? Bool == true, "\(output)")
-                let runs = try #require(result["runs"] as? [[String: Any]], "\(output)")
-                #expect(runs.count == 4)
-                for page in runs {
-                    #expect(page["pageScriptRan"] as? Bool == true, "\(engine): the page's script did not run")
-                    try Self.check(page, engine: engine)
-                }
-            }
-        }
-    }
-
-    /// The same pages with JavaScript off (Chromium, the profile's JavaScript setting blocked; the page's own
-    /// script, which marks the document, does not run): the rewritten `<img>` needs no script, so every GIF still
-    /// shows, in its box, at its first frame. (Lazy images load at once without scripts, in both pages alike.)
-    @Test func withoutJavaScriptEveryGIFStillShows() async throws {
-        try await withHarness(configure: RewriteTests.configure) { harness in
-            let original = Self.article(origin: harness.originURL(""))
-            let reply = try await harness.rewrite(original, query: "?mode=eager", timeout: .seconds(120))
-            #expect(reply.status == 200, "\(reply.text)")
-            try await withTemporaryDirectory { directory in
-                let before = directory + "/original.html"
-                let after = directory + "/rewritten.html"
-                try Data(original.utf8).write(to: URL(fileURLWithPath: before))
-                try Data(reply.body).write(to: URL(fileURLWithPath: after))
-                let run = try await runProcess(
-                    "/usr/bin/python3",
-                    [Self.oracle, before, after, "--engine", "chromium", "--schemes", "light", "--no-javascript"],
-                    timeout: .seconds(120))
-                let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
-                let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
-                let result = try #require(
-                    (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any], "\(output)")
-                #expect(result["ok"] as? Bool == true, "\(output)")
-                let runs = try #require(result["runs"] as? [[String: Any]], "\(output)")
-                #expect(runs.count == 2)
-                for page in runs {
-                    #expect(page["pageScriptRan"] as? Bool == false, "the page's script ran: JavaScript is not off")
-                    try Self.check(page, engine: "chromium (no JavaScript)", lazyLoads: false)
-                }
+                try check(try #require(result["runs"] as? [[String: Any]], "\(output)"))
             }
         }
     }
