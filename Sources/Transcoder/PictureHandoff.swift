@@ -10,7 +10,7 @@ import Foundation
 ///
 /// Nothing about what is encoded changes: the same pictures, in the same order, with the same times, into
 /// the same encoder, so the same bytes. Each object is still used by one thread at a time: the pictures are
-/// passed under `condition`, and everything `encode` touches (the encoder, the muxer, the SSIM check) only
+/// passed under `condition`, and everything `encode` touches (the encoder, the muxer, the pictures' start times) only
 /// on the encoding thread until `finish()` has joined it.
 final class PictureHandoff: @unchecked Sendable {
     /// The pictures the two sides pass between them.

@@ -58,9 +58,7 @@ extension Transcoder {
         against bytes: UnsafeRawBufferPointer, plan: Plan
     ) throws -> Double {
         let header = plan.header
-        let size = Self.imageSize(
-            width: header.width, height: header.height, maxWidth: self.options.maxOutputWidth,
-            maxHeight: self.options.maxOutputHeight)
+        let size = self.imageSize(plan)
         let scaler = try size.scaled ? AlphaScaler(from: header.width, header.height, to: size.width, size.height) : nil
         let source = try header.makeFrameSource(bytes)
         return try file.withUnsafeBytes { encoded in

@@ -189,8 +189,8 @@ extension SizeGuardPolicy {
 extension Transcoder {
     /// The size guard (`SizeGuardPolicy.run`) over this transcoder's video encode: the first attempt is written
     /// to `mp4Path`, every other one to a temporary beside it (added to `temporaries`, which the caller removes).
-    /// Every attempt decodes the source again: no attempt's frames are kept in memory (the SSIM check keeps
-    /// the luma of the few pictures inside the encoder's delay).
+    /// Every attempt decodes the source again: no attempt's frames are kept in memory (x264 scores its own
+    /// pictures: `X264SSIM`).
     /// - Returns: the metadata (its `crf` and `sizeGuard` set), the poster, and the path of the file to keep.
     func encodeGuarded(
         _ bytes: UnsafeRawBufferPointer, plan: Plan, mp4Path: String, temporaries: inout [String]

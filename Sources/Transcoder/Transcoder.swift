@@ -215,25 +215,27 @@ public struct Transcoder: Sendable {
     ) throws -> (result: TranscodeMetadata, poster: [UInt8], ssim: Double?) {
         let header = plan.header
         let output = plan.output
-        let totalMilliseconds = header.frameMilliseconds.reduce(0, +)
+        // Where each source frame starts (milliseconds), read once (`frameMilliseconds` is made on each call, and
+        // the stopping rules below ask on every packet).
+        let durations = header.frameMilliseconds
+        var frameStarts: [Int64] = []
+        frameStarts.reserveCapacity(durations.count)
+        var clock: Int64 = 0
+        for milliseconds in durations {
+            frameStarts.append(clock)
+            clock += Int64(milliseconds)
+        }
+        let totalMilliseconds = clock
         let frameRate = AVRational(
-            num: Int32(clamping: max(1, header.frameMilliseconds.count) * 1000),
-            den: Int32(clamping: max(1, totalMilliseconds)))
+            num: Int32(clamping: max(1, durations.count) * 1000), den: Int32(clamping: max(1, totalMilliseconds)))
         var rendition = self.options.rendition
         rendition.crf = crf
         let encoder = try self.video.makeEncoder(
             output.width, output.height, rendition, self.x264UsesSIMD, av_reduce_rational(frameRate), measure)
         let muxer = try self.video.makeWriter(mp4Path, encoder)
-        // Where each source frame starts (milliseconds) and the source's bytes through it: how much of the
-        // source the pictures encoded so far cover.
-        let sourceEnds = header.frameSourceEnds
-        var frameStarts: [Int64] = []
-        frameStarts.reserveCapacity(header.frameMilliseconds.count)
-        var clock: Int64 = 0
-        for milliseconds in header.frameMilliseconds {
-            frameStarts.append(clock)
-            clock += Int64(milliseconds)
-        }
+        // The source's bytes through each frame, when its format tells: how much of the source the pictures encoded
+        // so far cover.
+        let sourceEnds = header.frameSourceEnds.flatMap { $0.count == durations.count && !$0.isEmpty ? $0 : nil }
         var coveredFrame = 0
         var pictureStarts: [Int64] = []
         var written = 0
@@ -249,11 +251,11 @@ public struct Transcoder: Sendable {
             let now = SizeGuardPolicy.EncodedShare(
                 share: max(
                     Double(start) / Double(max(1, totalMilliseconds)),
-                    Double(packets) / Double(max(1, header.frameMilliseconds.count))),
+                    Double(packets) / Double(max(1, durations.count))),
                 bytes: written)
             if quarter == nil, now.share >= 0.25 { quarter = now }
             var sourceShare = 0.0
-            if let sourceEnds, !sourceEnds.isEmpty, sourceEnds.count == frameStarts.count {
+            if let sourceEnds {
                 // Packets come in presentation order (no B-frames): the frames covered only grow.
                 while coveredFrame + 1 < frameStarts.count, frameStarts[coveredFrame + 1] <= start { coveredFrame += 1 }
                 sourceShare = Double(sourceEnds[coveredFrame]) / Double(max(1, bytes.count))
