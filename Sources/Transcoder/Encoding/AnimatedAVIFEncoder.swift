@@ -20,8 +20,8 @@ final class AnimatedAVIFEncoder {
     private let encoder: UnsafeMutablePointer<avifEncoder>
     /// The picture held until the next one's start gives its duration, its start, and its RGBA to compare.
     private var held: (image: UnsafeMutablePointer<avifImage>, start: Int64)?
+    /// The held picture's RGBA, to compare the next one with (one buffer, refilled).
     private var heldPixels: [UInt8] = []
-    private var added = 0
     private let pixelFormat: avifPixelFormat
 
     /// libaom's speed for the AVIF: the fastest setting that stays in libaom's good-quality mode (see above).
@@ -94,7 +94,8 @@ final class AnimatedAVIFEncoder {
         }
         try self.flushHeld(until: start)
         self.held = (image, start)
-        self.heldPixels = Array(UnsafeRawBufferPointer(start: rgba.baseAddress, count: count))
+        if self.heldPixels.count != count { self.heldPixels = [UInt8](repeating: 0, count: count) }
+        self.heldPixels.withUnsafeMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: rgba[..<count])) }
     }
 
     /// Ends the last picture at `end` (milliseconds) and assembles the file.
@@ -110,7 +111,45 @@ final class AnimatedAVIFEncoder {
         guard result == AVIF_RESULT_OK, let data = output.data else {
             throw TranscodeError(.encodeFailed, "avifEncoderFinish: \(self.describe(result))")
         }
-        return Array(UnsafeBufferPointer(start: data, count: output.size))
+        var file = Array(UnsafeBufferPointer(start: data, count: output.size))
+        Self.clearTimestamps(&file)
+        return file
+    }
+
+    /// Zeroes the creation and modification times libavif writes into an image sequence's `mvhd`, `tkhd` and
+    /// `mdhd` boxes (the clock at encoding): the same source and options must make the same bytes, on every node
+    /// and every day (one key, one file; the ETag holds the file's digest). Zero is what MP4 writers put when they
+    /// have no time to give. Walks the box tree (`moov`, `trak`, `mdia`) so that no byte of the picture data is
+    /// read as a box.
+    static func clearTimestamps(_ file: inout [UInt8]) {
+        func walk(_ start: Int, _ end: Int) {
+            var position = start
+            while position + 8 <= end {
+                var size = file[position..<position + 4].reduce(0) { $0 << 8 | Int($1) }
+                let type = String(decoding: file[position + 4..<position + 8], as: UTF8.self)
+                var header = 8
+                if size == 1, position + 16 <= end {
+                    size = file[position + 8..<position + 16].reduce(0) { $0 << 8 | Int($1) }
+                    header = 16
+                } else if size == 0 {
+                    size = end - position
+                }
+                guard size >= header, position + size <= end else { return }
+                switch type {
+                case "moov", "trak", "mdia": walk(position + header, position + size)
+                case "mvhd", "tkhd", "mdhd":
+                    // A full box: version (1 byte) and flags (3), then the two times, 8 bytes each in version 1.
+                    let times = position + header + 4
+                    let length = file[position + header] == 1 ? 16 : 8
+                    if times + length <= position + size {
+                        for index in times..<times + length { file[index] = 0 }
+                    }
+                default: break
+                }
+                position += size
+            }
+        }
+        walk(0, file.count)
     }
 
     private func flushHeld(until end: Int64) throws {
@@ -122,7 +161,6 @@ final class AnimatedAVIFEncoder {
         guard result == AVIF_RESULT_OK else {
             throw TranscodeError(.encodeFailed, "avifEncoderAddImage: \(self.describe(result))")
         }
-        self.added += 1
     }
 
     private func describe(_ result: avifResult) -> String {
