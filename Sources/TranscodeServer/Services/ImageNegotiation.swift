@@ -4,11 +4,8 @@ import Transcoder
 /// What a signed `.auto` URL answers (`SourceController`): the smallest file the client's `<img>` shows, told by
 /// its `Accept` header, or the source itself. One owner of that rule: the route and the tests ask it.
 ///
-/// - An animated AVIF when `Accept` names `image/avif` (Chromium 85 and later, Firefox 93 and later, Safari 16.4
-///   and later) and the object has one smaller than the source: the smallest file, with transparency and timing
-///   (made only of sources that loop forever, as an AVIF from libavif 0.11 loops forever).
-/// - Else an animated WebP when `Accept` names `image/webp` (Chromium, Firefox 65 and later, Safari 14 and later)
-///   and the object's WebP is smaller than the source: it keeps transparency, timing and the play count.
+/// - An animated WebP when `Accept` names `image/webp` (Chromium, Firefox 65 and later, Safari 14 and later) and
+///   the object's WebP is smaller than the source: it keeps transparency, timing and the play count.
 /// - Else the MP4 when `Accept` names `video/mp4` or `video/*` (Safari's `<img>` plays MP4; Safari 13 sends
 ///   `video/*;q=0.8`), the video is smaller than the source, the source has no transparency (the MP4 would
 ///   show a box where the page shows through) and loops forever (an `<img>` loops an MP4 forever).
@@ -19,10 +16,10 @@ import Transcoder
 /// browser that names WebP shows it). Answers carry `Vary: Accept`.
 enum ImageNegotiation {
     /// The files an `.auto` object is made with besides its video and poster (the same options in the route and
-    /// in the rewrite's eager mode, so the same key): the animated WebP. Not the AVIF, though the rule prefers it
-    /// when an object has one: libaom under libavif 0.11 holds its whole lookahead (which libavif 0.11 cannot
-    /// shorten), 146-625 MiB per job on the corpus against the service's 150 MiB, and takes about 19x the video's
-    /// time, which every first reader of an `.auto` URL would wait for. `formats: ["avif"]` and `.avif` make it.
+    /// in the rewrite's eager mode, so the same key): the animated WebP. Not the AVIF, though it is smaller: libaom
+    /// under libavif 0.11 holds its whole lookahead (which libavif 0.11 cannot shorten), 146-625 MiB per job on the
+    /// corpus against the service's 150 MiB, and takes about 19x the video's time, which every first reader of an
+    /// `.auto` URL would wait for. `formats: ["avif"]` and `.avif` make it.
     static let objectFormats: [OutputFormat] = [.webp]
 
     enum Choice: Equatable, Sendable {
@@ -35,10 +32,10 @@ enum ImageNegotiation {
     /// The answer for a client that sent `accept` (nil: no header), for the object `metadata` describes.
     static func choose(accept: String?, metadata: TranscodeMetadata) -> Choice {
         let named = self.namedTypes(accept ?? "")
-        for format in [OutputFormat.avif, .webp] where named.contains(format.mediaType) {
-            if let entry = ObjectFiles.recorded(format, in: metadata), entry.recommendation == nil {
-                return .file(format)
-            }
+        if named.contains("image/webp"), let webp = ObjectFiles.recorded(.webp, in: metadata),
+            webp.recommendation == nil
+        {
+            return .file(.webp)
         }
         // Safari's <img> loops an MP4 forever: only for a GIF that loops forever.
         if named.contains("video/mp4") || named.contains("video/*"), metadata.recommendation == .video,
@@ -52,7 +49,7 @@ enum ImageNegotiation {
     /// Whether some client is answered anything but the source: what makes rewriting a GIF's URLs worth it (the
     /// rewrite's eager mode leaves the others as they are).
     static func beatsTheSource(_ metadata: TranscodeMetadata) -> Bool {
-        ["image/avif", "image/webp", "video/*"].contains { self.choose(accept: $0, metadata: metadata) != .source }
+        ["image/webp", "video/*"].contains { self.choose(accept: $0, metadata: metadata) != .source }
     }
 
     /// The media types and ranges `accept` names with a quality above 0, lower-cased, parameters dropped
