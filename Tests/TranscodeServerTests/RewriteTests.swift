@@ -313,16 +313,17 @@ import Transcoder
 
     /// Parses past their deadline still hold their place until they end: with `rewrite.maxParses` 1, a document
     /// sent right after a 422 `too-complex` is answered 503 `overloaded` at once, while the first parse runs on.
-    /// The first document is twice the slow one and the second is tiny: under the whole suite's load, a second
-    /// slow document took longer to arrive than the first took to finish parsing (422 again, once in a full run).
+    /// The first document is four times the slow one and the second is tiny: under the whole suite's load, a second
+    /// slow document took longer to arrive than the first took to finish parsing (422 again, once in a full run),
+    /// and with twice the slow one the tiny one once arrived after it (200, once in a full run).
     @Test func abandonedParsesDoNotPileUp() async throws {
         try await withHarness(configure: {
             Self.configure(&$0)
             $0.rewrite.parseTimeoutSeconds = 0.001
             $0.rewrite.maxParses = 1
-            $0.rewrite.maxBodyBytes = 10_000_000
+            $0.rewrite.maxBodyBytes = 20_000_000
         }) { harness in
-            let first = try await harness.rewrite(Self.slowDocument + Self.slowDocument)
+            let first = try await harness.rewrite(String(repeating: Self.slowDocument, count: 4))
             #expect(first.errorCode == "too-complex")
             let second = try await harness.rewrite(#"<p>a GIF: <img src="https://example.com/a.gif"></p>"#)
             #expect(second.status == 503)
