@@ -4,15 +4,15 @@ import CFFmpeg
 ///
 /// Timestamps are milliseconds: the codec time base is 1/1000, so a GIF delay (always a whole number
 /// of centiseconds) is represented exactly. A picture lasts until the next one starts; the muxer is told
-/// where the last one ends (`MP4Muxer.finish(endTime:)`).
-final class H264Encoder: VideoEncoder {
+/// where the last one ends (`MediaMuxer.finish(endTime:)`).
+final class H264Encoder: LibavcodecVideoEncoder {
     static let timeBase = AVRational(num: 1, den: 1000)
     var timeBase: AVRational { Self.timeBase }
 
     let width: Int
     let height: Int
-    private let codec: CodecContext
-    private let packet: Packet
+    let codec: CodecContext
+    let packet: Packet
     /// x264's own SSIM of each picture, when asked for.
     private let ssim: X264SSIM?
 
@@ -48,7 +48,7 @@ final class H264Encoder: VideoEncoder {
             context.pointee.color_range = AVCOL_RANGE_MPEG
             context.pointee.thread_count = Int32(options.threads)
             // No B-frames: decode order is presentation order, so each sample's stts duration is its own
-            // display time, with no ctts and no edit list (see MP4Muxer): the timeline means the same to
+            // display time, with no ctts and no edit list (see MediaMuxer): the timeline means the same to
             // every player. With B-frames the stts durations are decode-order gaps and the track's start
             // and end depend on how a player reads the edit list (Chromium played a 2.42 s GIF for 1.02 s).
             // Six reference frames win back part of what B-frames saved: scripts/bench's median MP4 is
@@ -119,35 +119,4 @@ final class H264Encoder: VideoEncoder {
     }
 
     var pictureSSIM: [Double?]? { self.ssim?.scores }
-
-    /// The stream parameters a muxer copies.
-    func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result {
-        try self.codec.withUnsafeMutablePointer(body)
-    }
-
-    /// Sends one picture shown from `pts` (milliseconds); hands every packet that is ready to `emit`, in
-    /// decode order (the packet is only valid during the call).
-    func encode(_ frame: VideoFrame, pts: Int64, emit: (Packet) throws -> Void) throws {
-        let progress = try frame.withUnsafeMutablePointer { frame in
-            frame.pointee.pts = pts
-            frame.pointee.pict_type = AV_PICTURE_TYPE_NONE
-            return try self.codec.send(frame)
-        }
-        guard progress == .done else {
-            throw FFmpegError(code: CFFmpeg_AVERROR_EAGAIN(), function: "avcodec_send_frame")
-        }
-        try self.drain(emit: emit)
-    }
-
-    /// Flushes the encoder's lookahead and hands the remaining packets to `emit`.
-    func finish(emit: (Packet) throws -> Void) throws {
-        _ = try self.codec.send(nil)
-        try self.drain(emit: emit)
-    }
-
-    private func drain(emit: (Packet) throws -> Void) throws {
-        while try self.codec.receive(into: self.packet) == .done {
-            try emit(self.packet)
-        }
-    }
 }

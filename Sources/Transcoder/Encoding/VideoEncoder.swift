@@ -26,7 +26,44 @@ protocol VideoEncoder: AnyObject {
     func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result
 }
 
-/// A file holding one encoder's stream: MP4 today (`MP4Muxer`), WebM next. It writes the packets in the order the
+/// A `VideoEncoder` over one libavcodec encoder: sending pictures, draining packets and lending the context are
+/// the same for every codec.
+protocol LibavcodecVideoEncoder: VideoEncoder {
+    var codec: CodecContext { get }
+    /// The packet each one received is handed out in (valid during `emit`).
+    var packet: Packet { get }
+}
+
+extension LibavcodecVideoEncoder {
+    func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result {
+        try self.codec.withUnsafeMutablePointer(body)
+    }
+
+    func encode(_ frame: VideoFrame, pts: Int64, emit: (Packet) throws -> Void) throws {
+        let progress = try frame.withUnsafeMutablePointer { frame in
+            frame.pointee.pts = pts
+            frame.pointee.pict_type = AV_PICTURE_TYPE_NONE
+            return try self.codec.send(frame)
+        }
+        guard progress == .done else {
+            throw FFmpegError(code: CFFmpeg_AVERROR_EAGAIN(), function: "avcodec_send_frame")
+        }
+        try self.drain(emit: emit)
+    }
+
+    func finish(emit: (Packet) throws -> Void) throws {
+        _ = try self.codec.send(nil)
+        try self.drain(emit: emit)
+    }
+
+    private func drain(emit: (Packet) throws -> Void) throws {
+        while try self.codec.receive(into: self.packet) == .done {
+            try emit(self.packet)
+        }
+    }
+}
+
+/// A file holding one encoder's stream: MP4 or WebM (`MediaMuxer`). It writes the packets in the order the
 /// encoder hands them out; `finish` is told where the last picture ends, writes the trailer and closes the file.
 protocol ContainerWriter: AnyObject {
     func write(_ packet: Packet) throws
@@ -58,5 +95,5 @@ struct VideoRecipe: Sendable {
                 width: width, height: height, rendition: rendition, simd: simd, averageFrameRate: rate,
                 globalHeader: true, measureSSIM: measureSSIM)
         },
-        makeWriter: { path, encoder in try MP4Muxer(path: path, encoder: encoder) })
+        makeWriter: { path, encoder in try MediaMuxer(path: path, format: .mp4, encoder: encoder) })
 }

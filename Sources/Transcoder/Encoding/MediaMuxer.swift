@@ -1,19 +1,22 @@
 import CFFmpeg
 
-/// Writes one H.264 stream into an MP4 file through libavformat, with the `moov` atom moved before
-/// `mdat` (`+faststart`) so browsers can start playing before the whole file has arrived.
+/// Writes one encoder's stream into a file of a video format of the registry through libavformat (its
+/// `muxerName`): MP4 with the `moov` atom moved before `mdat` (`+faststart`) so browsers can start playing
+/// before the whole file has arrived; WebM (Matroska), whose blocks carry millisecond timestamps and, for VP9
+/// with alpha, the alpha picture beside each one (`BlockAdditional`, from the packets' side data).
 ///
-/// The timeline means the same to every player, with no edit list: the encoder makes no B-frames, so each
+/// In MP4 the timeline means the same to every player, with no edit list: the encoder makes no B-frames, so each
 /// sample is decoded when it is presented (no `ctts`), the first at 0, and each sample's `stts` duration is
 /// exactly its picture's display time, the last one included. Chromium plays a track for the sum of the
 /// sample durations (not `mvhd` or the edit list) and takes each frame's duration from `stts`; `mdhd`,
 /// `mvhd` and `tkhd` say the same length. The last packet is held back until `finish`, which knows where
-/// the animation ends.
+/// the animation ends. In WebM the last block's duration makes the segment's `Duration` end where the
+/// animation does.
 ///
 /// Owns the `AVFormatContext` (`avformat_free_context`) and its `AVIOContext` (`avio_closep`). The
 /// trailer is written and the file closed in `finish()`, which throws; `deinit` only releases what a
 /// failed job left open.
-final class MP4Muxer: ContainerWriter {
+final class MediaMuxer: ContainerWriter {
     private let context: UnsafeMutablePointer<AVFormatContext>
     private let stream: UnsafeMutablePointer<AVStream>
     private var isOpen = false
@@ -25,12 +28,15 @@ final class MP4Muxer: ContainerWriter {
     /// The encoder's time base, the packets' unit.
     private let encoderTimeBase: AVRational
 
-    /// Creates `path` and writes the MP4 header for the encoder's stream.
-    init(path: String, encoder: any VideoEncoder) throws {
+    /// Creates `path` and writes the header of `format` (one with a `muxerName`) for the encoder's stream.
+    init(path: String, format: OutputFormat, encoder: any VideoEncoder) throws {
+        guard let muxerName = format.muxerName else {
+            throw FFmpegError(code: CFFmpeg_AVERROR(EINVAL), function: "MediaMuxer (\(format) has no muxer)")
+        }
         self.encoderTimeBase = encoder.timeBase
         var context: UnsafeMutablePointer<AVFormatContext>?
         try FFmpegError.check(
-            avformat_alloc_output_context2(&context, nil, OutputFormat.mp4.muxerName, path),
+            avformat_alloc_output_context2(&context, nil, muxerName, path),
             "avformat_alloc_output_context2")
         guard let context else {
             throw FFmpegError(code: CFFmpeg_AVERROR(ENOMEM), function: "avformat_alloc_output_context2")
@@ -63,7 +69,7 @@ final class MP4Muxer: ContainerWriter {
         self.isOpen = true
         var options: OpaquePointer?
         defer { av_dict_free(&options) }
-        av_dict_set(&options, "movflags", "+faststart", 0)
+        if format == .mp4 { av_dict_set(&options, "movflags", "+faststart", 0) }
         try FFmpegError.check(avformat_write_header(context, &options), "avformat_write_header")
     }
 
@@ -80,7 +86,7 @@ final class MP4Muxer: ContainerWriter {
         try packet.withUnsafeMutablePointer { packet in
             guard packet.pointee.pts > self.lastTime else {
                 throw FFmpegError(
-                    code: CFFmpeg_AVERROR(EINVAL), function: "MP4Muxer.write (packets out of presentation order)")
+                    code: CFFmpeg_AVERROR(EINVAL), function: "MediaMuxer.write (packets out of presentation order)")
             }
             self.lastTime = packet.pointee.pts
             packet.pointee.dts = packet.pointee.pts
