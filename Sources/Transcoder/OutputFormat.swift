@@ -44,13 +44,18 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
     public static let avif = OutputFormat(
         name: "avif", fileExtension: "avif", mediaType: "image/avif", supportsAlpha: true, isAnimated: true,
         muxerName: nil)
+    /// VP9 with alpha in WebM: a `<video>` that keeps transparency (Chromium, Firefox), at the source's own size
+    /// (VP9 has no even-size rule), each picture's own display time.
+    public static let webm = OutputFormat(
+        name: "webm", fileExtension: "webm", mediaType: "video/webm", supportsAlpha: true, isAnimated: true,
+        muxerName: "webm")
     /// The object's manifest: `TranscodeMetadata` as JSON.
     public static let manifest = OutputFormat(
         name: "json", fileExtension: "json", mediaType: "application/json; charset=utf-8", supportsAlpha: false,
         isAnimated: false, muxerName: nil)
 
     /// Every format in the registry.
-    public static let all: [OutputFormat] = [.mp4, .jpeg, .webp, .avif, .manifest]
+    public static let all: [OutputFormat] = [.mp4, .jpeg, .webp, .avif, .webm, .manifest]
 
     /// The format registered as `name` (a manifest names its artifacts' formats so), nil for any other.
     public static func named(_ name: some StringProtocol) -> OutputFormat? {
@@ -90,7 +95,7 @@ public enum ObjectFiles {
     public static let media: [OutputFormat] = [video, poster]
     /// The files an object has when its options ask for them (`RenditionSpec.extraFormats`), listed in its
     /// manifest with their sizes and digests (role: the format's name).
-    public static let extras: [OutputFormat] = [.webp, .avif]
+    public static let extras: [OutputFormat] = [.webp, .avif, .webm]
     /// The order to write or move an object's files in: the manifest last, so an object never exists half.
     public static let commitOrder: [OutputFormat] = media + extras + [manifest]
     /// The order to delete them in: the manifest first, so the object is a miss from then on.

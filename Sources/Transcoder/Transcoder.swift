@@ -106,6 +106,10 @@ public struct Transcoder: Sendable {
                 case .avif:
                     let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan)
                     image = (avif.bytes, avif.width, avif.height, false, avif.psnr)
+                case .webm:
+                    let webm = try self.encodeAlphaVideoChoosing(
+                        bytes, plan: plan, scratch: OutputFile.temporaryPath(for: path))
+                    image = (webm.bytes, webm.width, webm.height, false, webm.psnr)
                 default: continue
                 }
             } catch let error as TranscodeError where error.code == .encodeFailed {
@@ -232,7 +236,7 @@ public struct Transcoder: Sendable {
         rendition.crf = crf
         let encoder = try self.video.makeEncoder(
             output.width, output.height, rendition, self.x264UsesSIMD, av_reduce_rational(frameRate), measure)
-        let muxer = try self.video.makeWriter(mp4Path, encoder)
+        let muxer = try self.video.makeWriter(mp4Path, encoder, false)
         // The source's bytes through each frame, when its format tells: how much of the source the pictures encoded
         // so far cover.
         let sourceEnds = header.frameSourceEnds.flatMap { $0.count == durations.count && !$0.isEmpty ? $0 : nil }

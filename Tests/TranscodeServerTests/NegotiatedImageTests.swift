@@ -117,6 +117,17 @@ import Transcoder
             #expect(Array(avif.body[4..<12]) == Array("ftypavis".utf8))
             #expect(harness.services.transcodes.counters.transcodes == 2)
 
+            // `.webm` the same way: VP9 with alpha for a <video>, which asks for byte ranges.
+            let webmPath = signer.signedPath(SourcePath(sourceURL: bananaURL, fileExtension: "webm").path)
+            let webm = try await harness.request(.GET, webmPath)
+            #expect(webm.status == 200, "\(webm.text)")
+            #expect(webm.headers.first(name: "Content-Type") == "video/webm")
+            #expect(Array(webm.body.prefix(4)) == [0x1A, 0x45, 0xDF, 0xA3])
+            let webmRange = try await harness.request(.GET, webmPath, headers: [("Range", "bytes=4-99")])
+            #expect(webmRange.status == 206)
+            #expect(webmRange.body == Array(webm.body[4..<100]))
+            #expect(harness.services.transcodes.counters.transcodes == 3)
+
             // Opaque: Safari 13's <img> gets the MP4.
             let (hopper, _) = auto("/corpus/photo_hopper.gif")
             let mp4 = try await harness.request(.GET, hopper, headers: [("Accept", Self.safari13)])

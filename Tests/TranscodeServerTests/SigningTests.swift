@@ -161,7 +161,7 @@ import Transcoder
     }
 
     @Test(arguments: [
-        "/aHR0cHM6Ly9hLmNvbS94LmdpZg.webm",  // unknown file
+        "/aHR0cHM6Ly9hLmNvbS94LmdpZg.mkv",  // unknown file
         "/aHR0cHM6Ly9hLmNvbS94LmdpZg",  // no extension
         "/crf:20/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // unknown option
         "/bg:fff/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // bad colour

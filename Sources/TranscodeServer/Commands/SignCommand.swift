@@ -24,7 +24,7 @@ struct SignCommand: AsyncParsableCommand {
         name: .customLong("extension"),
         help: """
             mp4 (the video), jpg (the poster), json (the metadata), webp (an animated WebP with transparency) or \
-            avif (an animated AVIF with transparency).
+            avif (an animated AVIF with transparency) or webm (VP9 with alpha: a video with transparency).
             """)
     var fileExtension = ObjectFiles.video.fileExtension
 

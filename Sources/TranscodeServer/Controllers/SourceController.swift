@@ -155,7 +155,7 @@ extension SourceController {
         guard self.signer.isValid(signature: signature, path: path) else { throw ServiceError.invalidSignature }
         let source = try SourcePath.parse(path)
         let url = try Downloader.validate(source.sourceURL)
-        // A `.webp` or `.avif` is an extra of its object: asked for, it is made (with the video and the poster) by
+        // A `.webp`, `.avif` or `.webm` is an extra of its object: asked for, it is made (with the video and the poster) by
         // one job. `.auto` chooses among the files of an object made with `ImageNegotiation.objectFormats`.
         let extras =
             source.fileExtension == SourcePath.negotiated

@@ -53,7 +53,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
 
     /// The extras among `names` (a JSON body's `formats`), or else among the query's comma-separated `formats`,
     /// checked before any download: `mp4` and `jpg` are always made; `webp` adds an animated WebP that keeps
-    /// transparency, `avif` an animated AVIF (of a source that loops forever).
+    /// transparency, `avif` an animated AVIF (of a source that loops forever), `webm` VP9 with alpha in WebM.
     /// - Throws: `bad-request` naming a format the service does not make.
     static func extraFormats(_ names: [String]? = nil, query: String?) throws -> [OutputFormat] {
         var extras: [OutputFormat] = []

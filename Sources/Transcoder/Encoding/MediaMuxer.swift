@@ -29,7 +29,8 @@ final class MediaMuxer: ContainerWriter {
     private let encoderTimeBase: AVRational
 
     /// Creates `path` and writes the header of `format` (one with a `muxerName`) for the encoder's stream.
-    init(path: String, format: OutputFormat, encoder: any VideoEncoder) throws {
+    /// - Parameter alphaMode: the packets carry alpha pictures as side data (WebM's `AlphaMode` 1).
+    init(path: String, format: OutputFormat, encoder: any VideoEncoder, alphaMode: Bool = false) throws {
         guard let muxerName = format.muxerName else {
             throw FFmpegError(code: CFFmpeg_AVERROR(EINVAL), function: "MediaMuxer (\(format) has no muxer)")
         }
@@ -60,6 +61,7 @@ final class MediaMuxer: ContainerWriter {
                 avcodec_parameters_from_context(stream.pointee.codecpar, codec), "avcodec_parameters_from_context")
         }
         stream.pointee.time_base = encoder.timeBase
+        if alphaMode { av_dict_set(&stream.pointee.metadata, "alpha_mode", "1", 0) }
         let opened = avio_open(&context.pointee.pb, path, AVIO_FLAG_WRITE)
         guard opened >= 0 else {
             throw TranscodeError(

@@ -84,8 +84,9 @@ struct VideoRecipe: Sendable {
             _ measureSSIM: Bool
         )
             throws -> any VideoEncoder
-    /// A container writing `path`, for `encoder`'s stream (its header is written at once).
-    let makeWriter: @Sendable (_ path: String, _ encoder: any VideoEncoder) throws -> any ContainerWriter
+    /// A container writing `path`, for `encoder`'s stream (its header is written at once); `alpha`: each packet
+    /// carries an alpha picture beside it (VP9 in WebM).
+    let makeWriter: @Sendable (_ path: String, _ encoder: any VideoEncoder, _ alpha: Bool) throws -> any ContainerWriter
 
     /// H.264 High profile in MP4 with faststart: what every browser and AVPlayer play.
     static let h264MP4 = VideoRecipe(
@@ -95,5 +96,18 @@ struct VideoRecipe: Sendable {
                 width: width, height: height, rendition: rendition, simd: simd, averageFrameRate: rate,
                 globalHeader: true, measureSSIM: measureSSIM)
         },
-        makeWriter: { path, encoder in try MediaMuxer(path: path, format: .mp4, encoder: encoder) })
+        makeWriter: { path, encoder, _ in try MediaMuxer(path: path, format: .mp4, encoder: encoder) })
+
+    /// VP9 with alpha in WebM: a `<video>` that keeps transparency in Chromium and Firefox. Its CRF is libvpx's
+    /// (`rendition.crf`, set by `Transcoder.encodeAlphaVideoChoosing`); no SSIM of its own. The encoder codes
+    /// yuv420p pictures: the colour, and in a pass of its own the alpha (`Transcoder.encodeAlphaVideo`).
+    static let vp9WebM = VideoRecipe(
+        format: .webm,
+        makeEncoder: { width, height, rendition, _, rate, _ in
+            try VP9Encoder(
+                width: width, height: height, crf: rendition.crf, threads: rendition.threads, averageFrameRate: rate)
+        },
+        makeWriter: { path, encoder, alpha in
+            try MediaMuxer(path: path, format: .webm, encoder: encoder, alphaMode: alpha)
+        })
 }

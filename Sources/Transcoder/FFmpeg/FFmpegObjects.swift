@@ -84,8 +84,12 @@ final class CodecContext {
 
     /// A decoder for a demuxed stream, set up from its parameters and opened.
     /// - Throws: `FFmpegError` when FFmpeg has no decoder for the stream.
-    init(decoderFor parameters: UnsafePointer<AVCodecParameters>) throws {
-        guard let codec = avcodec_find_decoder(parameters.pointee.codec_id) else {
+    /// - Parameter name: this decoder (nil: FFmpeg's first for the stream's codec).
+    init(decoderFor parameters: UnsafePointer<AVCodecParameters>, named name: String? = nil) throws {
+        guard
+            let codec = name.map({ avcodec_find_decoder_by_name($0) })
+                ?? avcodec_find_decoder(parameters.pointee.codec_id)
+        else {
             throw FFmpegError(code: -0x434E_4510, function: "avcodec_find_decoder")
         }
         guard let context = avcodec_alloc_context3(codec) else {
@@ -246,7 +250,9 @@ final class RGBAConverter {
     private let width: Int
     private let height: Int
 
-    init(width: Int, height: Int, sourceFormat: AVPixelFormat) throws {
+    /// - Parameter videoMatrix: a YUV source's matrix, limited range (`SWS_CS_ITU709`); nil, swscale's default
+    ///   (BT.601), which is also what a JPEG-range source asks for.
+    init(width: Int, height: Int, sourceFormat: AVPixelFormat, videoMatrix: Int32? = nil) throws {
         self.width = width
         self.height = height
         self.sourceFormat = sourceFormat.rawValue
@@ -258,11 +264,16 @@ final class RGBAConverter {
         guard
             let context = sws_getContext(
                 Int32(width), Int32(height), sourceFormat, Int32(width), Int32(height), AV_PIX_FMT_RGBA,
-                SWS_POINT | SWS_ACCURATE_RND, nil, nil, nil)
+                // A video's 4:2:0 chroma interpolated between the samples, as browsers draw it.
+                (videoMatrix == nil ? SWS_POINT : SWS_BILINEAR | SWS_FULL_CHR_H_INT) | SWS_ACCURATE_RND, nil, nil, nil)
         else {
             throw FFmpegError(code: CFFmpeg_AVERROR(EINVAL), function: "sws_getContext(RGBA)")
         }
         self.context = context
+        if let videoMatrix {
+            let coefficients = sws_getCoefficients(videoMatrix)
+            sws_setColorspaceDetails(context, coefficients, 0, coefficients, 1, 0, 1 << 16, 1 << 16)
+        }
     }
 
     deinit {

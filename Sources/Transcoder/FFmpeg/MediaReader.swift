@@ -24,7 +24,11 @@ final class MediaReader {
     ///   (the disposal applies after the frame is shown); as an inter frame it is blended and disposed by
     ///   the decoder's ordinary rules, which cover a true key frame too.
     /// - Throws: `FFmpegError` when the data does not open or has no decodable video stream.
-    init(memory: UnsafeRawBufferPointer, formatName: String, interFramesOnly: Bool = false) throws {
+    /// - Parameter decoderName: the decoder to use instead of FFmpeg's first for the stream's codec (`libvpx-vp9`,
+    ///   which decodes a WebM's alpha pictures; FFmpeg's own VP9 decoder drops them).
+    init(
+        memory: UnsafeRawBufferPointer, formatName: String, interFramesOnly: Bool = false, decoderName: String? = nil
+    ) throws {
         self.interFramesOnly = interFramesOnly
         var format: UnsafeMutablePointer<AVFormatContext>?
         var io: UnsafeMutablePointer<AVIOContext>?
@@ -53,7 +57,7 @@ final class MediaReader {
             guard let parameters = format?.pointee.streams[Int(index)]?.pointee.codecpar else {
                 throw FFmpegError(code: CFFmpeg_AVERROR(EINVAL), function: "AVStream.codecpar")
             }
-            self.decoder = try CodecContext(decoderFor: parameters)
+            self.decoder = try CodecContext(decoderFor: parameters, named: decoderName)
             self.packet = try Packet()
             self.frame = try VideoFrame()
             self.streamIndex = index

@@ -3,7 +3,7 @@
 
 Usage:
   /usr/bin/python3 chromium_oracle.py frames --background RRGGBB --out DIR FILE...
-  /usr/bin/python3 chromium_oracle.py video [--rate R] [--metadata-only] [--probes P.json] --out JSON_FILE FILE.mp4...
+  /usr/bin/python3 chromium_oracle.py video [--rate R] [--metadata-only] [--probes P.json] [--pixels DIR] --out JSON_FILE FILE...
   /usr/bin/python3 chromium_oracle.py snippet --app URL --html SNIPPET [--timeout S]
 
 frames   Decodes each GIF / APNG / WebP with WebCodecs ImageDecoder (composited frames, as the browser
@@ -13,13 +13,15 @@ frames   Decodes each GIF / APNG / WebP with WebCodecs ImageDecoder (composited 
          A file the decoder rejects still gets its .json, with the frames that did decode and "error" set
          (width and height are null when no frame decoded, frameCount when not even the track did; a still
          PNG or WebP has a null duration). Prints one JSON summary line.
-video    Plays each MP4 once from the start at playbackRate R (default 0.25, slow enough that every frame
+video    Plays each MP4 or WebM once from the start at playbackRate R (default 0.25, slow enough that every frame
          is presented) and writes a JSON list of {"file", "duration", "mediaTimes" (every presented
          frame's requestVideoFrameCallback mediaTime, in order), "endedCurrentTime", "error"}.
          --metadata-only stops at loadedmetadata: only "duration" (mediaTimes empty, endedCurrentTime null).
          --probes P.json ({FILE.mp4: [seconds, ...]}): after the play, seeks (paused) to each time and adds
          "probes": [{"time", "mediaTime"}], the mediaTime of the frame presented there; exact under load,
-         where playback may drop frames.
+         where playback may drop frames. --pixels DIR: at each probe, also the picture presented, drawn over
+         black and over white on a canvas of the video's size, written to DIR/<name>.probe<i>.black.rgba and
+         .white.rgba (RGBA, tightly packed): how a page shows a video with alpha over what is behind it.
 snippet  Serves a page from another origin than URL, with a Content-Security-Policy that only allows
          scripts and media from URL, whose body is SNIPPET (a <video> and maybe a <script src> from URL);
          counts how many times the first <video> plays, waits until it has ended and stayed ended for 1 s
@@ -243,7 +245,27 @@ async function runProbes() {
     video.currentTime = time;
     await seeked;
     await presented;
+    if (capture) await captureProbe(state.probes.length).catch((error) => fail("capturing: " + error));
     state.probes.push({time, mediaTime: lastMediaTime});
+  }
+}
+// --pixels: the picture presented, over black and over white, sent to the server.
+const capture = parameters.get("pixels") === "1";
+const canvas = document.createElement("canvas");
+const context = canvas.getContext("2d", {willReadFrequently: true});
+async function captureProbe(index) {
+  const width = video.videoWidth, height = video.videoHeight;
+  canvas.width = width;
+  canvas.height = height;
+  for (const [name, colour] of [["black", "#000000"], ["white", "#ffffff"]]) {
+    context.fillStyle = colour;
+    context.fillRect(0, 0, width, height);
+    context.drawImage(video, 0, 0, width, height);
+    const pixels = context.getImageData(0, 0, width, height).data;
+    const query = "key=" + parameters.get("key") + "&index=" + index + "&background=" + name + "&width=" + width +
+      "&height=" + height;
+    const response = await fetch("/probe?" + query, {method: "POST", body: pixels});
+    if (!response.ok) throw new Error("probe upload refused: " + response.status);
   }
 }
 video.requestVideoFrameCallback(onFrame);
@@ -415,7 +437,8 @@ class Server:
                 except OSError as error:
                     self.send(404, str(error).encode())
                     return
-                content_type = "video/mp4" if path.lower().endswith(".mp4") else "application/octet-stream"
+                content_type = {".mp4": "video/mp4", ".webm": "video/webm"}.get(
+                    os.path.splitext(path.lower())[1], "application/octet-stream")
                 headers = [("Accept-Ranges", "bytes")]
                 first, last, status = 0, size - 1, 200
                 match = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", "").strip())
@@ -439,7 +462,9 @@ class Server:
                 query = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
                 length = int(self.headers.get("Content-Length", "0"))
                 try:
-                    if url.path == "/frame":
+                    if url.path == "/probe":
+                        problem = server.save_probe(query, length, self.rfile)
+                    elif url.path == "/frame":
                         problem = server.sink.frame(query.get("key"), query, length, self.rfile)
                     elif url.path == "/meta":
                         problem = server.sink.meta(query.get("key"), self.rfile.read(length))
@@ -454,10 +479,26 @@ class Server:
                 else:
                     self.send(200)
 
+        self.probe_dir = None  # video --pixels: where the probes' pictures go
+        self.probe_names = {}  # key -> the file's base name
+
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.origin = "http://127.0.0.1:%d" % self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="oracle-http", daemon=True)
+
+    def save_probe(self, query, length, rfile):
+        """Writes one probe's picture over one background (video --pixels)."""
+        key, index, background = query.get("key"), int(query["index"]), query.get("background")
+        width, height = int(query["width"]), int(query["height"])
+        if self.probe_dir is None or key not in self.probe_names or background not in ("black", "white"):
+            return "no such probe"
+        if length != width * height * 4:
+            return "probe %d has %d bytes for %dx%d" % (index, length, width, height)
+        path = os.path.join(self.probe_dir, "%s.probe%d.%s.rgba" % (self.probe_names[key], index, background))
+        with open(path, "wb") as file:
+            file.write(rfile.read(length))
+        return None
 
     def __enter__(self):
         self.thread.start()
@@ -687,6 +728,9 @@ def run_video(arguments):
     results, failures = [], []
     with Server() as server:
         server.pages["/video.html"] = VIDEO_PAGE
+        if arguments.pixels:
+            os.makedirs(arguments.pixels, exist_ok=True)
+            server.probe_dir = arguments.pixels
         browser = Browser()
         try:
             try:
@@ -695,6 +739,7 @@ def run_video(arguments):
                 report({"ok": False, "error": "Chromium did not start: " + describe(error)}, 1)
             for key, path in enumerate(arguments.files):
                 server.inputs[str(key)] = path
+                server.probe_names[str(key)] = os.path.basename(path)
                 result = {"file": path, "duration": None, "mediaTimes": [], "endedCurrentTime": None, "probes": [],
                           "error": None}
                 if not os.path.isfile(path) or not os.access(path, os.R_OK):
@@ -704,7 +749,7 @@ def run_video(arguments):
                     continue
                 try:
                     play_once(browser.driver, server.origin, str(key), arguments.rate, arguments.metadata_only,
-                              probes.get(path, []), result)
+                              probes.get(path, []), result, bool(arguments.pixels))
                 except CheckFailed as error:
                     result["error"] = str(error)
                 except Exception as error:  # noqa: BLE001 - a crashed page: go on with a fresh browser
@@ -727,9 +772,10 @@ def run_video(arguments):
             "out": arguments.out}, 1 if failures else 0)
 
 
-def play_once(driver, origin, key, rate, metadata_only, probe_times, result):
+def play_once(driver, origin, key, rate, metadata_only, probe_times, result, pixels=False):
     """Fills result from one page load; raises CheckFailed when the video does not play to its end in time."""
-    query = urllib.parse.urlencode({"src": "/input/" + key, "rate": repr(rate),
+    query = urllib.parse.urlencode({"src": "/input/" + key, "rate": repr(rate), "key": key,
+                                    "pixels": "1" if pixels else "0",
                                     "probes": ",".join(repr(float(t)) for t in probe_times)})
     driver.get(origin + "/video.html?" + query)
     # Polled often, so it leaves out the growing list of frame times.
@@ -913,6 +959,7 @@ def parse_arguments():
     video.add_argument("--metadata-only", action="store_true", help="record the duration only, do not play")
     video.add_argument("--probes", help="JSON file: {FILE.mp4: [seconds, ...]} times to seek to after the play")
     video.add_argument("--out", required=True, help="JSON file for the results")
+    video.add_argument("--pixels", metavar="DIR", help="write each probe's picture over black and white into DIR")
     video.add_argument("files", nargs="+", metavar="FILE.mp4")
 
     snippet = commands.add_parser("snippet", help="count the plays of an app's <video> snippet")

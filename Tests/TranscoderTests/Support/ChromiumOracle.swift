@@ -50,16 +50,20 @@ enum ChromiumOracle {
         }
     }
 
-    /// Plays every MP4 once in one browser session at `rate` (slow enough that every frame is presented).
+    /// Plays every MP4 or WebM once in one browser session at `rate` (slow enough that every frame is presented).
     /// - Parameter probes: per path, times (seconds) to seek to after the play.
+    /// - Parameter pixels: a directory for the picture shown at each probe over black and over white
+    ///   (`probePicture`).
     static func play(
-        _ paths: [String], rate: Double = 0.25, metadataOnly: Bool = false, probes: [String: [Double]] = [:]
+        _ paths: [String], rate: Double = 0.25, metadataOnly: Bool = false, probes: [String: [Double]] = [:],
+        pixels: String? = nil
     ) throws -> [Playback] {
         try requireBrowser()
         return try withTemporaryDirectorySync { directory in
             let out = directory + "/playback.json"
             var arguments = [Self.script, "video", "--rate", String(rate), "--out", out]
             if metadataOnly { arguments.append("--metadata-only") }
+            if let pixels { arguments += ["--pixels", pixels] }
             if !probes.isEmpty {
                 let file = directory + "/probes.json"
                 try JSONEncoder().encode(probes).write(to: URL(fileURLWithPath: file))
@@ -68,6 +72,18 @@ enum ChromiumOracle {
             try runOracle(arguments + paths)
             return try JSONDecoder().decode([Playback].self, from: Data(contentsOf: URL(fileURLWithPath: out)))
         }
+    }
+
+    /// The picture `play(pixels:)` saw at probe `index` of the video at `path`, over black or white (`width` x
+    /// `height` RGBA as 0xAABBGGRR).
+    static func probePicture(
+        _ index: Int, of path: String, overWhite: Bool, in directory: String, width: Int, height: Int
+    ) throws -> [UInt32] {
+        let name = URL(fileURLWithPath: path).lastPathComponent
+        let file = directory + "/\(name).probe\(index).\(overWhite ? "white" : "black").rgba"
+        let data = try Data(contentsOf: URL(fileURLWithPath: file))
+        guard data.count == width * height * 4 else { throw OracleError.shortFrame(name, index) }
+        return data.withUnsafeBytes { Array($0.bindMemory(to: UInt32.self)) }
     }
 
     /// Decodes every image with Chromium's `ImageDecoder`, flattening each frame over `background`
