@@ -36,12 +36,19 @@ public struct ManifestEntry: Codable, Hashable, Sendable {
     /// For a lossy animated WebP: its mean PSNR against the source's frames, over black and over white (the
     /// lower), in dB, to two decimals (`Transcoder.imagePSNR`).
     public var psnr: Double?
+    /// For a video: its RFC 6381 `codecs` parameter, for a `<source type>` (`avc1.640015`, `vp09.00.21.08`); nil for
+    /// the other files, and in manifests written before it was recorded.
+    public var codecs: String?
     /// `keep-gif` when this file is not smaller than the source (x `maxSizeRatio`) whichever way it was encoded:
     /// a page should show the source rather than it. Nil (absent) otherwise, and for the video and the poster,
     /// whose verdict is the object's `recommendation`.
     public var recommendation: TranscodeMetadata.Recommendation?
 
-    public init(role: String, format: String, bytes: Int, sha256: String?, width: Int? = nil, height: Int? = nil) {
+    public init(
+        role: String, format: String, bytes: Int, sha256: String?, width: Int? = nil, height: Int? = nil,
+        codecs: String? = nil
+    ) {
+        self.codecs = codecs
         self.role = role
         self.format = format
         self.bytes = bytes
@@ -107,6 +114,9 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     /// `nil` in metadata written before they were recorded.
     public var mp4Sha256: String? = nil
     public var posterSha256: String? = nil
+    /// The MP4's RFC 6381 `codecs` parameter (`avc1.` and its SPS's profile, constraints and level), the video
+    /// entry's `codecs`; `nil` in metadata written before it was recorded.
+    public var mp4Codecs: String? = nil
     /// SHA-256 of the source itself, whatever the options: what a takedown of these bytes is recorded
     /// under. `nil` in metadata written before it was recorded (JSON alias, for one release: `gifSha256`).
     public var sourceSha256: String? = nil
@@ -136,7 +146,7 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         case .video:
             ManifestEntry(
                 role: ObjectFiles.video.name, format: ObjectFiles.video.name, bytes: self.mp4Bytes,
-                sha256: self.mp4Sha256)
+                sha256: self.mp4Sha256, codecs: self.mp4Codecs)
         case .poster:
             ManifestEntry(
                 role: "poster", format: ObjectFiles.poster.name, bytes: self.posterBytes, sha256: self.posterSha256)
@@ -173,7 +183,7 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         case sourceFormat, sourceWidth, sourceHeight, outputWidth, outputHeight, sourceFrameCount
         case encodedFrameCount, durationMs, loopCount, playCount, loopsForever, hasTransparency, truncated
         case background, sourceBytes, mp4Bytes, posterBytes, recommendation, mp4Sha256, posterSha256
-        case sourceSha256, crf, sizeGuard, manifestVersion, artifacts
+        case mp4Codecs, sourceSha256, crf, sizeGuard, manifestVersion, artifacts
         // The names of one release ago.
         case gifFrameCount, gifBytes, gifSha256
     }
@@ -204,6 +214,7 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         self.recommendation = try container.decode(Recommendation.self, forKey: .recommendation)
         self.mp4Sha256 = try container.decodeIfPresent(String.self, forKey: .mp4Sha256)
         self.posterSha256 = try container.decodeIfPresent(String.self, forKey: .posterSha256)
+        self.mp4Codecs = try container.decodeIfPresent(String.self, forKey: .mp4Codecs)
         self.sourceSha256 =
             try container.decodeIfPresent(String.self, forKey: .sourceSha256)
             ?? container.decodeIfPresent(String.self, forKey: .gifSha256)
@@ -244,6 +255,7 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         try container.encode(self.recommendation, forKey: .recommendation)
         try container.encode(self.mp4Sha256, forKey: .mp4Sha256)
         try container.encode(self.posterSha256, forKey: .posterSha256)
+        try container.encodeIfPresent(self.mp4Codecs, forKey: .mp4Codecs)
         try container.encode(self.sourceSha256, forKey: .sourceSha256)
         try container.encode(self.sourceSha256, forKey: .gifSha256)
         try container.encode(self.crf, forKey: .crf)

@@ -15,17 +15,22 @@ extension Transcoder {
     /// - Parameter scratch: a path the muxer may write and that is removed before this returns.
     /// - Throws: `TranscodeError` `.encodeFailed` when neither is.
     func encodeAlphaVideoChoosing(_ bytes: UnsafeRawBufferPointer, plan: Plan, scratch: String) throws -> (
-        bytes: [UInt8], width: Int, height: Int, psnr: Double, crf: Int
+        bytes: [UInt8], width: Int, height: Int, psnr: Double, crf: Int, codecs: String
     ) {
         let size = self.imageSize(plan)
         var readings: [Double] = []
         for crf in [Self.webmCRF, Self.webmBetterCRF] {
             if let last = readings.last, Self.webpMinPSNR - last > Self.webmReach { break }
-            let file = try self.encodeAlphaVideo(bytes, plan: plan, crf: crf, scratch: scratch)
+            let (file, timing) = try self.encodeAlphaVideo(bytes, plan: plan, crf: crf, scratch: scratch)
             let psnr = try self.imagePSNR(
                 file, reader: { try EncodedWebM($0, width: $1, height: $2) }, against: bytes, plan: plan,
                 averaging2x2: true)
-            if psnr >= Self.webpMinPSNR { return (file, size.width, size.height, psnr, crf) }
+            if psnr >= Self.webpMinPSNR {
+                let codecs = VP9Encoder.codecsParameter(
+                    width: size.width, height: size.height, shortestPicture: timing.shortest, bytes: file.count,
+                    milliseconds: timing.end)
+                return (file, size.width, size.height, psnr, crf, codecs)
+            }
             readings.append(psnr)
         }
         throw TranscodeError(
@@ -44,7 +49,10 @@ extension Transcoder {
     /// kept (the file's size) until the alpha's join them, each alpha packet beside its picture's as the block's
     /// `BlockAdditional` (ID 1), which WebM readers and libvpx's decoder in libavcodec take it from. A source
     /// without a transparent pixel has no alpha stream.
-    func encodeAlphaVideo(_ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, scratch: String) throws -> [UInt8] {
+    /// - Returns: the file, and its shortest picture's display time and its end (milliseconds).
+    func encodeAlphaVideo(_ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, scratch: String) throws -> (
+        file: [UInt8], timing: (shortest: Int64, end: Int64)
+    ) {
         let size = self.imageSize(plan)
         let (width, height) = (size.width, size.height)
         let durations = plan.header.frameMilliseconds
@@ -120,7 +128,12 @@ extension Transcoder {
             }
         }
         guard let writer else { throw TranscodeError(.encodeFailed, "no WebM writer") }
+        var shortest = colour.end
+        var last: Int64?
         for (index, packet) in colour.packets.enumerated() {
+            let start = packet.withUnsafeMutablePointer { $0.pointee.pts }
+            if let last { shortest = min(shortest, start - last) }
+            last = start
             if transparent { try Self.attachAlpha(alpha[index], to: packet) }
             try writer.write(packet)
         }
@@ -128,7 +141,8 @@ extension Transcoder {
         guard let data = FileManager.default.contents(atPath: scratch) else {
             throw TranscodeError(.io, "cannot read back \(scratch)")
         }
-        return [UInt8](data)
+        if let last { shortest = min(shortest, colour.end - last) }
+        return ([UInt8](data), (max(1, shortest), colour.end))
     }
 
     /// The alpha of `canvas` as the luma of `frame` (yuv420p), its chroma neutral: the picture the alpha stream codes.

@@ -99,17 +99,19 @@ public struct Transcoder: Sendable {
         var made: [(entry: ManifestEntry, temporary: String, path: String)] = []
         for format in ObjectFiles.extras where self.options.rendition.extraFormats.contains(format.name) {
             let path = base + "." + format.fileExtension
-            let image: (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?)
+            let image: (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?, codecs: String?)
             do {
                 switch format {
-                case .webp: image = try self.encodeAnimatedWebPChoosing(bytes, plan: plan)
+                case .webp:
+                    let webp = try self.encodeAnimatedWebPChoosing(bytes, plan: plan)
+                    image = (webp.bytes, webp.width, webp.height, webp.lossless, webp.psnr, nil)
                 case .avif:
                     let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan)
-                    image = (avif.bytes, avif.width, avif.height, false, avif.psnr)
+                    image = (avif.bytes, avif.width, avif.height, false, avif.psnr, nil)
                 case .webm:
                     let webm = try self.encodeAlphaVideoChoosing(
                         bytes, plan: plan, scratch: OutputFile.temporaryPath(for: path))
-                    image = (webm.bytes, webm.width, webm.height, false, webm.psnr)
+                    image = (webm.bytes, webm.width, webm.height, false, webm.psnr, webm.codecs)
                 default: continue
                 }
             } catch let error as TranscodeError where error.code == .encodeFailed {
@@ -123,6 +125,7 @@ public struct Transcoder: Sendable {
                 role: format.name, format: format.name, bytes: image.bytes.count,
                 sha256: try ContentHash.sha256(image.bytes), width: image.width, height: image.height)
             entry.lossless = image.lossless
+            entry.codecs = image.codecs
             entry.psnr = image.psnr.map { ($0 * 100).rounded() / 100 }
             if Double(image.bytes.count) >= Double(bytes.count) * self.options.maxSizeRatio {
                 entry.recommendation = .keepGIF
@@ -292,7 +295,7 @@ public struct Transcoder: Sendable {
             measure
             ? try X264SSIM.weightedMean(encoder.pictureSSIM ?? [], starts: pictureStarts, end: pass.time) : nil
 
-        let metadata = TranscodeMetadata(
+        var metadata = TranscodeMetadata(
             sourceFormat: header.format, sourceWidth: header.width, sourceHeight: header.height,
             outputWidth: output.width, outputHeight: output.height,
             sourceFrameCount: pass.decodedFrames, encodedFrameCount: pass.encodedFrames, durationMs: Int(pass.time),
@@ -300,6 +303,7 @@ public struct Transcoder: Sendable {
             hasTransparency: pass.sawTransparency, truncated: pass.truncated,
             background: self.options.background, sourceBytes: bytes.count, mp4Bytes: 0, posterBytes: 0,
             recommendation: .video)
+        metadata.mp4Codecs = encoder.codecsParameter
         guard let poster else { throw TranscodeError(.encodeFailed, "the conversion made no poster") }
         return (metadata, poster, ssim)
     }

@@ -69,6 +69,7 @@ import Testing
             #expect(entry.bytes == webm.count)
             #expect(entry.sha256 == (try ContentHash.sha256(webm)))
             #expect((webm.count < source.count) == (entry.recommendation == nil))
+            #expect(entry.codecs?.hasPrefix("vp09.00.") == true && entry.codecs?.hasSuffix(".08") == true)
             let sourcePath = directory + "/source.gif"
             try Data(source).write(to: URL(fileURLWithPath: sourcePath))
 

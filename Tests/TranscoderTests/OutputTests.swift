@@ -25,6 +25,42 @@ import Testing
         #expect(result.video.width % 2 == 0 && result.video.height % 2 == 0)
     }
 
+    /// The video's `codecs` parameter (for a `<source type>`) names what libavformat reads from the MP4 itself:
+    /// `avc1.`, the profile (High: 0x64), the SPS's constraint flags, and the level.
+    @Test func videoCodecsParameterIsTheStreams() async throws {
+        let result = try await convert(try self.sample())
+        let codecs = try #require(result.metadata.artifacts.first?.codecs)
+        #expect(codecs.count == 11 && codecs.hasPrefix("avc1.64"), "\(codecs)")
+        #expect(
+            codecs.suffix(2) == String(format: "%02x", result.video.level), "\(codecs), level \(result.video.level)")
+        #expect(result.metadata.mp4Codecs == codecs)
+    }
+
+    /// VP9's level in the WebM's `codecs` parameter: the lowest whose picture size, longer side, sample rate and
+    /// bitrate (libvpx's `vp9_level_defs`) the stream stays within.
+    @Test(
+        arguments: [
+            (128, 128, 100, 13_270, 800, "vp09.00.10.08"),
+            // 131,400 luma samples: over level 2's 122,880.
+            (365, 360, 100, 70_956, 800, "vp09.00.21.08"),
+            // The same at 10 Mb/s: over 2.1's and 3's bitrates.
+            (365, 360, 100, 1_000_000, 800, "vp09.00.31.08"),
+            // 600 px wide: within level 1.1's picture size but not its longer side (768 is; 513 is not level 1's).
+            (600, 40, 100, 1_000, 1_000, "vp09.00.11.08"),
+            // 1,166,400 samples, 17.0 Mb/s: level 4; at 21.3 Mb/s, 4.1.
+            (1080, 1080, 100, 6_367_732, 3_000, "vp09.00.40.08"),
+            (1080, 1080, 100, 8_000_000, 3_000, "vp09.00.41.08"),
+            // 10 ms pictures of 1080 x 1080: 117 million samples a second, over level 4's 83.6.
+            (1080, 1080, 10, 100_000, 3_000, "vp09.00.41.08"),
+        ] as [(Int, Int, Int64, Int, Int64, String)])
+    func vp9CodecsParameter(width: Int, height: Int, shortest: Int64, bytes: Int, milliseconds: Int64, expected: String)
+    {
+        #expect(
+            VP9Encoder.codecsParameter(
+                width: width, height: height, shortestPicture: shortest, bytes: bytes, milliseconds: milliseconds)
+                == expected)
+    }
+
     /// A render leaves its files where it was told and reports them in commit order, the manifest last, each
     /// with the size on disk and the digest `sha256sum` computes; a store does the rest.
     @Test func renderReportsItsArtifacts() async throws {

@@ -119,4 +119,26 @@ final class H264Encoder: LibavcodecVideoEncoder {
     }
 
     var pictureSSIM: [Double?]? { self.ssim?.scores }
+
+    /// The stream's RFC 6381 `codecs` parameter: `avc1.` and the profile, constraint flags and level of the SPS
+    /// x264 put in the extradata (Annex B); nil when it has none.
+    var codecsParameter: String? {
+        self.codec.withUnsafeMutablePointer { context in
+            guard let data = context.pointee.extradata else { return nil }
+            return Self.codecsParameter(
+                annexB: UnsafeBufferPointer(start: data, count: Int(context.pointee.extradata_size)))
+        }
+    }
+
+    /// `avc1.PPCCLL` from the first SPS (NAL type 7) after a start code in `annexB`.
+    static func codecsParameter(annexB bytes: UnsafeBufferPointer<UInt8>) -> String? {
+        var index = 0
+        while index + 6 < bytes.count {
+            if bytes[index] == 0, bytes[index + 1] == 0, bytes[index + 2] == 1, bytes[index + 3] & 0x1F == 7 {
+                return String(format: "avc1.%02x%02x%02x", bytes[index + 4], bytes[index + 5], bytes[index + 6])
+            }
+            index += 1
+        }
+        return nil
+    }
 }

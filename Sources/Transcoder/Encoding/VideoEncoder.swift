@@ -22,6 +22,9 @@ protocol VideoEncoder: AnyObject {
     /// was made (`measureSSIM`). A picture not scored (yet) is nil; one too small to score, NaN.
     var pictureSSIM: [Double?]? { get }
 
+    /// The stream's RFC 6381 `codecs` parameter (for a `<source type>`), when the encoder knows it.
+    var codecsParameter: String? { get }
+
     /// The stream parameters a container copies.
     func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result
 }

@@ -10,6 +10,7 @@ struct MP4Probe {
     var codecName = ""
     var pixelFormat = ""
     var profile: Int32 = 0
+    var level: Int32 = 0
     var width = 0
     var height = 0
     var colorPrimaries = AVCOL_PRI_UNSPECIFIED
@@ -67,6 +68,7 @@ struct MP4Probe {
         self.pixelFormat =
             av_get_pix_fmt_name(AVPixelFormat(rawValue: parameters.pointee.format)).map { String(cString: $0) } ?? ""
         self.profile = parameters.pointee.profile
+        self.level = parameters.pointee.level
         self.width = Int(parameters.pointee.width)
         self.height = Int(parameters.pointee.height)
         self.colorPrimaries = parameters.pointee.color_primaries
