@@ -19,6 +19,7 @@ import Testing
         /// The picture's size as Chromium decoded it.
         var videoWidth: Int?
         var videoHeight: Int?
+        var currentSrc: String?
     }
 
     /// Three 200 ms frames: 600 ms a play.
@@ -30,11 +31,15 @@ import Testing
         .appendingPathComponent("TranscoderTests/Browser/chromium_oracle.py").path
 
     /// Converts the GIF, puts its snippet on a page and hands what Chromium played to `check`.
+    /// - Parameter formats: the upload's `?formats=`.
     func play(
-        loopCount: Int?, timeout: Int, check: @escaping @Sendable (_ html: String, _ observed: Observed) -> Void
+        loopCount: Int?, timeout: Int, formats: String? = nil,
+        check: @escaping @Sendable (_ html: String, _ observed: Observed) -> Void
     ) async throws {
         try await withHarness { harness in
-            let reply = try await harness.upload(Self.gif(loopCount: loopCount))
+            let reply = try await harness.request(
+                .POST, "/transcode" + (formats.map { "?formats=" + $0 } ?? ""),
+                headers: [("Content-Type", "image/gif")], body: Self.gif(loopCount: loopCount))
             #expect(reply.status == 200, "\(reply.text)")
             let html = try #require(try reply.json()["html"] as? String)
             let run = try await runBrowserScript(
@@ -59,6 +64,21 @@ import Testing
             #expect(abs(observed.currentTime - observed.duration) < 0.001, "\(observed)")
             #expect(abs(observed.duration - 0.6) < 0.001, "\(observed)")
             // The picture left on screen is the last frame (it starts at 400 ms).
+            #expect(observed.lastMediaTime.map { abs($0 - 0.4) < 0.001 } == true, "\(observed)")
+        }
+    }
+
+    /// With a WebM (`?formats=webm`) the snippet lists it first, with its `codecs` parameter, then the MP4: Chromium
+    /// plays the WebM, the GIF's three times, and stops on its last frame.
+    @Test func theWebMIsPlayedFirstAndCountsTheSame() async throws {
+        try await self.play(loopCount: 2, timeout: 30, formats: "webm") { html, observed in
+            let webm = try? #require(html.range(of: "type='video/webm; codecs=\"vp09.00."))
+            let mp4 = try? #require(html.range(of: "type='video/mp4; codecs=\"avc1.64"))
+            #expect(webm.map { w in mp4.map { w.lowerBound < $0.lowerBound } ?? false } == true, "\(html)")
+            #expect(observed.currentSrc?.hasSuffix(".webm") == true, "\(observed)")
+            #expect(observed.plays == 3, "\(observed)")
+            #expect(observed.ended && observed.paused, "\(observed)")
+            #expect(abs(observed.duration - 0.6) < 0.001, "\(observed)")
             #expect(observed.lastMediaTime.map { abs($0 - 0.4) < 0.001 } == true, "\(observed)")
         }
     }

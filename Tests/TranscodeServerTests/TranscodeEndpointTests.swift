@@ -25,7 +25,9 @@ import Testing
             let html = try #require(json["html"] as? String)
             #expect(html.hasPrefix("<video autoplay muted playsinline loop poster=\"/media/\(key).jpg\""))
             #expect(html.contains("width=\"365\" height=\"360\""))
-            #expect(html.contains("<source src=\"/media/\(key).mp4\" type=\"video/mp4\">"))
+            // The MP4's type names its codecs (the SPS's profile, constraints and level: High, 00, some level).
+            #expect(html.contains("<source src=\"/media/\(key).mp4\" type='video/mp4; codecs=\"avc1.6400"))
+            #expect(!html.contains("webm"))
             #expect(reply.headers.first(name: "X-Cache") == "miss")
 
             let video = try await harness.request(.GET, "/media/\(key).mp4")

@@ -26,7 +26,7 @@ snippet  Serves a page from another origin than URL, with a Content-Security-Pol
          scripts and media from URL, whose body is SNIPPET (a <video> and maybe a <script src> from URL);
          counts how many times the first <video> plays, waits until it has ended and stayed ended for 1 s
          (or S seconds, default 60) and prints one JSON line ({"ok", "plays", "ended", "paused",
-         "currentTime", "duration", "loopAttribute", "lastMediaTime", "cspViolations", "console"}, and
+         "currentTime", "duration", "loopAttribute", "lastMediaTime", "currentSrc", "cspViolations", "console"}, and
          "error" when not ok). ok: it ended, without a media error or a CSP violation. The CSP source and
          the <base> are "URL/" (a source ending in "/" allows every path below it).
 
@@ -923,7 +923,7 @@ def watch_until_ended(driver, deadline, timeout, result):
         "const finite = (x) => Number.isFinite(x) ? x : null;"
         "return {plays: w.plays, ended: v.ended, paused: v.paused, currentTime: v.currentTime,"
         " duration: finite(v.duration), loopAttribute: v.loop, lastMediaTime: w.lastMediaTime,"
-        " videoWidth: v.videoWidth, videoHeight: v.videoHeight,"
+        " videoWidth: v.videoWidth, videoHeight: v.videoHeight, currentSrc: v.currentSrc,"
         " mediaError: w.mediaError};"
     )
     ended_since = None
