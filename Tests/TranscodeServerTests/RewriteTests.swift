@@ -221,6 +221,8 @@ import Transcoder
             let document = #"<img src="/corpus/cartoon_hotdog.gif" loading="lazy" alt="hotdog">"#
             let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
             let snippet = try #require(try Self.videos(in: reply.text).first)
+            // No poster until it is near: its GET would convert the GIF at page load.
+            #expect(!snippet.contains(" poster=") && snippet.contains(" data-gif2mp4-poster="), "\(snippet)")
             let run = try await runBrowserScript(
                 PlayerScriptTests.oracle,
                 ["lazy", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", snippet, "--timeout", "30"],
@@ -230,8 +232,43 @@ import Transcoder
             #expect(before?["paused"] as? Bool == true, "\(run.output)")
             #expect(before?["readyState"] as? Int == 0, "\(run.output)")
             #expect(before?["autoplay"] as? Bool == false, "\(run.output)")
+            #expect(before?["poster"] is NSNull, "\(run.output)")
+            #expect(((run.result["inView"] as? [String: Any])?["poster"] as? String)?.hasSuffix(".jpg") == true)
             #expect((run.result["inView"] as? [String: Any])?["paused"] as? Bool == false, "\(run.output)")
             #expect((run.result["afterScroll"] as? [String: Any])?["paused"] as? Bool == true, "\(run.output)")
+        }
+    }
+
+    /// A GIF the service refuses (a canvas past the limits, which a browser still shows), rewritten before it was
+    /// ever converted: the video's source fails and `/player.js` puts the `<img>` back, with its box and classes,
+    /// in Chromium. A GIF that converts keeps its video.
+    @Test func aRefusedGIFComesBackAsItsImage() async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let document = """
+                <img src="/corpus/corrupt_huge_claim_12352x12418.gif" class="hero wide" alt="huge" width="300" height="200">
+                <img src="/corpus/cartoon_hotdog.gif" class="thumb" alt="hotdog">
+                """
+            let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
+            let videos = try Self.videos(in: reply.text)
+            #expect(videos.count == 2 && videos.allSatisfy { $0.contains("data-gif2mp4-src=") }, "\(reply.text)")
+            let run = try await runBrowserScript(
+                PlayerScriptTests.oracle,
+                [
+                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", videos.joined(),
+                    "--until",
+                    "document.querySelectorAll('img').length > 0 && document.querySelector('video').readyState >= 2",
+                    "--timeout", "30",
+                ],
+                timeout: .seconds(120))
+            #expect(run.result["ok"] as? Bool == true, "\(run.output)")
+            #expect(run.result["until"] as? Bool == true, "\(run.output)")
+            let elements = try #require(run.result["elements"] as? [[String: Any]], "\(run.output)")
+            let tags = elements.compactMap { $0["tag"] as? String }
+            #expect(tags == ["img", "video"], "\(run.output)")
+            let image = try #require(elements.first?["attributes"] as? [String: String])
+            #expect(image["src"] == "/corpus/corrupt_huge_claim_12352x12418.gif", "\(image)")
+            #expect(image["class"] == "hero wide" && image["alt"] == "huge", "\(image)")
+            #expect(image["width"] == "300" && image["height"] == "200", "\(image)")
         }
     }
 
@@ -259,7 +296,7 @@ import Transcoder
                 ], timeout: .seconds(30))
             #expect(
                 run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-                    == "aria-label,autoplay,loop,muted,playsinline,poster,role,title", "\(run.stdout)")
+                    == "aria-label,autoplay,data-gif2mp4-src,loop,muted,playsinline,poster,role,title", "\(run.stdout)")
         }
     }
 

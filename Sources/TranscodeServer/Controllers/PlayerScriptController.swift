@@ -42,7 +42,8 @@ enum PlayerScript {
     static let body = ByteBuffer(string: Self.source)
 
     static let source = #"""
-        // Plays every <video data-play-count="N"> exactly N times, then leaves it on its last frame:
+        // Plays every <video data-play-count="N"> exactly N times, then leaves it on its last frame;
+        // plays <video data-gif2mp4-lazy> near the viewport; puts a refused GIF's <img> back (below):
         // what browsers do with a GIF whose NETSCAPE loop count is N - 1. A GIF that loops forever needs
         // no script (`loop`), nor one that plays once (no `loop`). Served by the transcode service at
         // /player.js; the `html` snippet of a finite-loop GIF references it. Safe to include many times:
@@ -109,6 +110,8 @@ enum PlayerScript {
                 for (const entry of entries) {
                   const video = entry.target;
                   if (entry.isIntersecting) {
+                    const poster = video.getAttribute("data-gif2mp4-poster");
+                    if (poster && !video.getAttribute("poster")) video.setAttribute("poster", poster);
                     video.preload = "auto";
                     video.play().catch(() => {});
                   } else if (!video.paused) {
@@ -125,7 +128,35 @@ enum PlayerScript {
             else video.play().catch(() => {});
           }
 
+          // <video data-gif2mp4-src="GIF"> (a rewritten GIF not converted yet): if its source fails (the
+          // service refused the GIF: too large, not an animation), the <img> comes back, as the page had it.
+          const restored = Symbol.for("gif2mp4.fallback");
+          function fallBack(video) {
+            if (!video.isConnected || !video.hasAttribute("data-gif2mp4-src")) return;
+            const image = document.createElement("img");
+            image.setAttribute("src", video.getAttribute("data-gif2mp4-src"));
+            for (const name of ["id", "class", "style", "title", "width", "height"]) {
+              if (video.hasAttribute(name)) image.setAttribute(name, video.getAttribute(name));
+            }
+            if (video.hasAttribute("aria-label")) image.setAttribute("alt", video.getAttribute("aria-label"));
+            if (video.hasAttribute("data-gif2mp4-lazy")) image.setAttribute("loading", "lazy");
+            video.replaceWith(image);
+          }
+
+          function guard(video) {
+            if (video[restored]) return;
+            video[restored] = true;
+            const sources = video.querySelectorAll("source");
+            // A <source> that fails fires its own error, on the last one when none is left to try.
+            if (sources.length > 0) sources[sources.length - 1].addEventListener("error", () => fallBack(video));
+            video.addEventListener("error", () => fallBack(video));
+            // Failed before this script ran (it is deferred): no source left to try.
+            if (video.error || video.networkState === HTMLMediaElement.NETWORK_NO_SOURCE) fallBack(video);
+          }
+
           function scan(root) {
+            if (root.matches && root.matches("video[data-gif2mp4-src]")) guard(root);
+            if (root.querySelectorAll) root.querySelectorAll("video[data-gif2mp4-src]").forEach(guard);
             if (root.matches && root.matches("video[data-play-count]")) attach(root);
             if (root.querySelectorAll) root.querySelectorAll("video[data-play-count]").forEach(attach);
             if (root.matches && root.matches("video[data-gif2mp4-lazy]")) watch(root);
@@ -145,7 +176,7 @@ enum PlayerScript {
               else record.addedNodes.forEach(scan);
             }
           }).observe(document.documentElement, { subtree: true, childList: true, attributes: true,
-            attributeFilter: ["data-play-count", "data-gif2mp4-lazy"] });
+            attributeFilter: ["data-play-count", "data-gif2mp4-lazy", "data-gif2mp4-src"] });
         })();
         """#
 }

@@ -16,8 +16,10 @@ struct RewriteTarget: Sendable {
 /// play, `data-play-count` with `/player.js` for a finite count; `loop` while the count is not known yet),
 /// and keeps what means something on a `<video>`: `id`, `class`, `style`, `title`, `width`/`height` (from the
 /// attributes, else the GIF's own once known), `alt` as `aria-label` with `role="img"`. An `<img
-/// loading="lazy">` becomes `preload="none"` without `autoplay`, marked `data-gif2mp4-lazy`: `/player.js` plays
-/// it when it scrolls into view. `srcset`, `sizes`, `loading`, `decoding` and `data-*` (a lazy-loading
+/// loading="lazy">` becomes `preload="none"` without `autoplay` and without a `poster` (its URL in
+/// `data-gif2mp4-poster`), marked `data-gif2mp4-lazy`: `/player.js` sets the poster and plays it when it comes
+/// near the viewport. A GIF not converted yet keeps its URL in `data-gif2mp4-src`: `/player.js` puts the `<img>`
+/// back if the video's source fails (a GIF the service refuses). `srcset`, `sizes`, `loading`, `decoding` and `data-*` (a lazy-loading
 /// plugin's `data-src` would fight the video) are not carried over.
 enum HTMLRewriter {
     /// `html` with each element of `replacements` (sorted, not overlapping) replaced.
@@ -90,8 +92,19 @@ enum HTMLRewriter {
         } else {
             attributes.append(("loop", nil))
         }
-        if lazy { attributes += [("preload", "none"), ("data-gif2mp4-lazy", nil)] }
-        attributes.append(("poster", target.posterURL))
+        if lazy {
+            // The poster too waits until the video comes near the viewport (`/player.js` sets it then): its GET
+            // would convert the GIF at page load, for a reader who may never scroll to it.
+            attributes += [("preload", "none"), ("data-gif2mp4-lazy", nil), ("data-gif2mp4-poster", target.posterURL)]
+        } else {
+            attributes.append(("poster", target.posterURL))
+        }
+        // Not yet converted: should the service refuse the GIF (too large, not a GIF), `/player.js` puts the
+        // `<img>` back, which the browser still shows.
+        if target.metadata == nil {
+            attributes.append(("data-gif2mp4-src", element.source))
+            needsScript = true
+        }
         for name in ["id", "class", "style", "title"] {
             if let value = element.attribute(name) { attributes.append((name, value)) }
         }

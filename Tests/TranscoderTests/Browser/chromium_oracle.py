@@ -5,6 +5,7 @@ Usage:
   /usr/bin/python3 chromium_oracle.py frames --background RRGGBB --out DIR FILE...
   /usr/bin/python3 chromium_oracle.py video [--rate R] [--metadata-only] [--probes P.json] [--pixels DIR] --out JSON_FILE FILE...
   /usr/bin/python3 chromium_oracle.py snippet --app URL --html SNIPPET [--timeout S]
+  /usr/bin/python3 chromium_oracle.py elements --app URL --html SNIPPET --until JS [--timeout S]
 
 frames   Decodes each GIF / APNG / WebP with WebCodecs ImageDecoder (composited frames, as the browser
          shows them), flattens every frame on the opaque background colour and writes DIR/<name>.rgba (the
@@ -29,6 +30,9 @@ snippet  Serves a page from another origin than URL, with a Content-Security-Pol
          "currentTime", "duration", "loopAttribute", "lastMediaTime", "currentSrc", "cspViolations", "console"}, and
          "error" when not ok). ok: it ended, without a media error or a CSP violation. The CSP source and
          the <base> are "URL/" (a source ending in "/" allows every path below it).
+elements The snippet on the same page until the JavaScript expression JS is true (or S seconds, default 30):
+         prints {"ok", "until" (whether JS became true), "elements" (each <img> and <video> of the body: its
+         "tag" and "attributes"), "cspViolations"}.
 
 The script serves its pages and files from its own HTTP server on 127.0.0.1 and Chromium is kept off every
 other host. Every wait is bounded. Exit status: 0 ok; 1 a check failed (frames and video: the browser
@@ -879,7 +883,8 @@ def run_lazy(arguments):
     base = app_base(arguments.app)
     probe = ("const v = document.querySelector('video');"
              "return v && {paused: v.paused, readyState: v.readyState, currentTime: v.currentTime,"
-             " preload: v.preload, autoplay: v.autoplay, error: v.error && v.error.message};")
+             " preload: v.preload, autoplay: v.autoplay, poster: v.getAttribute('poster'),"
+             " error: v.error && v.error.message};")
     result = {"ok": False, "cspViolations": []}
     with Server() as server:
         server.pages["/lazy.html"] = LAZY_PAGE.format(source=base, base=base, snippet=arguments.html)
@@ -908,6 +913,38 @@ def run_lazy(arguments):
                                          "the video did not play once in view")
                 driver.execute_script("window.scrollTo(0, 0)")
                 result["afterScroll"] = until(lambda state: state["paused"], "the video did not pause out of view")
+                result["cspViolations"] = driver.execute_script("return window.__cspViolations || []")
+            except Exception as error:  # noqa: BLE001 - reported with whatever was observed
+                result["error"] = describe(error)
+        finally:
+            browser.quit()
+    report_page(result)
+
+
+def run_elements(arguments):
+    """A snippet on a page of another origin (the snippet page's CSP) until the JavaScript expression UNTIL is true
+    (or the timeout): the tag and attributes of every <img> and <video> in the body, and whether UNTIL became true."""
+    base = app_base(arguments.app)
+    result = {"ok": False, "until": False, "elements": [], "cspViolations": []}
+    read = ("return Array.from(document.body.querySelectorAll('img, video')).map((e) => ({tag: e.tagName.toLowerCase(),"
+            " attributes: Object.fromEntries(Array.from(e.attributes).map((a) => [a.name, a.value]))}));")
+    with Server() as server:
+        server.pages["/snippet.html"] = SNIPPET_PAGE.format(source=base, base=base, snippet=arguments.html)
+        browser = Browser(record_csp=True, page_load_timeout=arguments.timeout)
+        try:
+            try:
+                driver = browser.start()
+            except Exception as error:  # noqa: BLE001
+                report(dict(result, error="Chromium did not start: " + describe(error)), 1)
+            try:
+                driver.get(server.origin + "/snippet.html")
+                deadline = time.monotonic() + arguments.timeout
+                while time.monotonic() < deadline:
+                    if driver.execute_script("return !!(" + arguments.until + ");"):
+                        result["until"] = True
+                        break
+                    time.sleep(0.1)
+                result["elements"] = driver.execute_script(read)
                 result["cspViolations"] = driver.execute_script("return window.__cspViolations || []")
             except Exception as error:  # noqa: BLE001 - reported with whatever was observed
                 result["error"] = describe(error)
@@ -972,6 +1009,12 @@ def parse_arguments():
     lazy.add_argument("--html", required=True, help="the <video data-gif2mp4-lazy> and its <script src>")
     lazy.add_argument("--timeout", type=float, default=30, help="seconds for each step (default 30)")
 
+    elements = commands.add_parser("elements", help="a snippet's <img> and <video> elements once UNTIL holds")
+    elements.add_argument("--app", required=True, help="the app's base URL (http://127.0.0.1:PORT)")
+    elements.add_argument("--html", required=True, help="the snippet")
+    elements.add_argument("--until", required=True, help="a JavaScript expression to wait for")
+    elements.add_argument("--timeout", type=float, default=30, help="seconds to wait (default 30)")
+
     arguments = parser.parse_args()
     if arguments.command == "frames" and not re.fullmatch(r"[0-9A-Fa-f]{6}", arguments.background):
         parser.error("--background must be six hex digits, RRGGBB")
@@ -983,7 +1026,8 @@ def main():
     missing = Browser.missing_tools()
     if missing:
         report({"ok": False, "error": "missing %s; install with: %s" % (", ".join(missing), PACKAGES)}, 2)
-    {"frames": run_frames, "video": run_video, "snippet": run_snippet, "lazy": run_lazy}[arguments.command](arguments)
+    {"frames": run_frames, "video": run_video, "snippet": run_snippet, "lazy": run_lazy,
+     "elements": run_elements}[arguments.command](arguments)
 
 
 if __name__ == "__main__":
