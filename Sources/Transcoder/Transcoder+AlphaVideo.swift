@@ -47,8 +47,9 @@ extension Transcoder {
     /// 1080x1080 pictures whatever its options (lookahead, threads, tiles, speed), and the two at once made a
     /// conversion of huge_1080_transparent_30f.gif peak at 331 MB, one at a time at 205 MB (the MP4 alone: 136). The colour's packets are
     /// kept (the file's size) until the alpha's join them, each alpha packet beside its picture's as the block's
-    /// `BlockAdditional` (ID 1), which WebM readers and libvpx's decoder in libavcodec take it from. A source
-    /// without a transparent pixel has no alpha stream.
+    /// `BlockAdditional` (ID 1), which WebM readers and libvpx's decoder in libavcodec take it from. (The
+    /// transcoder makes a WebM only of a source with transparency; one without a transparent pixel after all would
+    /// get no alpha stream.)
     /// - Returns: the file, and its shortest picture's display time and its end (milliseconds).
     func encodeAlphaVideo(_ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, scratch: String) throws -> (
         file: [UInt8], timing: (shortest: Int64, end: Int64)
@@ -107,11 +108,14 @@ extension Transcoder {
             let scaler = try ImageScaler(
                 sourceWidth: width, sourceHeight: height, destinationWidth: width, destinationHeight: height,
                 destinationFormat: AV_PIX_FMT_YUV420P, matrix: SWS_CS_ITU709, fullRange: false)
-            var greyed = [UInt32](repeating: 0, count: width * height)
+            var filled = [UInt32](repeating: 0, count: width * height)
+            let background = self.options.background.rgbaPixel
             let made = try pass { canvas, frame in
-                greyed.withUnsafeMutableBytes { $0.copyMemory(from: canvas) }
-                transparent = greyed.withUnsafeMutableBufferPointer { Self.greyTransparentPixels($0) } || transparent
-                try greyed.withUnsafeBufferPointer { try scaler.convert($0, into: frame) }
+                filled.withUnsafeMutableBytes { $0.copyMemory(from: canvas) }
+                transparent =
+                    filled.withUnsafeMutableBufferPointer { Self.fillTransparentPixels($0, colour: background) }
+                    || transparent
+                try filled.withUnsafeBufferPointer { try scaler.convert($0, into: frame) }
             }
             colour = (made.packets, made.end)
             // The header needs the colour stream's parameters; its encoder (and its memory) goes with this scope.
@@ -178,19 +182,17 @@ extension Transcoder {
         }
     }
 
-    /// The colour given to fully transparent pixels before they are coded: a GIF's are black, and the colour
-    /// stream codes the edge between black and the shape wherever the shape moves. Mid grey costs fewer bits at
-    /// every edge and has neutral chroma, as black has (4:2:0 mixes it into the edge's blocks). Measured on six
-    /// transparent corpus files against black, and against copying the nearest visible colour 4 px out: -8% and
-    /// -26% bytes, within 0.1 dB and 0.8 dB (docs/benchmarks.md, "VP9 with alpha").
-    static let transparentColour: UInt32 = 0x0080_8080
-
-    /// - Returns: whether any pixel is not opaque.
-    static func greyTransparentPixels(_ pixels: UnsafeMutableBufferPointer<UInt32>) -> Bool {
+    /// Gives the fully transparent pixels `colour` (alpha left at 0) and tells whether any pixel is not opaque.
+    /// The background colour (the MP4's): a player that ignores the alpha stream shows what the MP4 shows. What the
+    /// colour costs varies by file (four transparent corpus files, black, grey and white: -18% to +8% bytes against
+    /// grey, within 0.2 dB); copying the nearest visible colour 4 px out, against fringes, cost +25% for 0.0-0.8 dB
+    /// (docs/benchmarks.md, "VP9 with alpha").
+    static func fillTransparentPixels(_ pixels: UnsafeMutableBufferPointer<UInt32>, colour: UInt32) -> Bool {
         var transparent = false
+        let colour = colour & 0x00FF_FFFF
         for index in pixels.indices where pixels[index] >> 24 != 0xFF {
             transparent = true
-            if pixels[index] >> 24 == 0 { pixels[index] = Self.transparentColour }
+            if pixels[index] >> 24 == 0 { pixels[index] = colour }
         }
         return transparent
     }

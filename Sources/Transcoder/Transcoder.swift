@@ -51,7 +51,10 @@ public struct Transcoder: Sendable {
                 let plan = try self.plan(bytes)
                 let guarded = try self.encodeGuarded(
                     bytes, plan: plan, mp4Path: mp4Temporary, temporaries: &temporaries)
-                return (guarded, try self.encodeExtras(bytes, plan: plan, beside: base, temporaries: &temporaries))
+                let extras = try self.encodeExtras(
+                    bytes, plan: plan, transparent: guarded.metadata.result.hasTransparency, beside: base,
+                    temporaries: &temporaries)
+                return (guarded, extras)
             }
             var metadata = guarded.metadata
             metadata.result.otherArtifacts = extras.map(\.entry)
@@ -93,8 +96,10 @@ public struct Transcoder: Sendable {
     /// encoded from a pass of its own over the source and written, synced, to a temporary file beside
     /// `base.<extension>` (added to `temporaries`).
     /// - Returns: each file's manifest entry, temporary path and final path, in the registry's order.
+    /// - Parameter transparent: whether the source shows a transparent pixel: the VP9 WebM is made only then (its
+    ///   point is alpha; for an opaque source the MP4 is the video).
     private func encodeExtras(
-        _ bytes: UnsafeRawBufferPointer, plan: Plan, beside base: String, temporaries: inout [String]
+        _ bytes: UnsafeRawBufferPointer, plan: Plan, transparent: Bool, beside base: String, temporaries: inout [String]
     ) throws -> [(entry: ManifestEntry, temporary: String, path: String)] {
         var made: [(entry: ManifestEntry, temporary: String, path: String)] = []
         for format in ObjectFiles.extras where self.options.rendition.extraFormats.contains(format.name) {
@@ -109,6 +114,7 @@ public struct Transcoder: Sendable {
                     let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan)
                     image = (avif.bytes, avif.width, avif.height, false, avif.psnr, nil)
                 case .webm:
+                    guard transparent else { continue }
                     let webm = try self.encodeAlphaVideoChoosing(
                         bytes, plan: plan, scratch: OutputFile.temporaryPath(for: path))
                     image = (webm.bytes, webm.width, webm.height, false, webm.psnr, webm.codecs)

@@ -158,6 +158,14 @@ import Transcoder
         #expect(try SourcePath.parse(box.path) == box)
         let long = try SourcePath.parse("/height:270/width:480/bg:ffffff/" + encoded + ".mp4")
         #expect(long == box)
+        // An object's extras: each file's path names those besides its own, so all are one object.
+        let video = SourcePath(sourceURL: "https://example.com/a.gif", format: .mp4, extras: [.webm, .webp])
+        #expect(video.path == "/also:webp,webm/" + encoded + ".mp4")
+        #expect(try SourcePath.parse(video.path) == video)
+        let webm = SourcePath(sourceURL: "https://example.com/a.gif", format: .webm, extras: [.webp, .webm])
+        #expect(webm.path == "/also:webp/" + encoded + ".webm")
+        #expect(video.extras == [.webp, .webm] && webm.extras == [.webp, .webm])
+        #expect(SourcePath(sourceURL: "https://example.com/a.gif", format: .webm).extras == [.webm])
     }
 
     @Test(arguments: [
@@ -177,6 +185,11 @@ import Transcoder
         "/w:+480/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of 480
         "/h:12.5/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // not whole pixels
         "/w:480/width:320/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // twice, by two names
+        "/also:gif/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // not an extra
+        "/also:mp4/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // not an extra either
+        "/also:webm,webp/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of webp,webm
+        "/also:webp,webp/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // twice
+        "/also:/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // none
     ])
     func malformedPathsAreRefused(path: String) {
         #expect(throws: ServiceError.self) { try SourcePath.parse(path) }

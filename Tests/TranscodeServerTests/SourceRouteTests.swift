@@ -144,6 +144,12 @@ import Transcoder
             #expect(webpURL.hasSuffix(".webp") && webpURL.hasPrefix("/media/"))
             let signed = try #require(json["signed"] as? [String: String])
             #expect(signed["webp"]?.contains(".webp") == true)
+            // Its signed video names the same object (`also:webp`): served with no new conversion.
+            let signedVideo = try #require(signed["mp4"])
+            #expect(signedVideo.contains("/also:webp/"), "\(signedVideo)")
+            let video = try await harness.request(.GET, try #require(URL(string: signedVideo)?.path))
+            #expect(video.status == 200, "\(video.text)")
+            #expect(video.headers.first(name: "Content-Type") == "video/mp4")
             let artifacts = try #require(json["artifacts"] as? [[String: Any]])
             let entry = try #require(artifacts.first { $0["format"] as? String == "webp" })
             #expect(entry["bytes"] as? Int == reply.body.count)

@@ -156,10 +156,9 @@ extension SourceController {
         let source = try SourcePath.parse(path)
         let url = try Downloader.validate(source.sourceURL)
         // A `.webp`, `.avif` or `.webm` is an extra of its object: asked for, it is made (with the video and the poster) by
-        // one job. `.auto` chooses among the files of an object made with `ImageNegotiation.objectFormats`.
-        let extras =
-            source.fileExtension == SourcePath.negotiated
-            ? ImageNegotiation.objectFormats : ObjectFiles.extras.filter { $0.fileExtension == source.fileExtension }
+        // one job, as are those `also:` names. `.auto` chooses among the files of an object made with
+        // `ImageNegotiation.objectFormats`.
+        let extras = source.fileExtension == SourcePath.negotiated ? ImageNegotiation.objectFormats : source.extras
         let options = self.service.options(
             background: source.background, maxWidth: source.width, maxHeight: source.height, extraFormats: extras)
         let target = ResolvedPaths.Target(
@@ -216,12 +215,14 @@ struct PublicLinks: Sendable {
     }
 
     /// The signed URLs of `sourceURL`'s video, poster and metadata with `background`, and of each of `extras`
-    /// (by its format's name: `webp`), when signing is configured; nil otherwise.
+    /// (by its format's name: `webp`), all files of the one object made with `extras` (`also:`), when signing is
+    /// configured; nil otherwise.
     func signed(sourceURL: String, background: RGBColor?, extras: [OutputFormat] = []) -> [String: String]? {
         guard self.signer.canSign else { return nil }
         var urls: [String: String] = [:]
         for (role, format) in ObjectFiles.roles + extras.map({ ($0.name, $0) }) {
-            let path = SourcePath(sourceURL: sourceURL, background: background, format: format).path
+            // Every file of the one object: each path names the extras besides its own (`also:`).
+            let path = SourcePath(sourceURL: sourceURL, background: background, format: format, extras: extras).path
             urls[role] = self.absolute(self.signer.signedPath(path))
         }
         return urls

@@ -8,6 +8,9 @@ import Transcoder
 ///   `bg` (or `background`): the colour transparency is flattened over, `RRGGBB`. `w` (or `width`) and `h` (or
 ///   `height`): a box in pixels (16-8192) the video fits inside, its aspect kept, never upscaled: a rendition
 ///   for a narrow column (`/w:480/...`), converted on its first request and cached as a result of its own.
+///   `also`: the object's extras besides the file's own (`also:webm`, `also:webp,webm`: names of
+///   `ObjectFiles.extras`, in the registry's order), so that every file of an object made with them is one object:
+///   `/also:webm/<source>.mp4` is the video of the object whose WebM is `/<source>.webm`.
 /// - the source URL is base64url without padding (padding is tolerated), and may be cut into
 ///   `/`-separated chunks, which are joined before decoding;
 /// - the extension picks the file: `mp4`, `jpg` (the poster), `json` (the metadata) or `webp` (an animated WebP
@@ -20,11 +23,18 @@ struct SourcePath: Sendable, Equatable {
     /// The rendition's box (`w:`, `h:`); nil: the configured `transcode.maxOutputWidth` x `maxOutputHeight`.
     var width: Int?
     var height: Int?
+    /// The object's extras besides the file's own (`also:`), in the registry's order.
+    var also: [OutputFormat] = []
     var fileExtension: String
 
     /// The options this route takes, by every name it accepts.
     static var optionNames: [String: String] {
-        ["bg": "bg", "background": "bg", "w": "w", "width": "w", "h": "h", "height": "h"]
+        ["bg": "bg", "background": "bg", "w": "w", "width": "w", "h": "h", "height": "h", "also": "also"]
+    }
+
+    /// The extras of the object this path names: `also`, with the file's own format when it is an extra.
+    var extras: [OutputFormat] {
+        ObjectFiles.extras.filter { self.also.contains($0) || $0.fileExtension == self.fileExtension }
     }
     /// The sizes a box may have (`w:`, `h:`).
     static let boxRange = 16...8192
@@ -36,23 +46,27 @@ struct SourcePath: Sendable, Equatable {
     /// Every extension the route takes.
     static var extensions: [String] { Self.formats.map(\.fileExtension) + [Self.negotiated] }
 
+    /// - Parameter extras: the object's extras; the path names those besides `format` (`also`).
     init(
         sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil,
-        format: OutputFormat = ObjectFiles.video
+        format: OutputFormat = ObjectFiles.video, extras: [OutputFormat] = []
     ) {
         self.init(
             sourceURL: sourceURL, background: background, width: width, height: height,
+            also: ObjectFiles.extras.filter { extras.contains($0) && $0 != format },
             fileExtension: format.fileExtension)
     }
 
     /// A path to the file `.fileExtension` (one of `formats`, as `parse` checks).
     init(
-        sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil, fileExtension: String
+        sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil,
+        also: [OutputFormat] = [], fileExtension: String
     ) {
         self.sourceURL = sourceURL
         self.background = background
         self.width = width
         self.height = height
+        self.also = also
         self.fileExtension = fileExtension
     }
 
@@ -68,6 +82,7 @@ struct SourcePath: Sendable, Equatable {
         if let background { segments.append("bg:" + background.description.dropFirst()) }
         if let width { segments.append("w:\(width)") }
         if let height { segments.append("h:\(height)") }
+        if !self.also.isEmpty { segments.append("also:" + self.also.map(\.name).joined(separator: ",")) }
         segments.append(URLSigner.base64URL(Array(self.sourceURL.utf8)) + "." + self.fileExtension)
         return "/" + segments.joined(separator: "/")
     }
@@ -85,6 +100,7 @@ struct SourcePath: Sendable, Equatable {
             throw ServiceError.badRequest("unknown file .\(fileExtension); use \(Self.extensionList)")
         }
         var background: RGBColor?
+        var also: [OutputFormat] = []
         var box: [String: Int] = [:]
         var seen: Set<String> = []
         var chunks: [Substring] = []
@@ -110,6 +126,18 @@ struct SourcePath: Sendable, Equatable {
                         throw ServiceError.badRequest("\(name) must be RRGGBB, got \(value)")
                     }
                     background = color
+                } else if option == "also" {
+                    // One spelling per object: the registry's names, in its order, each once.
+                    let names = value.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+                    let formats = names.compactMap { name in ObjectFiles.extras.first { $0.name == name } }
+                    guard formats.count == names.count, !formats.isEmpty,
+                        formats == ObjectFiles.extras.filter(formats.contains)
+                    else {
+                        throw ServiceError.badRequest(
+                            "also must name extras of \(ObjectFiles.extras.map(\.name).joined(separator: ",")), each once, in that order, got \(value)"
+                        )
+                    }
+                    also = formats
                 } else {
                     // Digits only: "+480" or "0480" would be other paths (and signatures) for the same box.
                     guard value.utf8.allSatisfy({ (0x30...0x39).contains($0) }), value.first != "0",
@@ -131,6 +159,7 @@ struct SourcePath: Sendable, Equatable {
             throw ServiceError.badRequest("the source URL is not base64url-encoded UTF-8")
         }
         return SourcePath(
-            sourceURL: url, background: background, width: box["w"], height: box["h"], fileExtension: fileExtension)
+            sourceURL: url, background: background, width: box["w"], height: box["h"], also: also,
+            fileExtension: fileExtension)
     }
 }

@@ -10,6 +10,8 @@ struct TinyGIF {
     var loopCount: Int?
     /// (palette index 0-3, delay in centiseconds).
     var frames: [(index: UInt8, delay: Int)]
+    /// The palette index every frame's graphic control extension marks transparent; nil: none.
+    var transparentIndex: UInt8? = nil
 
     static let palette: [UInt8] = [0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255]
 
@@ -22,7 +24,8 @@ struct TinyGIF {
             out += [0x21, 0xFF, 11] + Array("NETSCAPE2.0".utf8) + [3, 1] + Self.little(loopCount) + [0]
         }
         for frame in self.frames {
-            out += [0x21, 0xF9, 4, 0] + Self.little(frame.delay) + [0, 0]
+            out += [0x21, 0xF9, 4, self.transparentIndex == nil ? 0 : 1] + Self.little(frame.delay)
+            out += [self.transparentIndex ?? 0, 0]
             out += [0x2C] + Self.little(0) + Self.little(0) + Self.little(self.width) + Self.little(self.height) + [0]
             out += [2] + Self.subBlocks(Self.lzw(frame.index, count: self.width * self.height)) + [0]
         }
