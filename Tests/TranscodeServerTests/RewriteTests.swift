@@ -120,9 +120,15 @@ import Transcoder
             // The URLs are the signed GET route of the absolute GIF URL; the first GIF is served by it.
             let signer = try #require(URLSigner(hexKeys: [Self.key], hexSalts: [Self.salt]))
             let upper = harness.originURL("/corpus/cartoon_hotdog.gif")
-            let mp4 = signer.signedPath(SourcePath(sourceURL: upper, fileExtension: "mp4").path)
-            #expect(videos[0].contains(#"<source src="\#(origin)\#(mp4)" type="video/mp4">"#))
-            let poster = signer.signedPath(SourcePath(sourceURL: upper, fileExtension: "jpg").path)
+            // One object (`also:webm`): the WebM with alpha first (not known yet to be made: an opaque GIF's answers
+            // 404, and the browser goes on), then the MP4.
+            let mp4 = signer.signedPath(SourcePath(sourceURL: upper, format: .mp4, extras: [.webm]).path)
+            let webm = signer.signedPath(SourcePath(sourceURL: upper, format: .webm).path)
+            #expect(
+                videos[0].contains(
+                    #"<source src="\#(origin)\#(webm)" type="video/webm"><source src="\#(origin)\#(mp4)" type="video/mp4">"#
+                ), "\(videos[0])")
+            let poster = signer.signedPath(SourcePath(sourceURL: upper, format: .jpeg, extras: [.webm]).path)
             #expect(videos[0].contains(#"poster="\#(origin)\#(poster)""#))
             #expect(harness.services.transcodes.counters.downloads == 0)
             let served = try await harness.request(.GET, mp4)
@@ -151,9 +157,13 @@ import Transcoder
             try #require(videos.count == 2, "\(output)")
             #expect(output.contains(missing))
             #expect(output.contains(kept))
+            var options = TranscodeOptions()
+            options.rendition = options.rendition.withExtraFormats(["webm"])
             let metadata = try #require(
                 try harness.services.transcodes.cachedMetadata(
-                    url: URL(string: harness.originURL("/corpus/cartoon_hotdog.gif"))!, options: TranscodeOptions()))
+                    url: URL(string: harness.originURL("/corpus/cartoon_hotdog.gif"))!, options: options))
+            // Opaque: no WebM made, none listed.
+            #expect(!videos[0].contains("video/webm"), "\(videos[0])")
             #expect(videos[0].contains(#"width="\#(metadata.sourceWidth)" height="\#(metadata.sourceHeight)""#))
             #expect(videos[0].contains(" loop ") == metadata.loopsForever)
             #expect(!videos[1].contains(" loop "))
@@ -236,6 +246,31 @@ import Transcoder
             #expect(((run.result["inView"] as? [String: Any])?["poster"] as? String)?.hasSuffix(".jpg") == true)
             #expect((run.result["inView"] as? [String: Any])?["paused"] as? Bool == false, "\(run.output)")
             #expect((run.result["afterScroll"] as? [String: Any])?["paused"] as? Bool == true, "\(run.output)")
+        }
+    }
+
+    /// A transparent GIF in `output=video`: its object has the WebM with alpha, listed first with its `codecs`
+    /// (`mode=eager`: known), and Chromium plays it, so the page shows through.
+    @Test func aTransparentGIFsVideoIsTheWebMWithAlpha() async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let document = #"<img src="/corpus/cartoon_dancing_banana.gif" alt="banana">"#
+            let reply = try await harness.rewrite(
+                document, query: "?output=video&mode=eager&base=" + harness.originURL("/"))
+            let video = try #require(try Self.videos(in: reply.text).first, "\(reply.text)")
+            let webm = try #require(video.range(of: "type='video/webm; codecs=\"vp09.00."), "\(video)")
+            let mp4 = try #require(video.range(of: #"type="video/mp4""#), "\(video)")
+            #expect(webm.lowerBound < mp4.lowerBound)
+            let run = try await runBrowserScript(
+                PlayerScriptTests.oracle,
+                [
+                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", video,
+                    "--until", "document.querySelector('video').readyState >= 2", "--timeout", "30",
+                ],
+                timeout: .seconds(120))
+            #expect(run.result["until"] as? Bool == true, "\(run.output)")
+            let elements = try #require(run.result["elements"] as? [[String: Any]], "\(run.output)")
+            #expect((elements.first?["currentSrc"] as? String)?.hasSuffix(".webm") == true, "\(run.output)")
+            #expect(harness.services.transcodes.counters.transcodes == 1)
         }
     }
 
@@ -481,7 +516,7 @@ import Transcoder
 
     /// The `<video>` elements of `html`, each with the `/player.js` tag that follows it.
     static func videos(in html: String) throws -> [String] {
-        let pattern = try Regex(#"<video [^>]*><source [^>]*></video>(<script src="[^"]*" defer></script>)?"#)
+        let pattern = try Regex(#"<video [^>]*>(<source [^>]*>)+</video>(<script src="[^"]*" defer></script>)?"#)
         return html.matches(of: pattern).map { String(html[$0.range]) }
     }
 }

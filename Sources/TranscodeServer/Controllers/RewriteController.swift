@@ -30,6 +30,9 @@ struct RewriteController<Context: RequestContext>: Sendable {
     static var eagerConcurrency: Int { 4 }
 
     enum Mode: String, Sendable { case lazy, eager }
+
+    /// The extras of `output=video`'s objects: the VP9 WebM with alpha.
+    static var videoExtras: [OutputFormat] { [.webm] }
     /// What a GIF becomes: its own element with `.auto` URLs, or a `<video>`.
     enum Output: String, Sendable { case img, video }
 
@@ -93,8 +96,10 @@ struct RewriteController<Context: RequestContext>: Sendable {
         }
         // An `.auto` URL's object has the animated WebP as well: what eager mode converts and lazy mode looks up
         // (the same options as the `.auto` route's, so the same key).
+        // A video's object has the WebM with alpha as well (made only of a GIF with transparency): its `<video>`
+        // lists it first, so the page shows through where the GIF is transparent.
         let options = self.service.options(
-            background: background, extraFormats: output == .img ? ImageNegotiation.objectFormats : [])
+            background: background, extraFormats: output == .img ? ImageNegotiation.objectFormats : Self.videoExtras)
         let links = self.links(for: request)
         // Each element's GIF, absolute; elements whose source cannot be fetched (relative without a base,
         // data: URLs, other schemes) stay as they are.
@@ -128,10 +133,13 @@ struct RewriteController<Context: RequestContext>: Sendable {
             guard let url = sources[index] else { continue }
             let known = metadata[url]
             if mode == .eager, known?.recommendation != .video { continue }
-            guard let signed = links.signed(sourceURL: url.absoluteString, background: background),
+            guard
+                let signed = links.signed(
+                    sourceURL: url.absoluteString, background: background, extras: Self.videoExtras),
                 let mp4 = signed[ObjectFiles.video.name], let poster = signed["poster"]
             else { continue }
-            let target = RewriteTarget(mp4URL: mp4, posterURL: poster, metadata: known)
+            let target = RewriteTarget(
+                mp4URL: mp4, posterURL: poster, webmURL: signed[OutputFormat.webm.name], metadata: known)
             replacements.append(
                 (
                     element.range,

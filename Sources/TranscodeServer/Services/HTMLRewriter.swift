@@ -6,7 +6,24 @@ import Transcoder
 struct RewriteTarget: Sendable {
     var mp4URL: String
     var posterURL: String
+    /// The object's VP9 WebM with alpha, when its files include one (`also:webm`).
+    var webmURL: String? = nil
     var metadata: TranscodeMetadata?
+
+    /// The `<source>`s, best first: the WebM (unless the GIF is known to have none, or one no smaller than it:
+    /// an opaque GIF's answers 404 and the browser goes on to the next), then the MP4.
+    var sources: [(url: String, type: String)] {
+        var sources: [(url: String, type: String)] = []
+        if let webmURL {
+            let entry = self.metadata.flatMap { ObjectFiles.recorded(.webm, in: $0) }
+            if self.metadata == nil || (entry != nil && entry?.recommendation == nil) {
+                let type = entry?.codecs.map { "'video/webm; codecs=\"\($0)\"'" } ?? "\"video/webm\""
+                sources.append((webmURL, type))
+            }
+        }
+        sources.append((self.mp4URL, "\"video/mp4\""))
+        return sources
+    }
 }
 
 /// Turns the GIF elements `HTMLGIFScanner` found into `<video>` elements, copying every other byte of the
@@ -118,7 +135,8 @@ enum HTMLRewriter {
         let opening = attributes.map { name, value in value.map { "\(name)=\"\(Self.escape($0))\"" } ?? name }
             .joined(separator: " ")
         let script = needsScript ? "<script src=\"\(Self.escape(playerScript))\" defer></script>" : ""
-        return "<video \(opening)><source src=\"\(Self.escape(target.mp4URL))\" type=\"video/mp4\"></video>" + script
+        let sources = target.sources.map { "<source src=\"\(Self.escape($0.url))\" type=\($0.type)>" }.joined()
+        return "<video \(opening)>\(sources)</video>" + script
     }
 
     /// An attribute value, quoted with `"`. By Unicode scalar, not by `Character`: a `"` followed by a combining

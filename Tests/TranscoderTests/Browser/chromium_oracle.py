@@ -32,7 +32,7 @@ snippet  Serves a page from another origin than URL, with a Content-Security-Pol
          the <base> are "URL/" (a source ending in "/" allows every path below it).
 elements The snippet on the same page until the JavaScript expression JS is true (or S seconds, default 30):
          prints {"ok", "until" (whether JS became true), "elements" (each <img> and <video> of the body: its
-         "tag" and "attributes"), "cspViolations"}.
+         "tag", "currentSrc" and "attributes"), "cspViolations"}.
 
 The script serves its pages and files from its own HTTP server on 127.0.0.1 and Chromium is kept off every
 other host. Every wait is bounded. Exit status: 0 ok; 1 a check failed (frames and video: the browser
@@ -927,6 +927,7 @@ def run_elements(arguments):
     base = app_base(arguments.app)
     result = {"ok": False, "until": False, "elements": [], "cspViolations": []}
     read = ("return Array.from(document.body.querySelectorAll('img, video')).map((e) => ({tag: e.tagName.toLowerCase(),"
+            " currentSrc: e.currentSrc || null,"
             " attributes: Object.fromEntries(Array.from(e.attributes).map((a) => [a.name, a.value]))}));")
     with Server() as server:
         server.pages["/snippet.html"] = SNIPPET_PAGE.format(source=base, base=base, snippet=arguments.html)
