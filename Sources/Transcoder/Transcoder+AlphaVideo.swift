@@ -47,9 +47,8 @@ extension Transcoder {
     /// 1080x1080 pictures whatever its options (lookahead, threads, tiles, speed), and the two at once made a
     /// conversion of huge_1080_transparent_30f.gif peak at 331 MB, one at a time at 205 MB (the MP4 alone: 136). The colour's packets are
     /// kept (the file's size) until the alpha's join them, each alpha packet beside its picture's as the block's
-    /// `BlockAdditional` (ID 1), which WebM readers and libvpx's decoder in libavcodec take it from. (The
-    /// transcoder makes a WebM only of a source with transparency; one without a transparent pixel after all would
-    /// get no alpha stream.)
+    /// `BlockAdditional` (ID 1), which WebM readers and libvpx's decoder in libavcodec take it from. A source
+    /// without a transparent pixel (a WebM made for its odd size: `Transcoder.webmShowsMore`) has no alpha stream.
     /// - Returns: the file, and its shortest picture's display time and its end (milliseconds).
     func encodeAlphaVideo(_ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, scratch: String) throws -> (
         file: [UInt8], timing: (shortest: Int64, end: Int64)
@@ -65,9 +64,10 @@ extension Transcoder {
         let recipe = VideoRecipe.vp9WebM
         defer { unlink(scratch) }
 
-        /// One pass: each distinct canvas, made into a picture by `fill`, encoded; the packets kept.
+        /// One pass: each distinct canvas, made into a picture by `fill`, encoded (a key frame where `key` says);
+        /// the packets kept.
         func pass(
-            fill: (UnsafeRawBufferPointer, VideoFrame) throws -> Void
+            key: (Int) -> Bool = { _ in false }, fill: (UnsafeRawBufferPointer, VideoFrame) throws -> Void
         ) throws -> (packets: [Packet], end: Int64, encoder: any VideoEncoder) {
             let encoder = try recipe.makeEncoder(width, height, rendition, self.x264UsesSIMD, rate, false)
             let frame = try VideoFrame(width: width, height: height, format: AV_PIX_FMT_YUV420P)
@@ -94,7 +94,7 @@ extension Transcoder {
                 // The same picture again: the one encoded simply shows longer.
                 if same { return }
                 try fill(canvas, frame)
-                try encoder.encode(frame, pts: start, emit: keep)
+                try encoder.encode(frame, pts: start, key: key(encoded), emit: keep)
                 encoded += 1
             }
             try encoder.finish(emit: keep)
@@ -123,13 +123,15 @@ extension Transcoder {
         }
         var alpha: [Packet] = []
         if transparent {
-            alpha = try pass { canvas, frame in try Self.alphaPicture(canvas, into: frame, width: width, height: height)
+            // The alpha stream's key frames where the colour's are (it may have more): a reader that seeks to a
+            // colour key frame decodes the alpha from there too.
+            let colourKeys = colour.packets.map { packet in
+                packet.withUnsafeMutablePointer { $0.pointee.flags & AV_PKT_FLAG_KEY != 0 }
             }
-            .packets
-            guard alpha.count == colour.packets.count else {
-                throw TranscodeError(
-                    .encodeFailed, "libvpx made \(colour.packets.count) colour and \(alpha.count) alpha packets")
-            }
+            alpha = try pass(key: { $0 < colourKeys.count && colourKeys[$0] }) { canvas, frame in
+                try Self.alphaPicture(canvas, into: frame, width: width, height: height)
+            }.packets
+            try Self.checkPairs(colour: colour.packets, alpha: alpha)
         }
         guard let writer else { throw TranscodeError(.encodeFailed, "no WebM writer") }
         var shortest = colour.end
@@ -147,6 +149,26 @@ extension Transcoder {
         }
         if let last { shortest = min(shortest, colour.end - last) }
         return ([UInt8](data), (max(1, shortest), colour.end))
+    }
+
+    /// Each colour packet has its alpha packet: the same count, the same timestamps, a key frame wherever the
+    /// colour's is, none empty (libvpx drops no picture in constant-quality mode; this makes sure).
+    /// - Throws: `TranscodeError` `.encodeFailed` otherwise.
+    static func checkPairs(colour: [Packet], alpha: [Packet]) throws {
+        guard colour.count == alpha.count else {
+            throw TranscodeError(.encodeFailed, "libvpx made \(colour.count) colour and \(alpha.count) alpha packets")
+        }
+        for (index, (picture, transparency)) in zip(colour, alpha).enumerated() {
+            let (start, key) = picture.withUnsafeMutablePointer {
+                ($0.pointee.pts, $0.pointee.flags & AV_PKT_FLAG_KEY != 0)
+            }
+            let (alphaStart, alphaKey, size) = transparency.withUnsafeMutablePointer {
+                ($0.pointee.pts, $0.pointee.flags & AV_PKT_FLAG_KEY != 0, $0.pointee.size)
+            }
+            guard start == alphaStart, !key || alphaKey, size > 0 else {
+                throw TranscodeError(.encodeFailed, "the alpha packet of picture \(index) does not match its colour's")
+            }
+        }
     }
 
     /// The alpha of `canvas` as the luma of `frame` (yuv420p), its chroma neutral: the picture the alpha stream codes.

@@ -76,8 +76,10 @@ extension Transcoder {
                 guard let picture else {
                     throw TranscodeError(.encodeFailed, "the animated image has no picture at \(time) ms")
                 }
+                // A side under 2 pixels has no 2x2 block: each pixel is compared.
+                let blocks = averaging2x2 && size.width >= 2 && size.height >= 2
                 func squaredError(_ canvas: UnsafeRawBufferPointer) -> (black: Double, white: Double) {
-                    averaging2x2
+                    blocks
                         ? Self.squaredError2x2(canvas, picture, width: size.width, height: size.height)
                         : Self.squaredError(canvas, picture)
                 }
@@ -89,8 +91,7 @@ extension Transcoder {
                     }
                     return squaredError(canvas)
                 }
-                let samples = Double(
-                    averaging2x2 ? (size.width / 2) * (size.height / 2) * 3 : size.width * size.height * 3)
+                let samples = Double(blocks ? (size.width / 2) * (size.height / 2) * 3 : size.width * size.height * 3)
                 func decibels(_ squared: Double) -> Double {
                     squared == 0 ? 60 : min(60, 10 * log10(255 * 255 * samples / squared))
                 }
@@ -137,11 +138,11 @@ extension Transcoder {
         var white: Int64 = 0
         for y in stride(from: 0, to: height - 1, by: 2) {
             for x in stride(from: 0, to: width - 1, by: 2) {
-                let indices = [y * width + x, y * width + x + 1, (y + 1) * width + x, (y + 1) * width + x + 1]
+                let top = y * width + x
                 for shift: UInt32 in [0, 8, 16] {
                     // Sums of four pixels over black (c * a) and over white (c * a + 255 * (255 - a)).
                     var (blackX, blackY, whiteX, whiteY): (Int64, Int64, Int64, Int64) = (0, 0, 0, 0)
-                    for index in indices {
+                    for index in [top, top + 1, top + width, top + width + 1] {
                         let (x, y) = (a[index], b[index])
                         let (alphaX, alphaY) = (Int64(x >> 24), Int64(y >> 24))
                         let overBlackX = Int64((x >> shift) & 0xFF) * alphaX

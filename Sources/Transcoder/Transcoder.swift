@@ -124,6 +124,10 @@ public struct Transcoder: Sendable {
                 // The video and the poster are good: the object is kept without this file, and its manifest does
                 // not list it (`.auto` then answers another format or the source; `.<format>` finds no such file).
                 continue
+            } catch let error as FFmpegError where !OutputFile.isStorageFull(-error.code) {
+                // The same for a libavcodec or libavformat failure in an extra's own encoder, muxer or read-back (the
+                // WebM's): an extra never costs the object. A full disk still fails the conversion.
+                continue
             }
             let temporary = try OutputFile.writeTemporary(image.bytes, beside: path)
             temporaries.append(temporary)
@@ -141,12 +145,12 @@ public struct Transcoder: Sendable {
         return made
     }
 
-    /// Whether a VP9 WebM shows what the MP4 cannot: transparency, or an odd width or height (the MP4 is padded to
-    /// even sizes, and a page's box of the odd size resamples it: 22 dB against the source where the picture itself
-    /// reads 36; VP9 keeps the size exactly). Otherwise the MP4 is the video: VP9 without alpha was 1.06x its bytes
-    /// at the median, for 4x the time.
+    /// Whether a VP9 WebM shows what the MP4 cannot: transparency, or an odd width or height kept as it is (the MP4
+    /// is padded to even sizes, and a page's box of the odd size resamples it: 22 dB against the source where the
+    /// picture itself reads 36; VP9 keeps the size exactly). A picture scaled into the box is resampled in both.
+    /// Otherwise the MP4 is the video: VP9 without alpha was 1.06x its bytes at the median, for 4x the time.
     static func webmShowsMore(transparent: Bool, size: (width: Int, height: Int, scaled: Bool)) -> Bool {
-        transparent || size.width % 2 == 1 || size.height % 2 == 1
+        transparent || (!size.scaled && (size.width % 2 == 1 || size.height % 2 == 1))
     }
 
     /// An FFmpeg failure as the transcoder reports it: a full disk while libavformat writes the MP4 is

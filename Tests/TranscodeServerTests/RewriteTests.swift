@@ -258,7 +258,7 @@ import Transcoder
                 document, query: "?output=video&mode=eager&base=" + harness.originURL("/"))
             let video = try #require(try Self.videos(in: reply.text).first, "\(reply.text)")
             let webm = try #require(video.range(of: "type='video/webm; codecs=\"vp09.00."), "\(video)")
-            let mp4 = try #require(video.range(of: #"type="video/mp4""#), "\(video)")
+            let mp4 = try #require(video.range(of: "type='video/mp4; codecs=\"avc1."), "\(video)")
             #expect(webm.lowerBound < mp4.lowerBound)
             let run = try await runBrowserScript(
                 PlayerScriptTests.oracle,

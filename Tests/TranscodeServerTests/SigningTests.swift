@@ -190,6 +190,8 @@ import Transcoder
         "/also:webm,webp/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of webp,webm
         "/also:webp,webp/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // twice
         "/also:/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // none
+        "/also:webm/aHR0cHM6Ly9hLmNvbS94LmdpZg.webm",  // the file's own: another spelling of .webm
+        "/also:webp/aHR0cHM6Ly9hLmNvbS94LmdpZg.auto",  // .auto's object is the negotiated one
     ])
     func malformedPathsAreRefused(path: String) {
         #expect(throws: ServiceError.self) { try SourcePath.parse(path) }

@@ -42,9 +42,9 @@ enum PlayerScript {
     static let body = ByteBuffer(string: Self.source)
 
     static let source = #"""
-        // Plays every <video data-play-count="N"> exactly N times, then leaves it on its last frame;
-        // plays <video data-gif2mp4-lazy> near the viewport; puts a refused GIF's <img> back (below):
-        // what browsers do with a GIF whose NETSCAPE loop count is N - 1. A GIF that loops forever needs
+        // Plays every <video data-play-count="N"> exactly N times, then leaves it on its last frame: what
+        // browsers do with a GIF whose NETSCAPE loop count is N - 1. Also plays <video data-gif2mp4-lazy> near the
+        // viewport, and puts a refused GIF's <img> back (both below). A GIF that loops forever needs
         // no script (`loop`), nor one that plays once (no `loop`). Served by the transcode service at
         // /player.js; the `html` snippet of a finite-loop GIF references it. Safe to include many times:
         // it attaches once per video.
@@ -128,11 +128,14 @@ enum PlayerScript {
             else video.play().catch(() => {});
           }
 
-          // <video data-gif2mp4-src="GIF"> (a rewritten GIF not converted yet): if its source fails (the
-          // service refused the GIF: too large, not an animation), the <img> comes back, as the page had it.
+          // <video data-gif2mp4-src="GIF"> (a rewritten GIF not converted yet): if its sources fail before it has
+          // loaded anything (the service refused the GIF: too large, not an animation), an <img> of the GIF comes
+          // back with the video's id, class, style, title, size and label (as alt), which the browser still shows.
+          // A video that has loaded keeps playing through a later network error.
           const restored = Symbol.for("gif2mp4.fallback");
           function fallBack(video) {
             if (!video.isConnected || !video.hasAttribute("data-gif2mp4-src")) return;
+            if (video.readyState >= HTMLMediaElement.HAVE_METADATA) return;
             const image = document.createElement("img");
             image.setAttribute("src", video.getAttribute("data-gif2mp4-src"));
             for (const name of ["id", "class", "style", "title", "width", "height"]) {
@@ -140,6 +143,7 @@ enum PlayerScript {
             }
             if (video.hasAttribute("aria-label")) image.setAttribute("alt", video.getAttribute("aria-label"));
             if (video.hasAttribute("data-gif2mp4-lazy")) image.setAttribute("loading", "lazy");
+            if (visibility) visibility.unobserve(video);
             video.replaceWith(image);
           }
 
@@ -147,11 +151,15 @@ enum PlayerScript {
             if (video[restored]) return;
             video[restored] = true;
             const sources = video.querySelectorAll("source");
-            // A <source> that fails fires its own error, on the last one when none is left to try.
+            // A <source> that fails fires its own error; the last one's when none is left to try.
             if (sources.length > 0) sources[sources.length - 1].addEventListener("error", () => fallBack(video));
             video.addEventListener("error", () => fallBack(video));
-            // Failed before this script ran (it is deferred): no source left to try.
-            if (video.error || video.networkState === HTMLMediaElement.NETWORK_NO_SOURCE) fallBack(video);
+            // Failed before this (deferred) script ran: after a task, still no source and nothing loaded. (A video
+            // only starting to choose its source reads "no source" too, until its selection runs.)
+            setTimeout(() => {
+              if (video.error || (video.networkState === HTMLMediaElement.NETWORK_NO_SOURCE && video.readyState === 0
+                  && !video.currentSrc)) fallBack(video);
+            }, 0);
           }
 
           function scan(root) {

@@ -31,7 +31,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
 
     enum Mode: String, Sendable { case lazy, eager }
 
-    /// The extras of `output=video`'s objects: the VP9 WebM with alpha.
+    /// The extras of `output=video`'s objects: the VP9 WebM (with alpha, or for an odd size).
     static var videoExtras: [OutputFormat] { [.webm] }
     /// What a GIF becomes: its own element with `.auto` URLs, or a `<video>`.
     enum Output: String, Sendable { case img, video }
@@ -96,8 +96,8 @@ struct RewriteController<Context: RequestContext>: Sendable {
         }
         // An `.auto` URL's object has the animated WebP as well: what eager mode converts and lazy mode looks up
         // (the same options as the `.auto` route's, so the same key).
-        // A video's object has the WebM with alpha as well (made only of a GIF with transparency): its `<video>`
-        // lists it first, so the page shows through where the GIF is transparent.
+        // A video's object has the VP9 WebM as well (made only of a GIF with transparency or of odd size): its
+        // `<video>` lists it first, so the page shows through where the GIF is transparent, and an odd size is kept.
         let options = self.service.options(
             background: background, extraFormats: output == .img ? ImageNegotiation.objectFormats : Self.videoExtras)
         let links = self.links(for: request)

@@ -406,7 +406,7 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
     /// fetching it. The type is single-quoted: the parameter's value is double-quoted.
     var sources: [(path: String, type: String)] {
         func type(_ format: OutputFormat, _ codecs: String?) -> String {
-            codecs.map { "'\(format.mediaType); codecs=\"\($0)\"'" } ?? "\"\(format.mediaType)\""
+            HTMLRewriter.sourceType(format.mediaType, codecs: codecs)
         }
         var sources: [(path: String, type: String)] = []
         if let webm = ObjectFiles.recorded(.webm, in: self.metadata), webm.recommendation == nil {

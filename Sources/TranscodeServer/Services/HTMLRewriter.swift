@@ -10,18 +10,19 @@ struct RewriteTarget: Sendable {
     var webmURL: String? = nil
     var metadata: TranscodeMetadata?
 
-    /// The `<source>`s, best first: the WebM (unless the GIF is known to have none, or one no smaller than it:
-    /// an opaque GIF's answers 404 and the browser goes on to the next), then the MP4.
+    /// The `<source>`s, best first: the WebM (unless the GIF is known to have none, or one no smaller than it: a
+    /// GIF without one, neither transparent nor odd-sized, answers 404 and the browser goes on to the next), then
+    /// the MP4.
     var sources: [(url: String, type: String)] {
         var sources: [(url: String, type: String)] = []
         if let webmURL {
             let entry = self.metadata.flatMap { ObjectFiles.recorded(.webm, in: $0) }
             if self.metadata == nil || (entry != nil && entry?.recommendation == nil) {
-                let type = entry?.codecs.map { "'video/webm; codecs=\"\($0)\"'" } ?? "\"video/webm\""
-                sources.append((webmURL, type))
+                sources.append((webmURL, HTMLRewriter.sourceType(OutputFormat.webm.mediaType, codecs: entry?.codecs)))
             }
         }
-        sources.append((self.mp4URL, "\"video/mp4\""))
+        sources.append(
+            (self.mp4URL, HTMLRewriter.sourceType(ObjectFiles.video.mediaType, codecs: self.metadata?.mp4Codecs)))
         return sources
     }
 }
@@ -137,6 +138,18 @@ enum HTMLRewriter {
         let script = needsScript ? "<script src=\"\(Self.escape(playerScript))\" defer></script>" : ""
         let sources = target.sources.map { "<source src=\"\(Self.escape($0.url))\" type=\($0.type)>" }.joined()
         return "<video \(opening)>\(sources)</video>" + script
+    }
+
+    /// A `<source type>` attribute value with its quotes: `"video/mp4"`, or with a `codecs` parameter (whose value is
+    /// double-quoted) single-quoted, `'video/webm; codecs="vp09.00.21.08"'`. A parameter with anything but
+    /// letters, digits and dots (a manifest from a shared store is data, not markup) is left out.
+    static func sourceType(_ mediaType: String, codecs: String?) -> String {
+        guard let codecs, !codecs.isEmpty,
+            codecs.unicodeScalars.allSatisfy({
+                ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) || $0 == "."
+            })
+        else { return "\"\(mediaType)\"" }
+        return "'\(mediaType); codecs=\"\(codecs)\"'"
     }
 
     /// An attribute value, quoted with `"`. By Unicode scalar, not by `Character`: a `"` followed by a combining

@@ -13,8 +13,9 @@ import Transcoder
 ///   `/also:webm/<source>.mp4` is the video of the object whose WebM is `/<source>.webm`.
 /// - the source URL is base64url without padding (padding is tolerated), and may be cut into
 ///   `/`-separated chunks, which are joined before decoding;
-/// - the extension picks the file: `mp4`, `jpg` (the poster), `json` (the metadata) or `webp` (an animated WebP
-///   that keeps transparency: an extra of its object, which is then converted with it, a result of its own); `auto`
+/// - the extension picks the file: `mp4`, `jpg` (the poster), `json` (the metadata), or an extra: `webp` (an animated
+///   WebP that keeps transparency), `avif`, `webm` (VP9 with alpha), each an extra of its object, which is then
+///   converted with it, a result of its own; `auto`
 ///   answers what the client's `Accept` says its `<img>` shows best (`ImageNegotiation`), from the same object as
 ///   `webp`.
 struct SourcePath: Sendable, Equatable {
@@ -154,6 +155,13 @@ struct SourcePath: Sendable, Equatable {
             }
         }
         guard !chunks.isEmpty else { throw ServiceError.badRequest("the path has no source URL") }
+        // One spelling per object: `also` names only extras besides the file's own, and none for `.auto`, whose
+        // object is the negotiated one.
+        if !also.isEmpty,
+            fileExtension == Self.negotiated || also.contains(where: { $0.fileExtension == fileExtension })
+        {
+            throw ServiceError.badRequest("also names the extras besides the file's own, and none for .auto")
+        }
         guard let bytes = URLSigner.decodeBase64URL(chunks.joined()), let url = String(validating: bytes, as: UTF8.self)
         else {
             throw ServiceError.badRequest("the source URL is not base64url-encoded UTF-8")

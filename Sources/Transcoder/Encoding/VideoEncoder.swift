@@ -10,9 +10,9 @@ protocol VideoEncoder: AnyObject {
     /// The timestamps' unit (1/1000: GIF and WebP delays are whole milliseconds).
     var timeBase: AVRational { get }
 
-    /// Sends one picture shown from `pts` (milliseconds); hands every packet that is ready to `emit`, in
-    /// decode order (the packet is only valid during the call).
-    func encode(_ frame: VideoFrame, pts: Int64, emit: (Packet) throws -> Void) throws
+    /// Sends one picture shown from `pts` (milliseconds), a key frame when `key` (else as the encoder decides);
+    /// hands every packet that is ready to `emit`, in decode order (the packet is only valid during the call).
+    func encode(_ frame: VideoFrame, pts: Int64, key: Bool, emit: (Packet) throws -> Void) throws
 
     /// Flushes what the encoder holds and hands the remaining packets to `emit`.
     func finish(emit: (Packet) throws -> Void) throws
@@ -37,15 +37,23 @@ protocol LibavcodecVideoEncoder: VideoEncoder {
     var packet: Packet { get }
 }
 
+extension VideoEncoder {
+    /// `encode(_:pts:key:emit:)`, the encoder choosing its key frames.
+    func encode(_ frame: VideoFrame, pts: Int64, emit: (Packet) throws -> Void) throws {
+        try self.encode(frame, pts: pts, key: false, emit: emit)
+    }
+}
+
 extension LibavcodecVideoEncoder {
     func withCodecContext<Result>(_ body: (UnsafeMutablePointer<AVCodecContext>) throws -> Result) rethrows -> Result {
         try self.codec.withUnsafeMutablePointer(body)
     }
 
-    func encode(_ frame: VideoFrame, pts: Int64, emit: (Packet) throws -> Void) throws {
+    func encode(_ frame: VideoFrame, pts: Int64, key: Bool, emit: (Packet) throws -> Void) throws {
         let progress = try frame.withUnsafeMutablePointer { frame in
             frame.pointee.pts = pts
-            frame.pointee.pict_type = AV_PICTURE_TYPE_NONE
+            // libx264 and libvpx take an I picture type as a forced key frame.
+            frame.pointee.pict_type = key ? AV_PICTURE_TYPE_I : AV_PICTURE_TYPE_NONE
             return try self.codec.send(frame)
         }
         guard progress == .done else {
