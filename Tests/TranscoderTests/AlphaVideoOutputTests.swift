@@ -129,17 +129,9 @@ import Testing
                 let reading = (black: psnr2x2(black.source, black.video), white: psnr2x2(white.source, white.video))
                 total = (total.black + reading.black, total.white + reading.white)
                 worst = min(worst, reading.black, reading.white)
-                // Transparency as the page sees it: how far the pixel over white is from the pixel over black
-                // (green; R is the low byte). 0 is opaque, 255 fully transparent.
-                func seeThrough(_ overWhite: UInt32, _ overBlack: UInt32) -> Int {
-                    Int(overWhite >> 8 & 0xFF) - Int(overBlack >> 8 & 0xFF)
-                }
-                for pixel in 0..<(width * height) {
-                    let expected = seeThrough(white.source[pixel], black.source[pixel])
-                    let actual = seeThrough(white.video[pixel], black.video[pixel])
-                    if abs(expected - actual) > 32 { disagreeing += 1 }
-                    counted += 1
-                }
+                disagreeing += transparencyDisagreements(
+                    expected: (white.source, black.source), actual: (white.video, black.video), tolerance: 32)
+                counted += width * height
             }
             let frames = Double(starts.count - 1)
             let mean = (black: total.black / frames, white: total.white / frames)

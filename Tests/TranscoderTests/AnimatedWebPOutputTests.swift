@@ -127,17 +127,9 @@ import Testing
                 worst = (min(worst.black, readings.black), min(worst.white, readings.white))
                 // Identical frames (infinite PSNR) count as 60 dB in the mean.
                 total = (total.black + min(60, readings.black), total.white + min(60, readings.white))
-                // Transparency as the page sees it: how far the pixel over white is from the pixel over black.
-                // (Green: R is the low byte.) 0 is opaque, 255 fully transparent.
-                func seeThrough(_ overWhite: UInt32, _ overBlack: UInt32) -> Int {
-                    Int(overWhite >> 8 & 0xFF) - Int(overBlack >> 8 & 0xFF)
-                }
-                for pixel in 0..<(width * height) {
-                    let expected = seeThrough(white.source[pixel], black.source[pixel])
-                    let actual = seeThrough(white.image[pixel], black.image[pixel])
-                    if abs(expected - actual) > 16 { disagreeing += 1 }
-                    pixels += 1
-                }
+                disagreeing += transparencyDisagreements(
+                    expected: (white.source, black.source), actual: (white.image, black.image), tolerance: 16)
+                pixels += width * height
             }
             let frames = Double(sourceStarts.count - 1)
             let mean = (black: total.black / frames, white: total.white / frames)

@@ -34,19 +34,11 @@ final class H264Encoder: LibavcodecVideoEncoder {
         self.packet = try Packet()
         self.ssim = measureSSIM ? X264SSIM() : nil
         let bound = Self.memoryBound(width: width, height: height, preset: options.preset, threads: options.threads)
+        // BT.709 limited range, tagged in the VUI.
+        self.codec.setVideoPictures(
+            width: width, height: height, timeBase: Self.timeBase, averageFrameRate: averageFrameRate,
+            threads: options.threads)
         self.codec.withUnsafeMutablePointer { context in
-            context.pointee.width = Int32(width)
-            context.pointee.height = Int32(height)
-            context.pointee.pix_fmt = AV_PIX_FMT_YUV420P
-            context.pointee.time_base = Self.timeBase
-            context.pointee.framerate = averageFrameRate
-            context.pointee.sample_aspect_ratio = AVRational(num: 1, den: 1)
-            // BT.709 limited range, tagged in the VUI so every player converts colours the same way.
-            context.pointee.color_primaries = AVCOL_PRI_BT709
-            context.pointee.color_trc = AVCOL_TRC_BT709
-            context.pointee.colorspace = AVCOL_SPC_BT709
-            context.pointee.color_range = AVCOL_RANGE_MPEG
-            context.pointee.thread_count = Int32(options.threads)
             // No B-frames: decode order is presentation order, so each sample's stts duration is its own
             // display time, with no ctts and no edit list (see MediaMuxer): the timeline means the same to
             // every player. With B-frames the stts durations are decode-order gaps and the track's start

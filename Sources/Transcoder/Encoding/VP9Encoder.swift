@@ -35,19 +35,10 @@ final class VP9Encoder: LibavcodecVideoEncoder {
         self.height = height
         self.codec = try CodecContext(encoderNamed: "libvpx-vp9")
         self.packet = try Packet()
+        // BT.709 limited range, in the VP9 headers and in the WebM's Colour element.
+        self.codec.setVideoPictures(
+            width: width, height: height, timeBase: Self.timeBase, averageFrameRate: averageFrameRate, threads: threads)
         self.codec.withUnsafeMutablePointer { context in
-            context.pointee.width = Int32(width)
-            context.pointee.height = Int32(height)
-            context.pointee.pix_fmt = AV_PIX_FMT_YUV420P
-            context.pointee.time_base = Self.timeBase
-            context.pointee.framerate = averageFrameRate
-            context.pointee.sample_aspect_ratio = AVRational(num: 1, den: 1)
-            // BT.709 limited range, in the VP9 headers and in the WebM's Colour element.
-            context.pointee.color_primaries = AVCOL_PRI_BT709
-            context.pointee.color_trc = AVCOL_TRC_BT709
-            context.pointee.colorspace = AVCOL_SPC_BT709
-            context.pointee.color_range = AVCOL_RANGE_MPEG
-            context.pointee.thread_count = Int32(max(1, threads))
             // Constant quality: no target bitrate (libavcodec's default is 200 kb/s).
             context.pointee.bit_rate = 0
             // libavcodec's default group of 12 pictures would make every twelfth a key frame: an animation

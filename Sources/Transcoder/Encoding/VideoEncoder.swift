@@ -37,6 +37,30 @@ protocol LibavcodecVideoEncoder: VideoEncoder {
     var packet: Packet { get }
 }
 
+extension CodecContext {
+    /// The picture parameters every video encoder here shares: yuv420p pictures of `width` x `height`, square
+    /// pixels, timestamps in `timeBase`, BT.709 limited range (tagged in the stream's headers and the container, so
+    /// every player converts colours the same way), `threads` threads. `averageFrameRate` feeds rate-control
+    /// heuristics only.
+    func setVideoPictures(
+        width: Int, height: Int, timeBase: AVRational, averageFrameRate: AVRational, threads: Int
+    ) {
+        self.withUnsafeMutablePointer { context in
+            context.pointee.width = Int32(width)
+            context.pointee.height = Int32(height)
+            context.pointee.pix_fmt = AV_PIX_FMT_YUV420P
+            context.pointee.time_base = timeBase
+            context.pointee.framerate = averageFrameRate
+            context.pointee.sample_aspect_ratio = AVRational(num: 1, den: 1)
+            context.pointee.color_primaries = AVCOL_PRI_BT709
+            context.pointee.color_trc = AVCOL_TRC_BT709
+            context.pointee.colorspace = AVCOL_SPC_BT709
+            context.pointee.color_range = AVCOL_RANGE_MPEG
+            context.pointee.thread_count = Int32(max(1, threads))
+        }
+    }
+}
+
 extension VideoEncoder {
     /// `encode(_:pts:key:emit:)`, the encoder choosing its key frames.
     func encode(_ frame: VideoFrame, pts: Int64, emit: (Packet) throws -> Void) throws {

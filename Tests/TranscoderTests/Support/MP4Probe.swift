@@ -331,3 +331,22 @@ struct SampleTable {
         return nil
     }
 }
+
+/// How many pixels' transparency, as a page sees it, differs by more than `tolerance` between two pictures, each
+/// given flattened over white and over black (RGBA as 0xAABBGGRR): a pixel's see-through is how far its green over
+/// white is from its green over black (0 opaque, 255 fully transparent).
+func transparencyDisagreements(
+    expected: (overWhite: [UInt32], overBlack: [UInt32]), actual: (overWhite: [UInt32], overBlack: [UInt32]),
+    tolerance: Int
+) -> Int {
+    func seeThrough(_ overWhite: UInt32, _ overBlack: UInt32) -> Int {
+        Int(overWhite >> 8 & 0xFF) - Int(overBlack >> 8 & 0xFF)
+    }
+    var disagreeing = 0
+    for pixel in expected.overWhite.indices where pixel < actual.overWhite.count {
+        let wanted = seeThrough(expected.overWhite[pixel], expected.overBlack[pixel])
+        let got = seeThrough(actual.overWhite[pixel], actual.overBlack[pixel])
+        if abs(wanted - got) > tolerance { disagreeing += 1 }
+    }
+    return disagreeing
+}
