@@ -55,10 +55,7 @@ extension Transcoder {
     ) {
         let size = self.imageSize(plan)
         let (width, height) = (size.width, size.height)
-        let durations = plan.header.frameMilliseconds
-        let total = durations.reduce(0) { $0 + Int64($1) }
-        var rate = AVRational(num: 0, den: 1)
-        av_reduce(&rate.num, &rate.den, Int64(max(1, durations.count) * 1000), max(1, total), 1 << 20)
+        let rate = Plan.averageFrameRate(plan.header.frameMilliseconds)
         var rendition = self.options.rendition
         rendition.crf = crf
         let recipe = VideoRecipe.vp9WebM
@@ -102,7 +99,7 @@ extension Transcoder {
         }
 
         var transparent = false
-        var writer: (any ContainerWriter)?
+        let writer: any ContainerWriter
         let colour: (packets: [Packet], end: Int64)
         do {
             let scaler = try ImageScaler(
@@ -133,7 +130,6 @@ extension Transcoder {
             }.packets
             try Self.checkPairs(colour: colour.packets, alpha: alpha)
         }
-        guard let writer else { throw TranscodeError(.encodeFailed, "no WebM writer") }
         var shortest = colour.end
         var last: Int64?
         for (index, packet) in colour.packets.enumerated() {

@@ -111,19 +111,22 @@ extension Transcoder {
         var black: Int64 = 0
         var white: Int64 = 0
         for index in 0..<min(a.count, b.count) where a[index] != b[index] {
-            let (x, y) = (a[index], b[index])
-            let (alphaX, alphaY) = (Int64(x >> 24), Int64(y >> 24))
             for shift: UInt32 in [0, 8, 16] {
-                // Over black: c * a; over white: c * a + 255 * (255 - a); both scaled by 255.
-                let overBlackX = Int64((x >> shift) & 0xFF) * alphaX
-                let overBlackY = Int64((y >> shift) & 0xFF) * alphaY
-                let overWhiteX = overBlackX + 255 * (255 - alphaX)
-                let overWhiteY = overBlackY + 255 * (255 - alphaY)
-                black += (overBlackX - overBlackY) * (overBlackX - overBlackY)
-                white += (overWhiteX - overWhiteY) * (overWhiteX - overWhiteY)
+                let (x, y) = (Self.flattened(a[index], shift), Self.flattened(b[index], shift))
+                black += (x.black - y.black) * (x.black - y.black)
+                white += (x.white - y.white) * (x.white - y.white)
             }
         }
         return (Double(black) / (255 * 255), Double(white) / (255 * 255))
+    }
+
+    /// One channel (`shift`: 0 red, 8 green, 16 blue) of a straight-alpha RGBA pixel flattened over black (c * a)
+    /// and over white (c * a + 255 * (255 - a)), both scaled by 255.
+    @inline(__always)
+    static func flattened(_ pixel: UInt32, _ shift: UInt32) -> (black: Int64, white: Int64) {
+        let alpha = Int64(pixel >> 24)
+        let overBlack = Int64((pixel >> shift) & 0xFF) * alpha
+        return (overBlack, overBlack + 255 * (255 - alpha))
     }
 
     /// `squaredError` of each 2x2 block's mean colour, flattened over black and over white (an odd last row or
@@ -140,17 +143,14 @@ extension Transcoder {
             for x in stride(from: 0, to: width - 1, by: 2) {
                 let top = y * width + x
                 for shift: UInt32 in [0, 8, 16] {
-                    // Sums of four pixels over black (c * a) and over white (c * a + 255 * (255 - a)).
+                    // Sums of four pixels flattened over black and over white.
                     var (blackX, blackY, whiteX, whiteY): (Int64, Int64, Int64, Int64) = (0, 0, 0, 0)
                     for index in [top, top + 1, top + width, top + width + 1] {
-                        let (x, y) = (a[index], b[index])
-                        let (alphaX, alphaY) = (Int64(x >> 24), Int64(y >> 24))
-                        let overBlackX = Int64((x >> shift) & 0xFF) * alphaX
-                        let overBlackY = Int64((y >> shift) & 0xFF) * alphaY
-                        blackX += overBlackX
-                        blackY += overBlackY
-                        whiteX += overBlackX + 255 * (255 - alphaX)
-                        whiteY += overBlackY + 255 * (255 - alphaY)
+                        let (x, y) = (Self.flattened(a[index], shift), Self.flattened(b[index], shift))
+                        blackX += x.black
+                        blackY += y.black
+                        whiteX += x.white
+                        whiteY += y.white
                     }
                     black += (blackX - blackY) * (blackX - blackY)
                     white += (whiteX - whiteY) * (whiteX - whiteY)

@@ -184,6 +184,19 @@ public struct Transcoder: Sendable {
     struct Plan {
         let header: any AnimationHeader
         let output: (width: Int, height: Int, scaled: Bool)
+
+        /// Pictures a second over the whole animation (`durations`: each frame's milliseconds), reduced to fit
+        /// Int32: what encoders take for their rate heuristics (the timestamps stay exact).
+        static func averageFrameRate(_ durations: [Int]) -> AVRational {
+            let total = durations.reduce(0) { $0 + Int64($1) }
+            var num: Int32 = 0
+            var den: Int32 = 0
+            av_reduce(
+                &num, &den, Int64(Int32(clamping: max(1, durations.count) * 1000)),
+                Int64(Int32(clamping: max(1, total))),
+                1 << 20)
+            return AVRational(num: num, den: den)
+        }
     }
 
     func plan(_ bytes: UnsafeRawBufferPointer) throws -> Plan {
@@ -251,12 +264,10 @@ public struct Transcoder: Sendable {
             clock += Int64(milliseconds)
         }
         let totalMilliseconds = clock
-        let frameRate = AVRational(
-            num: Int32(clamping: max(1, durations.count) * 1000), den: Int32(clamping: max(1, totalMilliseconds)))
         var rendition = self.options.rendition
         rendition.crf = crf
         let encoder = try self.video.makeEncoder(
-            output.width, output.height, rendition, self.x264UsesSIMD, av_reduce_rational(frameRate), measure)
+            output.width, output.height, rendition, self.x264UsesSIMD, Plan.averageFrameRate(durations), measure)
         let muxer = try self.video.makeWriter(mp4Path, encoder, false)
         // The source's bytes through each frame, when its format tells: how much of the source the pictures encoded
         // so far cover.
@@ -488,14 +499,6 @@ public struct Transcoder: Sendable {
             for x in 0..<stride { pixels[y * stride + x] = pixels[(height - 1) * stride + x] }
         }
     }
-}
-
-/// `av_reduce` on a rational, keeping both terms within Int32.
-private func av_reduce_rational(_ value: AVRational) -> AVRational {
-    var num: Int32 = 0
-    var den: Int32 = 0
-    av_reduce(&num, &den, Int64(value.num), Int64(value.den), 1 << 20)
-    return AVRational(num: num, den: den)
 }
 
 extension Transcoder {

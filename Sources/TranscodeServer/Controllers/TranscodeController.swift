@@ -397,23 +397,15 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
         }
         return "<video autoplay muted playsinline\(playback) poster=\"\(self.posterPath)\" "
             + "width=\"\(self.metadata.sourceWidth)\" height=\"\(self.metadata.sourceHeight)\">"
-            + self.sources.map { "<source src=\"\($0.path)\" type=\($0.type)>" }.joined() + "</video>" + script
+            + self.target.sourceElements + "</video>" + script
     }
 
-    /// The snippet's `<source>`s, best first: the VP9 WebM with alpha when the object has one smaller than the GIF
-    /// (Chromium, Firefox and WebKitGTK composite its transparency over the page), then the MP4; each `type` with
-    /// the file's `codecs` parameter when the manifest records it, so a browser skips what it cannot play without
-    /// fetching it. The type is single-quoted: the parameter's value is double-quoted.
-    var sources: [(path: String, type: String)] {
-        func type(_ format: OutputFormat, _ codecs: String?) -> String {
-            HTMLRewriter.sourceType(format.mediaType, codecs: codecs)
-        }
-        var sources: [(path: String, type: String)] = []
-        if let webm = ObjectFiles.recorded(.webm, in: self.metadata), webm.recommendation == nil {
-            sources.append((self.baseURL + self.key.mediaPath(.webm), type(.webm, webm.codecs)))
-        }
-        sources.append((self.mp4Path, type(ObjectFiles.video, self.metadata.mp4Codecs)))
-        return sources
+    /// The snippet's `<source>`s, best first, as the rewriter lists them (`RewriteTarget.sources`): the VP9 WebM
+    /// when the object has one smaller than the GIF, then the MP4, each `type` with its `codecs` when recorded.
+    var target: RewriteTarget {
+        RewriteTarget(
+            mp4URL: self.mp4Path, posterURL: self.posterPath, webmURL: self.baseURL + self.key.mediaPath(.webm),
+            metadata: self.metadata)
     }
 
     func encode(to encoder: any Encoder) throws {

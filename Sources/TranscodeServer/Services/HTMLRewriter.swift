@@ -1,8 +1,9 @@
 import Foundation
 import Transcoder
 
-/// What the rewriter knows of one GIF when it writes its `<video>`: where the video and poster are, and, once
-/// the GIF is known (converted, or found in the cache), its size and how many times it plays.
+/// What the rewriter (and `POST /transcode`'s snippet) knows of one GIF when it writes its `<video>`: where the
+/// video, the poster and the WebM are, and, once the GIF is known (converted, or found in the cache), its size, how
+/// many times it plays and which files its object has.
 struct RewriteTarget: Sendable {
     var mp4URL: String
     var posterURL: String
@@ -24,6 +25,11 @@ struct RewriteTarget: Sendable {
         sources.append(
             (self.mp4URL, HTMLRewriter.sourceType(ObjectFiles.video.mediaType, codecs: self.metadata?.mp4Codecs)))
         return sources
+    }
+
+    /// The `<source>` elements of `sources`, in order.
+    var sourceElements: String {
+        self.sources.map { "<source src=\"\(HTMLRewriter.escape($0.url))\" type=\($0.type)>" }.joined()
     }
 }
 
@@ -136,8 +142,7 @@ enum HTMLRewriter {
         let opening = attributes.map { name, value in value.map { "\(name)=\"\(Self.escape($0))\"" } ?? name }
             .joined(separator: " ")
         let script = needsScript ? "<script src=\"\(Self.escape(playerScript))\" defer></script>" : ""
-        let sources = target.sources.map { "<source src=\"\(Self.escape($0.url))\" type=\($0.type)>" }.joined()
-        return "<video \(opening)>\(sources)</video>" + script
+        return "<video \(opening)>\(target.sourceElements)</video>" + script
     }
 
     /// A `<source type>` attribute value with its quotes: `"video/mp4"`, or with a `codecs` parameter (whose value is
