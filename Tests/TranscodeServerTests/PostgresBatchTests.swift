@@ -10,13 +10,17 @@ import Testing
 /// database going away costs batches a wait (503 `queue-unavailable`) and interactive requests nothing, and a
 /// restart loses no item.
 @Suite(.serialized, .tags(.system), .timeLimit(.minutes(10))) struct PostgresBatchTests {
-    static func configure(_ server: PostgresServer, workers: Int = 2) -> (inout ServerConfiguration) -> Void {
+    /// `timeoutSeconds` bounds each database call: long enough for the first call (the migrations and a batch's
+    /// rows) on two cores shared with the whole system tier (2 s once failed there), short where a test waits on it.
+    static func configure(
+        _ server: PostgresServer, workers: Int = 2, timeoutSeconds: Double = 10
+    ) -> (inout ServerConfiguration) -> Void {
         let port = server.port
         return {
             $0.queue.kind = .postgres
             $0.queue.url = URL(string: "postgres://\(PostgresServer.user)@127.0.0.1:\(port)/postgres")
             $0.queue.leaseSeconds = 5
-            $0.queue.timeoutSeconds = 2
+            $0.queue.timeoutSeconds = timeoutSeconds
             $0.transcode.workers = workers
             $0.signing.keys = [RewriteTests.key]
             $0.signing.salts = [RewriteTests.salt]
@@ -111,7 +115,7 @@ import Testing
     /// and once the database is back the batch completes with every URL once.
     @Test func theDatabaseGoingAwayLosesNothing() async throws {
         try await withPostgres { server, _ in
-            try await withHarness(configure: Self.configure(server)) { harness in
+            try await withHarness(configure: Self.configure(server, timeoutSeconds: 5)) { harness in
                 let urls = Self.urls(harness, count: 12)
                 let id = try await BatchTests.submit(harness, urls)
                 _ = try await BatchTests.wait(harness, id) { ($0["pending"] as? Int ?? 0) < urls.count - 4 }
