@@ -125,6 +125,9 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
     /// The size guard's attempts, when the first encode was not smaller than the GIF (x
     /// `maxSizeRatio`); `nil` when it was.
     public var sizeGuard: SizeGuard? = nil
+    /// For a preview rendition (`RenditionSpec.previewSeconds`): its length and budget, and each encode tried to
+    /// meet it; `nil` for every other rendition (and absent from its JSON).
+    public var preview: Preview? = nil
     /// The object's files besides the video and the poster, by role (none yet: other formats and renditions add
     /// theirs). The manifest never lists itself.
     public var otherArtifacts: [ManifestEntry] = []
@@ -183,7 +186,7 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         case sourceFormat, sourceWidth, sourceHeight, outputWidth, outputHeight, sourceFrameCount
         case encodedFrameCount, durationMs, loopCount, playCount, loopsForever, hasTransparency, truncated
         case background, sourceBytes, mp4Bytes, posterBytes, recommendation, mp4Sha256, posterSha256
-        case mp4Codecs, sourceSha256, crf, sizeGuard, manifestVersion, artifacts
+        case mp4Codecs, sourceSha256, crf, sizeGuard, preview, manifestVersion, artifacts
         // The names of one release ago.
         case gifFrameCount, gifBytes, gifSha256
     }
@@ -220,6 +223,7 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
             ?? container.decodeIfPresent(String.self, forKey: .gifSha256)
         self.crf = try container.decodeIfPresent(Int.self, forKey: .crf)
         self.sizeGuard = try container.decodeIfPresent(SizeGuard.self, forKey: .sizeGuard)
+        self.preview = try container.decodeIfPresent(Preview.self, forKey: .preview)
         // Version 1 lists nothing: its fields are the whole manifest.
         guard let listed = try container.decodeIfPresent([ManifestEntry].self, forKey: .artifacts) else { return }
         // The video and the poster are the fields' (what version 1 reads, and what the files are checked
@@ -260,8 +264,41 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         try container.encode(self.sourceSha256, forKey: .gifSha256)
         try container.encode(self.crf, forKey: .crf)
         try container.encode(self.sizeGuard, forKey: .sizeGuard)
+        try container.encodeIfPresent(self.preview, forKey: .preview)
         try container.encode(Self.currentManifestVersion, forKey: .manifestVersion)
         try container.encode(self.artifacts, forKey: .artifacts)
+    }
+}
+
+/// What a preview rendition is, and the encodes tried to fit it in its budget: the first at the rendition's CRF and
+/// box, then higher CRFs up to `Transcoder.previewHighestCRF`, then smaller boxes (`Transcoder.encodePreview`).
+public struct Preview: Codable, Hashable, Sendable {
+    public struct Attempt: Codable, Hashable, Sendable {
+        public var width: Int
+        public var height: Int
+        public var crf: Int
+        /// The video's size.
+        public var bytes: Int
+
+        public init(width: Int, height: Int, crf: Int, bytes: Int) {
+            self.width = width
+            self.height = height
+            self.crf = crf
+            self.bytes = bytes
+        }
+    }
+
+    /// The length asked for, in seconds (the preview is shorter when the animation is).
+    public var seconds: Int
+    /// The budget of its video.
+    public var maxBytes: Int
+    /// Every encode, the kept one last.
+    public var attempts: [Attempt]
+
+    public init(seconds: Int, maxBytes: Int, attempts: [Attempt]) {
+        self.seconds = seconds
+        self.maxBytes = maxBytes
+        self.attempts = attempts
     }
 }
 

@@ -105,6 +105,14 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
     /// animated WebP that keeps transparency. Each at most once, in the registry's order (`withExtraFormats`).
     /// Default none.
     public var extraFormats: [String] = []
+    /// A preview rendition: the animation's first `previewSeconds` seconds (the frame that crosses the cut shown
+    /// until it), its video at most `previewMaxBytes` (`Transcoder.encodePreview`); nil, the default: all of it.
+    public var previewSeconds: Int? = nil
+
+    /// The lengths a preview may have, in seconds.
+    public static let previewSecondsRange = 1...2
+    /// The most bytes a preview's video may have.
+    public static let previewMaxBytes = 50_000
 
     public init() {}
 
@@ -119,7 +127,7 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case background, crf, preset, threads, maxOutputWidth, maxOutputHeight, extraFormats
+        case background, crf, preset, threads, maxOutputWidth, maxOutputHeight, extraFormats, previewSeconds
     }
 
     // By hand for `extraFormats`: options recorded before it (a fleet's queued jobs) have no such key.
@@ -132,6 +140,7 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
         self.maxOutputWidth = try container.decode(Int.self, forKey: .maxOutputWidth)
         self.maxOutputHeight = try container.decode(Int.self, forKey: .maxOutputHeight)
         self.extraFormats = try container.decodeIfPresent([String].self, forKey: .extraFormats) ?? []
+        self.previewSeconds = try container.decodeIfPresent(Int.self, forKey: .previewSeconds)
     }
 
     /// Every value out of its range, in field order.
@@ -153,6 +162,12 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
             self.extraFormats.allSatisfy(known.contains) && Set(self.extraFormats).count == self.extraFormats.count,
             "each at most once, of \(known.joined(separator: ", "))", self.extraFormats.joined(separator: ","),
             into: &found)
+        if let seconds = self.previewSeconds {
+            let range = Self.previewSecondsRange
+            RangeViolation.check(
+                "previewSeconds", range.contains(seconds), "\(range.lowerBound)-\(range.upperBound)", seconds,
+                into: &found)
+        }
         return found
     }
 }
@@ -283,5 +298,6 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
             // Only when asked: the keys of objects without extra files stay what they were.
             + (self.rendition.extraFormats.isEmpty
                 ? "" : ";extra=\(self.rendition.extraFormats.joined(separator: ","))")
+            + (self.rendition.previewSeconds.map { ";preview=\($0)" } ?? "")
     }
 }

@@ -73,7 +73,7 @@ extension Transcoder {
             var packets: [Packet] = []
             func keep(_ packet: Packet) throws {
                 let copy = try Packet()
-                try copy.withUnsafeMutablePointer { copy in
+                _ = try copy.withUnsafeMutablePointer { copy in
                     try packet.withUnsafeMutablePointer {
                         try FFmpegError.check(av_packet_ref(copy, $0), "av_packet_ref")
                     }

@@ -48,9 +48,19 @@ public struct Transcoder: Sendable {
         }
         do {
             let (guarded, extras) = try gif.withUnsafeBytes { bytes in
-                let plan = try self.plan(bytes)
-                let guarded = try self.encodeGuarded(
-                    bytes, plan: plan, mp4Path: mp4Temporary, temporaries: &temporaries)
+                var plan = try self.plan(bytes)
+                let guarded: (metadata: (result: TranscodeMetadata, poster: [UInt8]), mp4Path: String)
+                if let seconds = self.options.rendition.previewSeconds {
+                    // A preview's budget, not the source's size, decides its encodes; its other files are made
+                    // at the size its video came out.
+                    let preview = try self.encodePreview(
+                        bytes, plan: plan, seconds: seconds, mp4Path: mp4Temporary, temporaries: &temporaries)
+                    guarded = (preview.metadata, preview.mp4Path)
+                    plan = preview.plan
+                } else {
+                    guarded = try self.encodeGuarded(
+                        bytes, plan: plan, mp4Path: mp4Temporary, temporaries: &temporaries)
+                }
                 let extras = try self.encodeExtras(
                     bytes, plan: plan, transparent: guarded.metadata.result.hasTransparency, beside: base,
                     temporaries: &temporaries)
@@ -202,7 +212,10 @@ public struct Transcoder: Sendable {
     func plan(_ bytes: UnsafeRawBufferPointer) throws -> Plan {
         try self.options.validate()
         FFmpegLogging.configured
-        let header = try self.header(bytes)
+        var header = try self.header(bytes)
+        if let seconds = self.options.rendition.previewSeconds {
+            header = PreviewHeader(header, milliseconds: seconds * 1000)
+        }
         let output = Self.outputSize(
             width: header.width, height: header.height,
             maxWidth: self.options.maxOutputWidth, maxHeight: self.options.maxOutputHeight)

@@ -158,6 +158,11 @@ import Transcoder
         #expect(try SourcePath.parse(box.path) == box)
         let long = try SourcePath.parse("/height:270/width:480/bg:ffffff/" + encoded + ".mp4")
         #expect(long == box)
+        // A preview: after the box, before the extras.
+        let preview = SourcePath(sourceURL: "https://example.com/a.gif", width: 480, preview: 2, extras: [.webp])
+        #expect(preview.path == "/w:480/preview:2/also:webp/" + encoded + ".mp4")
+        #expect(try SourcePath.parse(preview.path) == preview)
+        #expect(try SourcePath.parse("/also:webp/preview:2/w:480/" + encoded + ".mp4") == preview)
         // An object's extras: each file's path names those besides its own, so all are one object.
         let video = SourcePath(sourceURL: "https://example.com/a.gif", format: .mp4, extras: [.webm, .webp])
         #expect(video.path == "/also:webp,webm/" + encoded + ".mp4")
@@ -185,6 +190,11 @@ import Transcoder
         "/w:+480/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of 480
         "/h:12.5/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // not whole pixels
         "/w:480/width:320/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // twice, by two names
+        "/preview:3/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // longer than a preview
+        "/preview:0/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // no preview
+        "/preview:02/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of 2
+        "/preview:/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // no length
+        "/preview:2/preview:1/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // twice
         "/also:gif/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // not an extra
         "/also:mp4/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // not an extra either
         "/also:webm,webp/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of webp,webm

@@ -108,6 +108,41 @@ import Transcoder
         }
     }
 
+    /// A preview (`preview:2`): the first 2 s of the GIF, its video at most 50,000 bytes (this GIF's comes out in a
+    /// smaller box), a result of its own beside the plain one; a length out of range is refused before the origin
+    /// is asked.
+    @Test func previewRendition() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/photo_cats_4frames.gif")  // 482 x 700, 945 KB, 4 frames over 2 s
+            func path(_ fileExtension: String, preview: Int? = 2) -> String {
+                Self.signer.signedPath(SourcePath(sourceURL: url, preview: preview, fileExtension: fileExtension).path)
+            }
+            let reply = try await harness.request(.GET, path("json"))
+            #expect(reply.status == 200, "\(reply.text)")
+            let object = try reply.json()
+            let bytes = try #require(object["mp4Bytes"] as? Int)
+            #expect(bytes <= 50_000)
+            #expect(object["durationMs"] as? Int == 2000)
+            #expect((object["outputWidth"] as? Int ?? .max) < 482, "\(object)")
+            let preview = try #require(object["preview"] as? [String: Any], "\(object)")
+            #expect(preview["seconds"] as? Int == 2 && preview["maxBytes"] as? Int == 50_000)
+            let video = try await harness.request(.GET, path("mp4"))
+            #expect(video.status == 200 && video.body.count == bytes)
+            #expect(video.headers.first(name: "Content-Type") == "video/mp4")
+            #expect(try await harness.request(.GET, path("jpg")).status == 200)
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+            // The plain object is another, converted on its own request.
+            let plain = try await harness.request(.GET, path("json", preview: nil)).json()
+            #expect(plain["preview"] == nil && plain["durationMs"] as? Int ?? 0 > 2000)
+            #expect(plain["mp4Sha256"] as? String != object["mp4Sha256"] as? String)
+            #expect(harness.services.transcodes.counters.transcodes == 2)
+            let encoded = URLSigner.base64URL(Array(url.utf8))
+            let refused = try await harness.request(.GET, Self.signer.signedPath("/preview:5/\(encoded).mp4"))
+            #expect(refused.status == 400 && refused.errorCode == "bad-request", "\(refused.text)")
+            #expect(harness.origin.count("/corpus/photo_cats_4frames.gif") == 2)
+        }
+    }
+
     /// `.webp`: an animated WebP that keeps transparency, made with its object's video and poster in one job,
     /// served with ranges, its size and digest the manifest's; `POST /transcode` with `formats` answers its URL;
     /// an unknown format is refused before the origin is asked.

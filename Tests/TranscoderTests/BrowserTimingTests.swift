@@ -20,6 +20,9 @@ import Testing
         /// Pixels that compress badly (a fixed pseudo-random pattern per frame), converted with the size guard
         /// forced to re-encode: the video kept is a later attempt, which Chromium must time the same way.
         var reencoded = false
+        /// Converted as a preview of this many seconds (`RenditionSpec.previewSeconds`): the frames before the cut,
+        /// the last shown until it.
+        var preview: Int? = nil
     }
 
     static let cases = [
@@ -39,6 +42,9 @@ import Testing
         Case(
             name: "size-guard-reencode", frames: [(1, 5), (2, 20), (3, 3), (4, 40)], starts: [0, 50, 250, 280],
             totalMilliseconds: 680, reencoded: true),
+        Case(
+            name: "preview-cut", frames: [(2, 70), (3, 70), (4, 70), (5, 70)], starts: [0, 700, 1400],
+            totalMilliseconds: 2000, preview: 2),
     ]
 
     /// A frame of 8-colour noise, the same for the same `seed`.
@@ -63,6 +69,13 @@ import Testing
                 : .filled(index, width: size, height: size, delay: delay)
         }
         let bytes = try gif.build()
+        if let seconds = testCase.preview {
+            var options = TranscodeOptions()
+            options.rendition.previewSeconds = seconds
+            let metadata = try Transcoder(options: options).convert(bytes, directory: directory, name: testCase.name)
+            #expect(metadata.preview != nil)
+            return metadata
+        }
         guard testCase.reencoded else {
             return try Transcoder().convert(bytes, directory: directory, name: testCase.name)
         }

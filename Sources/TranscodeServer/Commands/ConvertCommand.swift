@@ -47,6 +47,13 @@ struct ConvertCommand: ParsableCommand {
     )
     var extraFormats: [String] = []
 
+    @Option(
+        name: .long,
+        help:
+            "A preview: the first SECONDS (1-2) only, the video at most 50,000 bytes (a higher CRF, then a smaller size, when it must)."
+    )
+    var preview: Int?
+
     @Flag(
         name: .customLong("dump-yuv"),
         help: """
@@ -80,6 +87,7 @@ struct ConvertCommand: ParsableCommand {
         options.maxExtraAttempts = self.maxExtraAttempts
         options.minSSIM = self.minSSIM
         options.rendition = options.rendition.withExtraFormats(self.extraFormats)
+        options.rendition.previewSeconds = self.preview
         return options
     }
 

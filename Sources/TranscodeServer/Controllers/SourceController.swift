@@ -160,7 +160,8 @@ extension SourceController {
         // `ImageNegotiation.objectFormats`.
         let extras = source.fileExtension == SourcePath.negotiated ? ImageNegotiation.objectFormats : source.extras
         let options = self.service.options(
-            background: source.background, maxWidth: source.width, maxHeight: source.height, extraFormats: extras)
+            background: source.background, maxWidth: source.width, maxHeight: source.height,
+            previewSeconds: source.preview, extraFormats: extras)
         let target = ResolvedPaths.Target(
             source: source, url: url, options: options, keys: SourceKeys(url: url, options: options))
         self.resolved.set(full, target)

@@ -8,6 +8,8 @@ import Transcoder
 ///   `bg` (or `background`): the colour transparency is flattened over, `RRGGBB`. `w` (or `width`) and `h` (or
 ///   `height`): a box in pixels (16-8192) the video fits inside, its aspect kept, never upscaled: a rendition
 ///   for a narrow column (`/w:480/...`), converted on its first request and cached as a result of its own.
+///   `preview` (`preview:1`, `preview:2`): the first 1 or 2 seconds only, the video at most 50,000 bytes (its box
+///   shrinks when it must: `Transcoder.encodePreview`), a rendition of its own for a grid of teasers.
 ///   `also`: the object's extras besides the file's own (`also:webm`, `also:webp,webm`: names of
 ///   `ObjectFiles.extras`, in the registry's order), so that every file of an object made with them is one object:
 ///   `/also:webm/<source>.mp4` is the video of the object whose WebM is `/<source>.webm`.
@@ -24,13 +26,18 @@ struct SourcePath: Sendable, Equatable {
     /// The rendition's box (`w:`, `h:`); nil: the configured `transcode.maxOutputWidth` x `maxOutputHeight`.
     var width: Int?
     var height: Int?
+    /// A preview's length in seconds (`preview:`); nil: the whole animation.
+    var preview: Int?
     /// The object's extras besides the file's own (`also:`), in the registry's order.
     var also: [OutputFormat] = []
     var fileExtension: String
 
     /// The options this route takes, by every name it accepts.
     static var optionNames: [String: String] {
-        ["bg": "bg", "background": "bg", "w": "w", "width": "w", "h": "h", "height": "h", "also": "also"]
+        [
+            "bg": "bg", "background": "bg", "w": "w", "width": "w", "h": "h", "height": "h", "preview": "preview",
+            "also": "also",
+        ]
     }
 
     /// The extras of the object this path names: `also`, with the file's own format when it is an extra.
@@ -49,24 +56,25 @@ struct SourcePath: Sendable, Equatable {
 
     /// - Parameter extras: the object's extras; the path names those besides `format` (`also`).
     init(
-        sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil,
+        sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil, preview: Int? = nil,
         format: OutputFormat = ObjectFiles.video, extras: [OutputFormat] = []
     ) {
         self.init(
-            sourceURL: sourceURL, background: background, width: width, height: height,
+            sourceURL: sourceURL, background: background, width: width, height: height, preview: preview,
             also: ObjectFiles.extras.filter { extras.contains($0) && $0 != format },
             fileExtension: format.fileExtension)
     }
 
     /// A path to the file `.fileExtension` (one of `formats`, as `parse` checks).
     init(
-        sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil,
+        sourceURL: String, background: RGBColor? = nil, width: Int? = nil, height: Int? = nil, preview: Int? = nil,
         also: [OutputFormat] = [], fileExtension: String
     ) {
         self.sourceURL = sourceURL
         self.background = background
         self.width = width
         self.height = height
+        self.preview = preview
         self.also = also
         self.fileExtension = fileExtension
     }
@@ -83,6 +91,7 @@ struct SourcePath: Sendable, Equatable {
         if let background { segments.append("bg:" + background.description.dropFirst()) }
         if let width { segments.append("w:\(width)") }
         if let height { segments.append("h:\(height)") }
+        if let preview { segments.append("preview:\(preview)") }
         if !self.also.isEmpty { segments.append("also:" + self.also.map(\.name).joined(separator: ",")) }
         segments.append(URLSigner.base64URL(Array(self.sourceURL.utf8)) + "." + self.fileExtension)
         return "/" + segments.joined(separator: "/")
@@ -103,6 +112,7 @@ struct SourcePath: Sendable, Equatable {
         var background: RGBColor?
         var also: [OutputFormat] = []
         var box: [String: Int] = [:]
+        var preview: Int?
         var seen: Set<String> = []
         var chunks: [Substring] = []
         for (index, segment) in segments.enumerated() {
@@ -139,11 +149,16 @@ struct SourcePath: Sendable, Equatable {
                         )
                     }
                     also = formats
+                } else if option == "preview" {
+                    let range = RenditionSpec.previewSecondsRange
+                    guard let seconds = Self.number(value), range.contains(seconds) else {
+                        throw ServiceError.badRequest(
+                            "preview must be a number of seconds, \(range.lowerBound)-\(range.upperBound), got \(value)"
+                        )
+                    }
+                    preview = seconds
                 } else {
-                    // Digits only: "+480" or "0480" would be other paths (and signatures) for the same box.
-                    guard value.utf8.allSatisfy({ (0x30...0x39).contains($0) }), value.first != "0",
-                        let pixels = Int(value), Self.boxRange.contains(pixels)
-                    else {
+                    guard let pixels = Self.number(value), Self.boxRange.contains(pixels) else {
                         throw ServiceError.badRequest(
                             "\(name) must be a number of pixels, \(Self.boxRange.lowerBound)-\(Self.boxRange.upperBound), got \(value)"
                         )
@@ -167,7 +182,14 @@ struct SourcePath: Sendable, Equatable {
             throw ServiceError.badRequest("the source URL is not base64url-encoded UTF-8")
         }
         return SourcePath(
-            sourceURL: url, background: background, width: box["w"], height: box["h"], also: also,
+            sourceURL: url, background: background, width: box["w"], height: box["h"], preview: preview, also: also,
             fileExtension: fileExtension)
+    }
+
+    /// A positive number in decimal digits only: "+480" or "0480" would be other paths (and signatures) for the same
+    /// value.
+    private static func number(_ text: String) -> Int? {
+        guard text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), text.first != "0" else { return nil }
+        return Int(text)
     }
 }

@@ -120,13 +120,16 @@ final class TranscodeService: Sendable {
     /// How long a URL's result is served before the origin is asked again (`cache.urlTTLSeconds`).
     var urlTTLSeconds: Double { self.resolver.urlTTLSeconds }
 
-    /// The options of one request: the defaults with the request's background, if it gave one, and its box (a
-    /// rendition: `maxWidth` x `maxHeight` within the configured box; the video fits inside, never upscaled).
+    /// The options of one request: the defaults with the request's background, if it gave one, its box (a
+    /// rendition: `maxWidth` x `maxHeight` within the configured box; the video fits inside, never upscaled), and
+    /// whether it is a preview (`RenditionSpec.previewSeconds`).
     func options(
-        background: RGBColor?, maxWidth: Int? = nil, maxHeight: Int? = nil, extraFormats: [OutputFormat] = []
+        background: RGBColor?, maxWidth: Int? = nil, maxHeight: Int? = nil, previewSeconds: Int? = nil,
+        extraFormats: [OutputFormat] = []
     ) -> TranscodeOptions {
         var options = self.defaultOptions
         if let background { options.background = background }
+        options.rendition.previewSeconds = previewSeconds
         if let maxWidth { options.maxOutputWidth = min(options.maxOutputWidth, maxWidth) }
         if let maxHeight { options.maxOutputHeight = min(options.maxOutputHeight, maxHeight) }
         options.rendition = options.rendition.withExtraFormats(extraFormats.map(\.name))
