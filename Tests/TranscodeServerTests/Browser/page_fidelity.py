@@ -29,12 +29,12 @@ A GIF and the WebP made from it are then compared frame 0 to frame 0. For each r
 - `fetchedBeforeScroll`: the image URLs the page had requested (Resource Timing, `initiatorType` img), in a
   browser started afresh for each width and scheme (an image in the memory cache is shown at once, lazy or not);
 
-then for each `<img>` of the document, in order, scrolled into view and loaded: its box in the document (x, y,
-width, height, CSS pixels) and a screenshot of it. It compares the two pages image by image: the largest
+then for each `<img>` and `<video>` of the document, in order, scrolled into view and loaded (a video: its first
+picture, then paused at its start): its box in the document (x, y, width, height, CSS pixels) and a screenshot of it. It compares the two pages image by image: the largest
 difference of the boxes' edges and the PSNR (RGB, of 2x2 averages) of the screenshots.
 
 Prints one JSON line {"ok": true, "runs": [{"width", "scheme", "original": {...}, "rewritten": {...},
-"images": [{"index", "boxDelta", "psnr", "originalSrc", "rewrittenSrc"}]}]} (or "ok": false with "error") and
+"images": [{"index", "boxDelta", "psnr", "originalSrc", "rewrittenSrc", "rewrittenTag"}]}]} (or "ok": false with "error") and
 exits 0; 1 when the browser failed; 2 when Chromium, chromedriver or Selenium is missing.
 """
 
@@ -127,48 +127,90 @@ def psnr_2x2(a, b):
     return 100.0 if mean == 0 else 10 * math.log10(255 * 255 / mean)
 
 
+# The placements of GIFs: every `<img>` and `<video>` of the document, in order (a rewrite in `output=video` puts a
+# `<video>` where an `<img>` was). A video counts as loaded once it has its first picture (`readyState` 2).
+PLACEMENTS = "document.querySelectorAll('img, video')"
+PLACEMENT_STATE = """
+const placementState = (element) => {
+  const rect = element.getBoundingClientRect();
+  const video = element.tagName === "VIDEO";
+  return {x: rect.left + scrollX, y: rect.top + scrollY, width: rect.width, height: rect.height,
+          src: element.currentSrc || element.src || "", tag: element.tagName.toLowerCase(),
+          complete: video ? element.readyState >= 2 : element.complete,
+          natural: video ? element.videoWidth : element.naturalWidth};
+};
+"""
+
 READ_PAGE = """
 const root = document.documentElement;
 return {
   overflow: Math.max(0, root.scrollWidth - root.clientWidth),
   fetchedBeforeScroll: performance.getEntriesByType("resource")
-    .filter((entry) => entry.initiatorType === "img").map((entry) => entry.name),
-  images: document.images.length,
+    .filter((entry) => entry.initiatorType === "img" || entry.initiatorType === "video").map((entry) => entry.name),
+  images: %s.length,
 };
-"""
+""" % PLACEMENTS
 
-SHOW_IMAGE = """
+# Scrolled into view and loaded; a video then paused at its start (the first frame, as the original's GIF is held
+# on its first), two frames painted before the screenshot. The element is looked up again on every poll: /player.js
+# may put an <img> back in a video's place (a GIF it cannot show), so a video counts once it has been ready for
+# half a second.
+SHOW_IMAGE = PLACEMENT_STATE + """
 const [index, done] = [arguments[0], arguments[arguments.length - 1]];
-const image = document.images[index];
-image.scrollIntoView({block: "center", inline: "center"});
-const finish = () => {
-  const rect = image.getBoundingClientRect();
-  done({x: rect.left + scrollX, y: rect.top + scrollY, width: rect.width, height: rect.height,
-        src: image.currentSrc || image.src, complete: image.complete, natural: image.naturalWidth});
+const find = () => %s[index];
+find().scrollIntoView({block: "center", inline: "center"});
+let finished = false;
+const finish = (element) => {
+  if (finished) return;
+  finished = true;
+  // Again: what loaded may have changed the layout (a lazy image at the end of the document made it longer).
+  element.scrollIntoView({block: "center", inline: "center"});
+  requestAnimationFrame(() => requestAnimationFrame(() => done(placementState(element))));
 };
 const deadline = Date.now() + 20000;
+let ready = null;
 const poll = () => {
-  if ((image.complete && (image.naturalWidth > 0 || !image.currentSrc)) || Date.now() > deadline) {
-    requestAnimationFrame(() => requestAnimationFrame(finish));
+  const element = find();
+  const late = Date.now() > deadline;
+  if (element.tagName === "VIDEO") {
+    if (element.readyState >= 2 || element.error || late) {
+      if (ready !== element) {
+        ready = element;
+        setTimeout(poll, 500);
+        return;
+      }
+      element.pause();
+      // A moment after the seek for its picture to be painted (a layout change, /player.js measuring boxes, may
+      // have it repainted).
+      const settled = () => setTimeout(() => finish(element), 300);
+      if (element.readyState >= 1 && element.currentTime !== 0) {
+        element.addEventListener("seeked", settled, {once: true});
+        setTimeout(() => finish(element), 5000);
+        element.currentTime = 0;
+      } else {
+        settled();
+      }
+    } else {
+      setTimeout(poll, 50);
+    }
+  } else if ((element.complete && (element.naturalWidth > 0 || !element.currentSrc)) || late) {
+    finish(element);
   } else {
     setTimeout(poll, 50);
   }
 };
 poll();
-"""
+""" % PLACEMENTS
 
 
 # The same without timers, for a page whose scripts are blocked (`--no-javascript`: WebDriver's synchronous scripts
 # still run, its asynchronous ones wait on timers that never fire): scrolled once, then polled from here.
 SCROLL_TO_IMAGE = """
-document.images[arguments[0]].scrollIntoView({block: "center", inline: "center"});
-"""
-IMAGE_STATE = """
-const image = document.images[arguments[0]];
-const rect = image.getBoundingClientRect();
-return {x: rect.left + scrollX, y: rect.top + scrollY, width: rect.width, height: rect.height,
-        src: image.currentSrc || image.src, complete: image.complete, natural: image.naturalWidth};
-"""
+%s[arguments[0]].scrollIntoView({block: "center", inline: "center"});
+""" % PLACEMENTS
+IMAGE_STATE = PLACEMENT_STATE + """
+return placementState(%s[arguments[0]]);
+""" % PLACEMENTS
 
 
 def show_image_polling(engine, index):
@@ -179,6 +221,7 @@ def show_image_polling(engine, index):
         if (box["complete"] and (box["natural"] > 0 or not box["src"])) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
+    engine.script(SCROLL_TO_IMAGE, index)  # again, in the layout what loaded made
     time.sleep(0.2)  # two frames and more: painted before the screenshot
     return engine.script(IMAGE_STATE, index)
 
@@ -193,7 +236,7 @@ class SeleniumEngine:
         return self.driver.execute_async_script(source, *arguments)
 
     def screenshot(self, index):
-        return self.driver.execute_script("return document.images[arguments[0]]", index).screenshot_as_png
+        return self.driver.execute_script("return %s[arguments[0]]" % PLACEMENTS, index).screenshot_as_png
 
 
 class Chromium(SeleniumEngine):
@@ -295,7 +338,7 @@ class Firefox:
         return self.client.execute_async_script(source, script_args=list(arguments))
 
     def screenshot(self, index):
-        element = self.client.execute_script("return document.images[arguments[0]]", script_args=[index])
+        element = self.client.execute_script("return %s[arguments[0]]" % PLACEMENTS, script_args=[index])
         return self.client.screenshot(element=element, format="binary")
 
     def quit(self):
@@ -456,18 +499,29 @@ def main():
             for width in [int(value) for value in args.widths.split(",")]:
                 # A browser of its own for each run: nothing cached from the run before (an image in the memory
                 # cache is shown at once, lazy or not).
-                engine.fresh(width, scheme)
-                before, before_images = read_page(engine, base + os.path.basename(args.original), width, scheme)
-                after, after_images = read_page(engine, base + os.path.basename(args.rewritten), width, scheme)
+                for attempt in range(2):
+                    engine.fresh(width, scheme)
+                    try:
+                        before, before_images = read_page(
+                            engine, base + os.path.basename(args.original), width, scheme)
+                        after, after_images = read_page(
+                            engine, base + os.path.basename(args.rewritten), width, scheme)
+                        break
+                    except Exception as error:  # noqa: BLE001 - one driver failure is retried
+                        # WebKitWebDriver now and then fails to read back a script's plain result ("Could not
+                        # parse script result"), in either page: the run is made again, in a fresh browser, once.
+                        if attempt == 1 or "Could not parse script result" not in str(error):
+                            raise
                 compared = []
                 for index, ((box_a, shot_a), (box_b, shot_b)) in enumerate(zip(before_images, after_images)):
                     delta = max(abs(box_a[key] - box_b[key]) for key in ("x", "y", "width", "height"))
                     compared.append({
                         "index": index, "boxDelta": delta,
                         "psnr": psnr_2x2(shot_a, shot_b) if shot_a and shot_b else None,
+                        "shots": [shot[:2] if shot else None for shot in (shot_a, shot_b)],
                         "originalBox": [box_a[key] for key in ("x", "y", "width", "height")],
                         "rewrittenBox": [box_b[key] for key in ("x", "y", "width", "height")],
-                        "originalSrc": box_a["src"], "rewrittenSrc": box_b["src"],
+                        "originalSrc": box_a["src"], "rewrittenSrc": box_b["src"], "rewrittenTag": box_b["tag"],
                         "loaded": bool(box_b["complete"] and (box_b["natural"] > 0 or not box_b["src"])),
                     })
                 javascript = engine.script("return document.documentElement.dataset.scriptRan === 'yes'")
