@@ -94,13 +94,20 @@ import Transcoder
             #expect(reply.headers.first(name: "X-GIFs-Rewritten") == "5")
             let output = reply.text
             let videos = try Self.videos(in: output)
-            try #require(videos.count == 5)
-            // Put the original tags back where the videos are: the input, byte for byte.
+            // The <picture> offers a WebP, which browsers show: it stays a picture, its GIF an `.auto` URL.
+            try #require(videos.count == 4)
+            // Put the original tags back where the videos are, and the picture's GIF URL: the input, byte for byte.
             var restored = output
             for (video, tag) in zip(videos, Self.gifTags) {
                 let range = try #require(restored.range(of: video))
                 restored.replaceSubrange(range, with: tag)
             }
+            let signer = try #require(URLSigner(hexKeys: [Self.key], hexSalts: [Self.salt]))
+            let origin = "http://127.0.0.1:\(harness.appPort)"
+            let pictureGIF = signer.signedPath(
+                SourcePath(sourceURL: harness.originURL("/f/anim.gif"), fileExtension: SourcePath.negotiated).path)
+            let auto = try #require(restored.range(of: "\"" + origin + pictureGIF + "\""), "\(output)")
+            restored.replaceSubrange(auto, with: "\"/f/anim.gif\"")
             #expect(restored == Self.document)
 
             #expect(videos[0].contains(" autoplay muted playsinline loop "))
@@ -111,14 +118,15 @@ import Transcoder
             #expect(!videos[1].contains("autoplay"))
             #expect(videos[1].contains(#"id="split" title="single quoted""#))
             // Absolute URLs (the page lives elsewhere): this request's origin, without http.publicBaseURL.
-            let origin = "http://127.0.0.1:\(harness.appPort)"
             #expect(videos[1].hasSuffix(#"<script src="\#(origin)/player.js" defer></script>"#))
-            #expect(!videos[2].contains("srcset") && !videos[2].contains("sizes") && !videos[2].contains("decoding"))
+            #expect(![" srcset=", " sizes=", " decoding="].contains { videos[2].contains($0) })
             #expect(!videos[3].contains("data-src") && videos[3].contains(#"style="border: 0""#))
-            #expect(videos[4].contains(#"aria-label="pic""#))
+            // What /player.js lays each video out from: the <img>'s own size and srcset, and the GIF shown.
+            #expect(videos[0].contains(#"data-gif2mp4-img="{&quot;height&quot;:&quot;240&quot;,"#), "\(videos[0])")
+            let srcset = #"&quot;srcset&quot;:&quot;\/c\/anim.gif 2x, \/c\/photo.jpg 1x&quot;"#
+            #expect(videos[2].contains(srcset), "\(videos[2])")
 
             // The URLs are the signed GET route of the absolute GIF URL; the first GIF is served by it.
-            let signer = try #require(URLSigner(hexKeys: [Self.key], hexSalts: [Self.salt]))
             let upper = harness.originURL("/corpus/cartoon_hotdog.gif")
             // One object (`also:webm`): the WebM with alpha first (not known yet to be made: an opaque GIF's answers
             // 404, and the browser goes on), then the MP4.
@@ -135,8 +143,10 @@ import Transcoder
             #expect(served.status == 200)
             #expect(served.headers.first(name: "Content-Type") == "video/mp4")
 
-            // The output parses, and the parser finds no GIF left outside <template> and <noscript>.
-            #expect(HTMLGIFScanner.scan(Array(output.utf8)).elements.isEmpty)
+            // The output parses, and the parser finds no GIF left outside <template> and <noscript> but the picture's
+            // `image/gif` source, now the service's `.auto` URL.
+            let left = HTMLGIFScanner.scan(Array(output.utf8)).elements
+            #expect(left.count == 1 && left.first?.source.hasSuffix(".auto") == true, "\(left)")
         }
     }
 
@@ -331,7 +341,8 @@ import Transcoder
                 ], timeout: .seconds(30))
             #expect(
                 run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-                    == "aria-label,autoplay,data-gif2mp4-src,loop,muted,playsinline,poster,role,title", "\(run.stdout)")
+                    == "aria-label,autoplay,data-gif2mp4-img,data-gif2mp4-manifest,data-gif2mp4-src,loop,muted,"
+                    + "playsinline,poster,role,title", "\(run.stdout)")
         }
     }
 

@@ -128,21 +128,177 @@ enum PlayerScript {
             else video.play().catch(() => {});
           }
 
+          // <video data-gif2mp4-img='{...}'> (a rewritten <img>): the page's CSS styles images by their type
+          // (`article img { max-width: 100%; height: auto; display: block }`), which no <video> matches. The box that
+          // CSS gives the <img> is measured on an <img> of the same attributes (id, class, style, title, width,
+          // height, srcset, sizes) put in the video's place for a moment, its every candidate an empty SVG of the GIF's
+          // size scaled by its descriptor (nothing is fetched), and copied to the video; again when the window's size
+          // changes. The GIF's size is the rewrite's (`natural`), else the video's own once its metadata is in.
+          const boxed = Symbol.for("gif2mp4.box");
+          const sides = ["top", "right", "bottom", "left"];
+          const carried = ["display", "float", "vertical-align", "object-fit",
+            "object-position", "background-color", "background-image", "background-position", "background-size",
+            "background-repeat", "background-origin", "background-clip", "box-shadow", "opacity", "filter"].concat(
+            sides.flatMap((side) => ["margin-" + side, "padding-" + side, "border-" + side + "-width",
+              "border-" + side + "-style", "border-" + side + "-color"]),
+            ["top-left", "top-right", "bottom-right", "bottom-left"].map((corner) => "border-" + corner + "-radius"));
+
+          function emptySVG(width, height) {
+            return "data:image/svg+xml," + encodeURIComponent(
+              '<svg xmlns="http://www.w3.org/2000/svg" width="' + width + '" height="' + height + '"/>');
+          }
+
+          function placeholder(video) {
+            const layout = video[boxed].layout;
+            let natural = Array.isArray(layout.natural) ? layout.natural : null;
+            if (!natural && video.videoWidth > 0) natural = [video.videoWidth, video.videoHeight];
+            if (!natural) return null;
+            const image = document.createElement("img");
+            for (const name of ["id", "class", "title"]) {
+              if (video.hasAttribute(name)) image.setAttribute(name, video.getAttribute(name));
+            }
+            if (video[boxed].style !== null) image.setAttribute("style", video[boxed].style);
+            for (const name of ["width", "height"]) {
+              if (typeof layout[name] === "string") image.setAttribute(name, layout[name]);
+            }
+            image[boxed] = natural.map(String);
+            image.src = emptySVG(natural[0], natural[1]);
+            if (typeof layout.srcset === "string") {
+              const candidates = layout.srcset.split(",").map((text) => text.trim().split(/\s+/))
+                .filter((parts) => parts[0]);
+              const density = (parts) => {
+                const value = Number.parseFloat(parts[1] || "1x");
+                return Number.isFinite(value) && value > 0 ? value : 1;
+              };
+              const shown = candidates.find((parts) => parts[0] === layout.source);
+              if (shown) {
+                image.srcset = candidates.map((parts) => {
+                  const scale = density(parts) / density(shown);
+                  return emptySVG(Math.max(1, Math.round(natural[0] * scale)), Math.max(1, Math.round(natural[1] * scale)))
+                    + " " + (parts[1] || "1x");
+                }).join(", ");
+                if (typeof layout.sizes === "string") image.sizes = layout.sizes;
+              }
+            }
+            return image;
+          }
+
+          // Every video at once, as the page laid out every <img> at once: a video's box can depend on another's (two
+          // in the tracks of one grid). The placeholders load first (an SVG data URL: no request leaves the page),
+          // then, in one go, take the videos' places, are measured, and give way.
+          let round = 0;
+          function measureAll() {
+            const current = ++round;
+            const videos = Array.from(document.querySelectorAll("video[data-gif2mp4-img]"))
+              .filter((video) => video[boxed] && video.isConnected);
+            const placed = videos.map((video) => [video, placeholder(video)]).filter((pair) => pair[1]);
+            const loaded = placed.map(([, image]) => new Promise((resolve) => {
+              if (image.complete) resolve();
+              image.addEventListener("load", resolve, { once: true });
+              image.addEventListener("error", resolve, { once: true });
+            }));
+            Promise.all(loaded).then(() => {
+              if (current !== round) return;
+              // An SVG the page's Content-Security-Policy refused (no `img-src data:`): the image's box from its
+              // width and height alone, the GIF's size where it gave none (a `srcset`'s density then not applied).
+              for (const [, image] of placed) {
+                if (image.naturalWidth > 0) continue;
+                const natural = image[boxed];
+                image.removeAttribute("srcset");
+                image.removeAttribute("src");
+                if (!image.hasAttribute("width")) image.setAttribute("width", natural[0]);
+                if (!image.hasAttribute("height")) image.setAttribute("height", natural[1]);
+              }
+              const shown = placed.filter(([video]) => video.isConnected);
+              const hidden = shown.map(([video]) => {
+                const before = [video.style.getPropertyValue("display"), video.style.getPropertyPriority("display")];
+                video.style.setProperty("display", "none", "important");
+                return before;
+              });
+              shown.forEach(([video, image]) => video.before(image));
+              const measured = shown.map(([, image]) => {
+                const style = getComputedStyle(image);
+                // The border box as laid out, exactly (a computed width is rounded when written out: 156.953125px
+                // reads 156.953px, which lays out 1/64 px shorter, and every box below moves by that).
+                const rect = image.getBoundingClientRect();
+                return carried.map((name) => [name, style.getPropertyValue(name)]).concat([
+                  ["box-sizing", "border-box"], ["width", rect.width + "px"], ["height", rect.height + "px"]]);
+              });
+              shown.forEach(([video, image], index) => {
+                image.remove();
+                video.style.setProperty("display", hidden[index][0], hidden[index][1]);
+                for (const [name, value] of measured[index]) video.style.setProperty(name, value);
+                // Its box is the image's final one: flex and grid are not to stretch or shrink it again.
+                video.style.setProperty("flex", "none");
+              });
+            });
+          }
+
+          let measuring = false;
+          function remeasure() {
+            if (measuring) return;
+            measuring = true;
+            requestAnimationFrame(() => {
+              measuring = false;
+              measureAll();
+            });
+          }
+
+          let resizing = false;
+          function carryBox(video) {
+            if (video[boxed]) return;
+            let layout;
+            try {
+              layout = JSON.parse(video.getAttribute("data-gif2mp4-img"));
+            } catch (error) {
+              return;
+            }
+            if (!layout || typeof layout !== "object") return;
+            video[boxed] = { layout, style: video.getAttribute("style") };
+            if (!Array.isArray(layout.natural)) video.addEventListener("loadedmetadata", remeasure);
+            remeasure();
+            if (!resizing) {
+              resizing = true;
+              window.addEventListener("resize", remeasure);
+            }
+          }
+
           // <video data-gif2mp4-src="GIF"> (a rewritten GIF not converted yet): if its sources fail before it has
           // loaded anything (the service refused the GIF: too large, not an animation), an <img> of the GIF comes
           // back with the video's id, class, style, title, size and label (as alt), which the browser still shows.
           // A video that has loaded keeps playing through a later network error.
+          // Likewise when it plays the MP4 (its WebM failed: the object has none) and the GIF's manifest
+          // (data-gif2mp4-manifest) says the GIF has transparency, which the MP4 flattened.
           const restored = Symbol.for("gif2mp4.fallback");
           function fallBack(video) {
-            if (!video.isConnected || !video.hasAttribute("data-gif2mp4-src")) return;
             if (video.readyState >= HTMLMediaElement.HAVE_METADATA) return;
+            restore(video);
+          }
+
+          function restore(video) {
+            if (!video.isConnected || !video.hasAttribute("data-gif2mp4-src")) return;
             const image = document.createElement("img");
-            image.setAttribute("src", video.getAttribute("data-gif2mp4-src"));
+            // `loading` before `src`: an image is fetched by the loading it has when its source is set.
+            if (video.hasAttribute("data-gif2mp4-lazy")) image.setAttribute("loading", "lazy");
             for (const name of ["id", "class", "style", "title", "width", "height"]) {
               if (video.hasAttribute(name)) image.setAttribute(name, video.getAttribute(name));
             }
+            // The image's own size, srcset and sizes, when the rewrite recorded them (the video's width and height may
+            // be the GIF's, which the image did not say).
+            const layout = video[boxed] ? video[boxed].layout : null;
+            if (layout) {
+              for (const name of ["width", "height", "srcset", "sizes"]) {
+                if (typeof layout[name] === "string") image.setAttribute(name, layout[name]);
+                else image.removeAttribute(name);
+              }
+            }
+            // The page's own style, not the box copied to the video.
+            if (video[boxed]) {
+              if (video[boxed].style === null) image.removeAttribute("style");
+              else image.setAttribute("style", video[boxed].style);
+            }
             if (video.hasAttribute("aria-label")) image.setAttribute("alt", video.getAttribute("aria-label"));
-            if (video.hasAttribute("data-gif2mp4-lazy")) image.setAttribute("loading", "lazy");
+            image.setAttribute("src", video.getAttribute("data-gif2mp4-src"));
             if (visibility) visibility.unobserve(video);
             video.replaceWith(image);
           }
@@ -154,11 +310,24 @@ enum PlayerScript {
             // A <source> that fails fires its own error; the last one's when none is left to try.
             if (sources.length > 0) sources[sources.length - 1].addEventListener("error", () => fallBack(video));
             video.addEventListener("error", () => fallBack(video));
-            // Failed before this (deferred) script ran: after a task, still no source and nothing loaded. (A video
-            // only starting to choose its source reads "no source" too, until its selection runs.)
+            const manifest = video.getAttribute("data-gif2mp4-manifest");
+            if (manifest && window.fetch) {
+              video.addEventListener("loadeddata", () => {
+                if (/\.webm$/.test(new URL(video.currentSrc, location.href).pathname)) return;
+                fetch(manifest).then((reply) => reply.ok ? reply.json() : null)
+                  .then((object) => { if (object && object.hasTransparency === true) restore(video); })
+                  .catch(() => {});
+              }, { once: true });
+            }
+            // Its sources may have failed before this (deferred) script listened: after a task, an error, or still no
+            // source and nothing loaded. The latter is also a video whose source selection has not begun (WebKit
+            // reads "no source" before it, for a video below the fold), so it is loaded again, with the listeners
+            // above in place: a failing source then fails again, where they hear it. (A lazy video loads when it
+            // comes near the viewport, with them in place already.)
             setTimeout(() => {
-              if (video.error || (video.networkState === HTMLMediaElement.NETWORK_NO_SOURCE && video.readyState === 0
-                  && !video.currentSrc)) fallBack(video);
+              if (video.error) fallBack(video);
+              else if (video.networkState === HTMLMediaElement.NETWORK_NO_SOURCE && video.readyState === 0
+                  && !video.currentSrc && !video.hasAttribute("data-gif2mp4-lazy")) video.load();
             }, 0);
           }
 
@@ -169,6 +338,8 @@ enum PlayerScript {
             if (root.querySelectorAll) root.querySelectorAll("video[data-play-count]").forEach(attach);
             if (root.matches && root.matches("video[data-gif2mp4-lazy]")) watch(root);
             if (root.querySelectorAll) root.querySelectorAll("video[data-gif2mp4-lazy]").forEach(watch);
+            if (root.matches && root.matches("video[data-gif2mp4-img]")) carryBox(root);
+            if (root.querySelectorAll) root.querySelectorAll("video[data-gif2mp4-img]").forEach(carryBox);
           }
 
           if (window[state]) {
@@ -184,7 +355,7 @@ enum PlayerScript {
               else record.addedNodes.forEach(scan);
             }
           }).observe(document.documentElement, { subtree: true, childList: true, attributes: true,
-            attributeFilter: ["data-play-count", "data-gif2mp4-lazy", "data-gif2mp4-src"] });
+            attributeFilter: ["data-play-count", "data-gif2mp4-lazy", "data-gif2mp4-src", "data-gif2mp4-img"] });
         })();
         """#
 }

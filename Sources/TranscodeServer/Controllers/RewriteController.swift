@@ -105,18 +105,21 @@ struct RewriteController<Context: RequestContext>: Sendable {
         // data: URLs, other schemes) stay as they are.
         var sources: [Int: URL] = [:]
         for (index, element) in scan.elements.enumerated() {
-            let text = element.source.trimmingCharacters(in: .whitespacesAndNewlines)
+            // A video shows one GIF: a `srcset`'s largest, which the browser would show at the widest.
+            let shown = output == .video && !element.offersOtherFormats ? element.largestSource : element.source
+            let text = shown.trimmingCharacters(in: .whitespacesAndNewlines)
             guard let url = URL(string: text, relativeTo: base)?.absoluteURL,
                 let valid = try? Downloader.validate(url.absoluteString)
             else { continue }
             sources[index] = valid
         }
-        let metadata = try await self.metadata(for: Set(sources.values), mode: mode, options: options)
+        // What this rewrite may convert: every GIF but, in `output=video`, those of pictures it leaves pictures.
+        let converted = sources.filter { output == .img || !scan.elements[$0.key].offersOtherFormats }
+        let metadata = try await self.metadata(for: Set(converted.values), mode: mode, options: options)
         var replacements: [(range: Range<Int>, text: String)] = []
         var rewritten = 0
-        for (index, element) in scan.elements.enumerated() where output == .img {
-            guard let url = sources[index] else { continue }
-            if mode == .eager, !(metadata[url].map(ImageNegotiation.beatsTheSource) ?? false) { continue }
+        // The element kept, its GIF URLs signed `.auto` ones. - Returns: whether a URL changed.
+        func rewriteImage(_ element: GIFElement) -> Bool {
             let changes = HTMLRewriter.image(for: element) { text in
                 guard let candidate = URL(string: text, relativeTo: base)?.absoluteURL,
                     let valid = try? Downloader.validate(candidate.absoluteString)
@@ -127,19 +130,35 @@ struct RewriteController<Context: RequestContext>: Sendable {
                 return links.absolute(links.signer.signedPath(path))
             }
             replacements += changes
-            if !changes.isEmpty { rewritten += 1 }
+            return !changes.isEmpty
         }
-        for (index, element) in scan.elements.enumerated() where output == .video {
+        for (index, element) in scan.elements.enumerated() where output == .img || element.offersOtherFormats {
+            guard let url = sources[index] else { continue }
+            // A `<picture>` offering another format stays a picture in `output=video` too (the browser shows that
+            // format, not its GIF): its GIF URLs are `.auto` ones, whose object was not converted here.
+            if mode == .eager, output == .img, !(metadata[url].map(ImageNegotiation.beatsTheSource) ?? false) {
+                continue
+            }
+            if rewriteImage(element) { rewritten += 1 }
+        }
+        for (index, element) in scan.elements.enumerated() where output == .video && !element.offersOtherFormats {
             guard let url = sources[index] else { continue }
             let known = metadata[url]
+            // A transparent GIF whose object has no WebM smaller than it (none reached the quality floor): a video
+            // would show it flattened, an opaque box on a dark page. It stays an image, as `output=img` has it.
+            if let known, Self.videoLosesTransparency(known) {
+                if rewriteImage(element) { rewritten += 1 }
+                continue
+            }
             if mode == .eager, known?.recommendation != .video { continue }
             guard
                 let signed = links.signed(
                     sourceURL: url.absoluteString, background: background, extras: Self.videoExtras),
                 let mp4 = signed[ObjectFiles.video.name], let poster = signed["poster"]
             else { continue }
-            let target = RewriteTarget(
+            var target = RewriteTarget(
                 mp4URL: mp4, posterURL: poster, webmURL: signed[OutputFormat.webm.name], metadata: known)
+            target.manifestURL = signed["metadata"]
             replacements.append(
                 (
                     element.range,
@@ -157,6 +176,14 @@ struct RewriteController<Context: RequestContext>: Sendable {
                 HTTPField.Name("X-GIFs-Rewritten")!: String(rewritten),
             ],
             body: .init(byteBuffer: ByteBuffer(bytes: document)))
+    }
+
+    /// Whether `metadata`'s object shows its GIF's transparency in no video: the GIF has some, and the object has no
+    /// WebM (none reached the quality floor) or one not smaller than the GIF (which the `<video>` does not list).
+    static func videoLosesTransparency(_ metadata: TranscodeMetadata) -> Bool {
+        guard metadata.hasTransparency else { return false }
+        guard let webm = ObjectFiles.recorded(.webm, in: metadata) else { return true }
+        return webm.recommendation == .keepGIF
     }
 
     /// The URLs a rewritten page needs are absolute: the page lives on another site. Under

@@ -14,6 +14,9 @@ struct GIFElement: Sendable, Equatable {
     /// The URL attributes (`src`, `srcset`, `data-src`, `data-srcset`) of the `<img>` and of a `<picture>`'s
     /// `<source>`s, with where their values are written: what a rewrite that keeps the elements changes.
     var urlAttributes: [URLAttribute] = []
+    /// A `<picture>` with a `<source>` of another format (`type="image/webp"`): what browsers show, rather than its
+    /// GIF.
+    var offersOtherFormats = false
 
     struct Attribute: Sendable, Equatable {
         let name: String
@@ -32,6 +35,17 @@ struct GIFElement: Sendable, Equatable {
     static let urlAttributeNames: Set<String> = ["src", "srcset", "data-src", "data-srcset"]
 
     func attribute(_ name: String) -> String? { self.attributes.first { $0.name == name }?.value }
+
+    /// The GIF a browser shows at its largest: the `srcset` (or a lazy-loading plugin's `data-srcset`) candidate with
+    /// the largest descriptor, where there is one (a browser with `srcset` never shows `src` then), else `source`.
+    var largestSource: String {
+        for name in ["srcset", "data-srcset"] {
+            if let srcset = self.attribute(name), let candidate = HTMLGIFScanner.gifCandidate(srcset: srcset) {
+                return candidate
+            }
+        }
+        return self.source
+    }
 }
 
 /// Finds the GIFs of an HTML document with gumbo, a spec-compliant HTML5 parser that reports where every tag
@@ -279,6 +293,7 @@ enum HTMLGIFScanner {
             var gifSource: String?
             var image: GumboElement?
             var sourceAttributes: [GIFElement.URLAttribute] = []
+            var otherFormats = false
             for index in 0..<Int(element.children.length) {
                 guard let child = element.children.data[index]?.assumingMemoryBound(to: GumboNode.self),
                     child.pointee.type == GUMBO_NODE_ELEMENT
@@ -290,6 +305,15 @@ enum HTMLGIFScanner {
                         Self.attributes(inner).first { $0.name == "type" }?.value.lowercased() ?? "")
                 {
                     sourceAttributes += self.urlAttributes(inner)
+                }
+                if inner.tag == GUMBO_TAG_SOURCE {
+                    // Typed as another format, or untyped with no GIF candidate (`srcset="a.webp"`).
+                    let attributes = Self.attributes(inner)
+                    let type = attributes.first { $0.name == "type" }?.value.lowercased() ?? ""
+                    let srcset = attributes.first { $0.name == "srcset" }?.value ?? ""
+                    let gif =
+                        type == "image/gif" || (type.isEmpty && HTMLGIFScanner.gifCandidate(srcset: srcset) != nil)
+                    if !gif { otherFormats = true }
                 }
                 if inner.tag == GUMBO_TAG_SOURCE, gifSource == nil {
                     let attributes = Self.attributes(inner)
@@ -311,7 +335,8 @@ enum HTMLGIFScanner {
             guard let source = gifSource ?? imageGIF?.source else { return nil }
             return GIFElement(
                 range: start..<(endTag + element.original_end_tag.length), source: source,
-                attributes: Self.attributes(image), urlAttributes: sourceAttributes + self.urlAttributes(image))
+                attributes: Self.attributes(image), urlAttributes: sourceAttributes + self.urlAttributes(image),
+                offersOtherFormats: otherFormats)
         }
 
         /// The bytes of an element's start tag; nil when the parser inserted it (no source text).

@@ -9,6 +9,9 @@ struct RewriteTarget: Sendable {
     var posterURL: String
     /// The object's VP9 WebM with alpha, when its files include one (`also:webm`).
     var webmURL: String? = nil
+    /// The object's manifest (`.json`): what `/player.js` reads of a GIF not converted yet whose WebM did not play
+    /// (`data-gif2mp4-manifest`).
+    var manifestURL: String? = nil
     var metadata: TranscodeMetadata?
 
     /// The `<source>`s, best first: the WebM (unless the GIF is known to have none, or one no smaller than it: a
@@ -43,8 +46,10 @@ struct RewriteTarget: Sendable {
 /// loading="lazy">` becomes `preload="none"` without `autoplay` and without a `poster` (its URL in
 /// `data-gif2mp4-poster`), marked `data-gif2mp4-lazy`: `/player.js` sets the poster and plays it when it comes
 /// near the viewport. A GIF not converted yet keeps its URL in `data-gif2mp4-src`: `/player.js` puts the `<img>`
-/// back if the video's source fails (a GIF the service refuses). `srcset`, `sizes`, `loading`, `decoding` and `data-*` (a lazy-loading
-/// plugin's `data-src` would fight the video) are not carried over.
+/// back if the video's source fails (a GIF the service refuses), or if its MP4 plays and its manifest
+/// (`data-gif2mp4-manifest`) says the GIF is transparent. `srcset`, `sizes`, `loading`, `decoding` and `data-*` (a
+/// lazy-loading plugin's `data-src` would fight the video) are not carried over as attributes: what of them lays the
+/// image out is in `data-gif2mp4-img` (`layoutOfImage`), from which `/player.js` gives the video the image's box.
 enum HTMLRewriter {
     /// `html` with each element of `replacements` (sorted, not overlapping) replaced.
     static func rewrite(_ html: [UInt8], _ replacements: [(range: Range<Int>, text: String)]) -> [UInt8] {
@@ -127,6 +132,9 @@ enum HTMLRewriter {
         // `<img>` back, which the browser still shows.
         if target.metadata == nil {
             attributes.append(("data-gif2mp4-src", element.source))
+            // Should the MP4 play (no WebM) of a GIF with transparency, `/player.js` puts the `<img>` back too: the
+            // MP4 is flattened over the background colour.
+            if let manifest = target.manifestURL { attributes.append(("data-gif2mp4-manifest", manifest)) }
             needsScript = true
         }
         for name in ["id", "class", "style", "title"] {
@@ -139,10 +147,32 @@ enum HTMLRewriter {
         if let alt = element.attribute("alt") {
             attributes += [("role", "img"), ("aria-label", alt)]
         }
+        // What `/player.js` lays the video out from: the `<img>` the page's CSS would have styled (`layoutOfImage`).
+        attributes.append(("data-gif2mp4-img", Self.layoutOfImage(element, natural: target.metadata)))
+        needsScript = true
         let opening = attributes.map { name, value in value.map { "\(name)=\"\(Self.escape($0))\"" } ?? name }
             .joined(separator: " ")
         let script = needsScript ? "<script src=\"\(Self.escape(playerScript))\" defer></script>" : ""
         return "<video \(opening)>\(target.sourceElements)</video>" + script
+    }
+
+    /// The `<img>` a video replaces, as `/player.js` needs it to give the video the box the page's CSS gives that
+    /// image (a `<video>` never matches the site's `img` selectors: `article img { max-width: 100%; height: auto }`):
+    /// a JSON object with the image's `width`, `height`, `srcset` and `sizes` attributes as written (those it has),
+    /// the GIF the video shows (`source`, a `srcset` candidate's URL as written, or `src`), and its size
+    /// (`natural`, `[width, height]`) once known. The script lays out an `<img>` of those attributes whose every
+    /// candidate is an empty SVG of the GIF's size scaled by its descriptor, in the video's place, and copies its
+    /// box to the video.
+    static func layoutOfImage(_ element: GIFElement, natural metadata: TranscodeMetadata?) -> String {
+        var object: [String: Any] = ["source": element.largestSource]
+        for name in ["width", "height"] {
+            if let value = element.attribute(name) { object[name] = value }
+        }
+        if let srcset = element.attribute("srcset") ?? element.attribute("data-srcset") { object["srcset"] = srcset }
+        if let sizes = element.attribute("sizes") ?? element.attribute("data-sizes") { object["sizes"] = sizes }
+        if let metadata { object["natural"] = [metadata.sourceWidth, metadata.sourceHeight] }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// A `<source type>` attribute value with its quotes: `"video/mp4"`, or with a `codecs` parameter (whose value is

@@ -23,8 +23,8 @@ video    Plays each MP4 or WebM once from the start at playbackRate R (default 0
          where playback may drop frames. --pixels DIR: at each probe, also the picture presented, drawn over
          black and over white on a canvas of the video's size, written to DIR/<name>.probe<i>.black.rgba and
          .white.rgba (RGBA, tightly packed): how a page shows a video with alpha over what is behind it.
-snippet  Serves a page from another origin than URL, with a Content-Security-Policy that only allows
-         scripts and media from URL, whose body is SNIPPET (a <video> and maybe a <script src> from URL);
+snippet  Serves a page from another origin than URL, with the Content-Security-Policy docs/embedding.md
+         asks of a page (scripts, media, images and `/player.js`'s requests from URL; images also from `data:`), whose body is SNIPPET (a <video> and maybe a <script src> from URL);
          counts how many times the first <video> plays, waits until it has ended and stayed ended for 1 s
          (or S seconds, default 60) and prints one JSON line ({"ok", "plays", "ended", "paused",
          "currentTime", "duration", "loopAttribute", "lastMediaTime", "currentSrc", "cspViolations", "console"}, and
@@ -302,7 +302,8 @@ video.src = parameters.get("src");
 """
 
 SNIPPET_PAGE = """<!doctype html><html><head><meta http-equiv="Content-Security-Policy" content="default-src 'none'; \
-script-src {source}; media-src {source}; img-src {source}"><base href="{base}"></head><body>{snippet}</body></html>"""
+script-src {source}; media-src {source}; img-src {source} data:; connect-src {source}"><base href="{base}"></head>\
+<body>{snippet}</body></html>"""
 
 
 class CheckFailed(Exception):
@@ -872,7 +873,8 @@ def run_snippet(arguments):
 
 
 LAZY_PAGE = """<!doctype html><html><head><meta http-equiv="Content-Security-Policy" content="default-src 'none'; \
-script-src {source}; media-src {source}; img-src {source}; style-src 'unsafe-inline'"><base href="{base}"></head>\
+script-src {source}; media-src {source}; img-src {source} data:; connect-src {source}; style-src 'unsafe-inline'">\
+<base href="{base}"></head>\
 <body style="margin:0"><div style="height:4000px">above the fold</div>{snippet}<div style="height:4000px"></div>\
 </body></html>"""
 
