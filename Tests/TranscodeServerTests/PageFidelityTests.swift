@@ -75,7 +75,10 @@ import Testing
     /// compared with the original the same way, each video paused at its start.
     @Test(.serialized, arguments: engines.map(\.name))
     func aRewrittenArticleInVideoModeLooksLikeTheOriginal(engine: String) async throws {
-        try await Self.rewriteAndCompare(["--engine", engine], query: "?output=video") { runs in
+        // One browser process per scheme: each within the 120 s a child process is given (a video is held half a
+        // second for /player.js to settle, and every run starts its browser afresh).
+        let perScheme = ["light", "dark"].map { ["--engine", engine, "--schemes", $0] }
+        try await Self.rewriteAndCompare(perScheme, query: "?output=video") { runs in
             #expect(runs.count == 4)
             for page in runs {
                 #expect(page["pageScriptRan"] as? Bool == true, "\(engine): the page's script did not run")
@@ -103,6 +106,14 @@ import Testing
         _ arguments: [String], query: String = "?mode=eager",
         check: @escaping @Sendable ([[String: Any]]) throws -> Void
     ) async throws {
+        try await Self.rewriteAndCompare([arguments], query: query, check: check)
+    }
+
+    /// The same, `page_fidelity.py` run once for each of `argumentSets`, one after another; their runs together.
+    static func rewriteAndCompare(
+        _ argumentSets: [[String]], query: String,
+        check: @escaping @Sendable ([[String: Any]]) throws -> Void
+    ) async throws {
         try await withHarness(configure: RewriteTests.configure) { harness in
             let original = Self.article(origin: harness.originURL(""))
             let reply = try await harness.rewrite(original, query: query, timeout: .seconds(120))
@@ -114,14 +125,18 @@ import Testing
                 let after = directory + "/rewritten.html"
                 try Data(original.utf8).write(to: URL(fileURLWithPath: before))
                 try Data(reply.body).write(to: URL(fileURLWithPath: after))
-                let run = try await runProcess(
-                    "/usr/bin/python3", [Self.oracle, before, after] + arguments, timeout: .seconds(120))
-                let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
-                let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
-                let result = try #require(
-                    (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any], "\(output)")
-                #expect(result["ok"] as? Bool == true, "\(output)")
-                try check(try #require(result["runs"] as? [[String: Any]], "\(output)"))
+                var runs: [[String: Any]] = []
+                for arguments in argumentSets {
+                    let run = try await runProcess(
+                        "/usr/bin/python3", [Self.oracle, before, after] + arguments, timeout: .seconds(120))
+                    let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
+                    let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+                    let result = try #require(
+                        (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any], "\(output)")
+                    #expect(result["ok"] as? Bool == true, "\(output)")
+                    runs += try #require(result["runs"] as? [[String: Any]], "\(output)")
+                }
+                try check(runs)
             }
         }
     }

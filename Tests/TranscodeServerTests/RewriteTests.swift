@@ -270,6 +270,8 @@ import Transcoder
             let webm = try #require(video.range(of: "type='video/webm; codecs=\"vp09.00."), "\(video)")
             let mp4 = try #require(video.range(of: "type='video/mp4; codecs=\"avc1."), "\(video)")
             #expect(webm.lowerBound < mp4.lowerBound)
+            // No poster: the flattened JPEG would be an opaque box until the WebM's first picture.
+            #expect(!video.contains(" poster="), "\(video)")
             let run = try await runBrowserScript(
                 PlayerScriptTests.oracle,
                 [
@@ -281,6 +283,38 @@ import Transcoder
             let elements = try #require(run.result["elements"] as? [[String: Any]], "\(run.output)")
             #expect((elements.first?["currentSrc"] as? String)?.hasSuffix(".webm") == true, "\(run.output)")
             #expect(harness.services.transcodes.counters.transcodes == 1)
+        }
+    }
+
+    /// Rewritten before they were converted (`mode=lazy`), a transparent GIF and an opaque one: in Chromium the
+    /// transparent one plays its WebM and `/player.js` takes the flattened poster off it; the opaque one plays the
+    /// MP4 and keeps its poster.
+    @Test func aWebMShowsNoFlattenedPoster() async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let document = """
+                <img src="/corpus/cartoon_dancing_banana.gif" alt="banana">
+                <img src="/corpus/cartoon_hotdog.gif" alt="hotdog">
+                """
+            let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
+            let videos = try Self.videos(in: reply.text)
+            #expect(videos.count == 2 && videos.allSatisfy { $0.contains(" poster=") }, "\(reply.text)")
+            let run = try await runBrowserScript(
+                PlayerScriptTests.oracle,
+                [
+                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", videos.joined(),
+                    "--until", "[...document.querySelectorAll('video')].every((video) => video.readyState >= 2)",
+                    "--timeout", "60",
+                ],
+                timeout: .seconds(120))
+            #expect(run.result["ok"] as? Bool == true, "\(run.output)")
+            #expect(run.result["until"] as? Bool == true, "\(run.output)")
+            let elements = try #require(run.result["elements"] as? [[String: Any]], "\(run.output)")
+            try #require(elements.count == 2, "\(run.output)")
+            let attributes = elements.map { $0["attributes"] as? [String: Any] ?? [:] }
+            #expect((elements[0]["currentSrc"] as? String)?.hasSuffix(".webm") == true, "\(run.output)")
+            #expect(attributes[0]["poster"] == nil, "\(run.output)")
+            #expect((elements[1]["currentSrc"] as? String)?.hasSuffix(".mp4") == true, "\(run.output)")
+            #expect((attributes[1]["poster"] as? String)?.hasSuffix(".jpg") == true, "\(run.output)")
         }
     }
 

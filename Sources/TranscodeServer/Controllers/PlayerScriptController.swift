@@ -111,7 +111,7 @@ enum PlayerScript {
                   const video = entry.target;
                   if (entry.isIntersecting) {
                     const poster = video.getAttribute("data-gif2mp4-poster");
-                    if (poster && !video.getAttribute("poster")) video.setAttribute("poster", poster);
+                    if (poster && !video.getAttribute("poster") && !video[posterWatched]) posterUnlessWebM(video, poster);
                     video.preload = "auto";
                     video.play().catch(() => {});
                   } else if (!video.paused) {
@@ -120,6 +120,26 @@ enum PlayerScript {
                 }
               }, { rootMargin: "200px" })
             : null;
+
+          function playsWebM(video) {
+            return Boolean(video.currentSrc) && /\.webm$/.test(new URL(video.currentSrc, location.href).pathname);
+          }
+
+          // The poster (a JPEG flattened over the background) shows only while the source is not the WebM: a WebM
+          // (with alpha) shows the page through from its first picture, which the poster would cover until then. A
+          // WebM that fails (the GIF has none) gives the poster back to the MP4 that plays instead.
+          const posterWatched = Symbol.for("gif2mp4.poster");
+          function posterUnlessWebM(video, poster) {
+            video[posterWatched] = true;
+            const decide = () => {
+              if (playsWebM(video)) video.removeAttribute("poster");
+              else video.setAttribute("poster", poster);
+            };
+            const webm = video.querySelector("source[type^='video/webm']");
+            if (webm) webm.addEventListener("error", () => video.setAttribute("poster", poster), { once: true });
+            video.addEventListener("loadstart", decide);
+            if (video.currentSrc) decide();
+          }
 
           function watch(video) {
             if (video[watched]) return;
@@ -255,6 +275,9 @@ enum PlayerScript {
             }
             if (!layout || typeof layout !== "object") return;
             video[boxed] = { layout, style: video.getAttribute("style") };
+            // A GIF not known when rewritten has the poster: off while its WebM is the source.
+            const poster = video.getAttribute("poster");
+            if (poster && !video[posterWatched]) posterUnlessWebM(video, poster);
             if (!Array.isArray(layout.natural)) video.addEventListener("loadedmetadata", remeasure);
             remeasure();
             if (!resizing) {
@@ -313,7 +336,7 @@ enum PlayerScript {
             const manifest = video.getAttribute("data-gif2mp4-manifest");
             if (manifest && window.fetch) {
               video.addEventListener("loadeddata", () => {
-                if (/\.webm$/.test(new URL(video.currentSrc, location.href).pathname)) return;
+                if (playsWebM(video)) return;
                 fetch(manifest).then((reply) => reply.ok ? reply.json() : null)
                   .then((object) => { if (object && object.hasTransparency === true) restore(video); })
                   .catch(() => {});

@@ -395,9 +395,11 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
             playback = " data-play-count=\"\(plays)\""
             script = "<script src=\"\(self.baseURL)\(PlayerScript.path)\" defer></script>"
         }
-        return "<video autoplay muted playsinline\(playback) poster=\"\(self.posterPath)\" "
+        let target = self.target
+        let poster = target.showsPoster ? " poster=\"\(self.posterPath)\"" : ""
+        return "<video autoplay muted playsinline\(playback)\(poster) "
             + "width=\"\(self.metadata.sourceWidth)\" height=\"\(self.metadata.sourceHeight)\">"
-            + self.target.sourceElements + "</video>" + script
+            + target.sourceElements + "</video>" + script
     }
 
     /// The snippet's `<source>`s, best first, as the rewriter lists them (`RewriteTarget.sources`): the VP9 WebM

@@ -30,6 +30,15 @@ struct RewriteTarget: Sendable {
         return sources
     }
 
+    /// Whether the video gets its `poster` (the JPEG, flattened over the background): not when its first source is
+    /// the WebM of a GIF known to be transparent, which shows the page through from its first picture; the poster
+    /// would be an opaque box until then, where a GIF shows nothing until it has loaded. (A GIF not known yet:
+    /// `/player.js` takes the poster off when the WebM is the source chosen.)
+    var showsPoster: Bool {
+        guard let metadata = self.metadata, metadata.hasTransparency, let webmURL = self.webmURL else { return true }
+        return self.sources.first?.url != webmURL
+    }
+
     /// The `<source>` elements of `sources`, in order.
     var sourceElements: String {
         self.sources.map { "<source src=\"\(HTMLRewriter.escape($0.url))\" type=\($0.type)>" }.joined()
@@ -124,8 +133,9 @@ enum HTMLRewriter {
         if lazy {
             // The poster too waits until the video comes near the viewport (`/player.js` sets it then): its GET
             // would convert the GIF at page load, for a reader who may never scroll to it.
-            attributes += [("preload", "none"), ("data-gif2mp4-lazy", nil), ("data-gif2mp4-poster", target.posterURL)]
-        } else {
+            attributes += [("preload", "none"), ("data-gif2mp4-lazy", nil)]
+            if target.showsPoster { attributes.append(("data-gif2mp4-poster", target.posterURL)) }
+        } else if target.showsPoster {
             attributes.append(("poster", target.posterURL))
         }
         // Not yet converted: should the service refuse the GIF (too large, not a GIF), `/player.js` puts the
