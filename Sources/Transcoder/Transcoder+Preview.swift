@@ -50,8 +50,8 @@ extension Transcoder {
             // No CRF up to the highest is expected to fit: the highest, in a box for the size it is expected to
             // give at this one (the size guard's first slope, half the bytes every 12 steps), not one more encode
             // of the whole box (a 1080x1080 GIF's took 3 encodes and 3.6x ffmpeg's time, 2 and 2.2x this way).
-            let expected = Double(size) * pow(2, -Double(Self.previewHighestCRF - crf) / 12)
-            crf = Self.previewHighestCRF
+            let expected = Double(size) * pow(2, -Double(max(0, Self.previewHighestCRF - crf)) / 12)
+            crf = max(crf, Self.previewHighestCRF)
             guard let smaller = Self.previewBox(after: plan.output, bytes: Int(expected), budget: budget) else {
                 break
             }
@@ -71,13 +71,20 @@ extension Transcoder {
 
     /// The box the next attempt of a preview fits in, after one of `output`'s size came out `bytes` long: an area
     /// `budget / bytes` of the last, aimed 10% under (bytes follow the area about linearly at one CRF), and at least
-    /// a tenth smaller on each side; nil when the last was already the smallest (16 px on its shorter side).
+    /// a tenth smaller on each side, the shorter side at least 16 px (a strip's longer side, at least 16 px, alone);
+    /// nil when both sides are 16 px or less.
     static func previewBox(after output: (width: Int, height: Int, scaled: Bool), bytes: Int, budget: Int) -> (
         width: Int, height: Int
     )? {
         let smallest = 16
-        guard min(output.width, output.height) > smallest else { return nil }
+        guard max(output.width, output.height) > smallest else { return nil }
         let factor = min(0.9, (0.9 * Double(budget) / Double(max(1, bytes))).squareRoot())
+        if min(output.width, output.height) <= smallest {
+            // A strip (1920x16): its longer side bounds the next box, down to the smallest; the picture keeps its
+            // aspect inside it (`outputSize`), its shorter side under 16 px.
+            let longer = max(smallest, Int((Double(max(output.width, output.height)) * factor).rounded(.down)))
+            return output.width >= output.height ? (longer, output.height) : (output.width, longer)
+        }
         // The shorter side no smaller than the smallest: the other side keeps the aspect.
         let floor = Double(smallest) / Double(min(output.width, output.height))
         let scale = max(factor, floor)

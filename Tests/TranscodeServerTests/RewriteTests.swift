@@ -46,6 +46,22 @@ import Transcoder
         #expect(HTMLGIFScanner.scan(html).elements.map(\.source) == ["/a/spaced.gif", "/b/tabbed.gif"])
     }
 
+    /// A `<picture>` offers another format when a `<source>` is typed as one, or is untyped with no GIF candidate
+    /// (a lazy-loading plugin's `data-srcset` counts); a type's parameters do not make a GIF another format.
+    @Test(arguments: [
+        (#"<source srcset="/a.webp" type="image/webp">"#, true),
+        (#"<source srcset="/a.webp">"#, true),
+        (#"<source srcset="/a.gif" type="image/gif; x=1">"#, false),
+        (#"<source data-srcset="/a.gif 2x">"#, false),
+        (#"<source srcset="/a.gif">"#, false),
+    ])
+    func aPictureOffersOtherFormats(source: String, offers: Bool) throws {
+        let html = Array("<picture>\(source)<img src=\"/b.gif\"></picture>".utf8)
+        let elements = HTMLGIFScanner.scan(html).elements
+        try #require(elements.count == 1)
+        #expect(elements[0].offersOtherFormats == offers, "\(source)")
+    }
+
     @Test func theScannerFindsTheGIFsAndOnlyThem() throws {
         let html = Array(Self.document.utf8)
         let scan = HTMLGIFScanner.scan(html)

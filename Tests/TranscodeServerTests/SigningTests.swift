@@ -195,6 +195,7 @@ import Transcoder
         "/preview:02/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of 2
         "/preview:/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // no length
         "/preview:2/preview:1/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // twice
+        "/preview:2/aHR0cHM6Ly9hLmNvbS94LmdpZg.auto",  // .auto may answer the whole GIF
         "/also:gif/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // not an extra
         "/also:mp4/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // not an extra either
         "/also:webm,webp/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // another spelling of webp,webm

@@ -100,8 +100,8 @@ import Testing
         #expect(!String(decoding: try JSONEncoder().encode(RenditionSpec()), as: UTF8.self).contains("preview"))
     }
 
-    /// The next box: the budget's share of the area, at least a tenth smaller a side, never under 16 px on the
-    /// shorter side; none below that.
+    /// The next box: the budget's share of the area, at least a tenth smaller a side, the shorter side never under
+    /// 16 px (a strip's longer side alone); none once both sides are 16 px or less.
     @Test func previewBoxes() {
         let box = Transcoder.previewBox(after: (1000, 500, false), bytes: 400_000, budget: 50_000)
         // sqrt(0.9 * 50 / 400) = 0.335
@@ -110,7 +110,10 @@ import Testing
         #expect(near?.width == 90 && near?.height == 90)
         let floor = Transcoder.previewBox(after: (200, 20, false), bytes: 5_000_000, budget: 50_000)
         #expect(floor?.height == 16 && floor?.width == 160)
-        #expect(Transcoder.previewBox(after: (400, 16, true), bytes: 90_000, budget: 50_000) == nil)
+        // A strip: its longer side alone bounds the next box; none once both sides are 16 px or less.
+        let strip = Transcoder.previewBox(after: (1920, 16, true), bytes: 100_000, budget: 50_000)
+        #expect(strip?.width == 1287 && strip?.height == 16)  // 1920 x sqrt(0.45) = 1287.97
+        #expect(Transcoder.previewBox(after: (16, 16, true), bytes: 90_000, budget: 50_000) == nil)
     }
 }
 

@@ -183,9 +183,9 @@ enum PlayerScript {
             }
             image[boxed] = natural.map(String);
             image.src = emptySVG(natural[0], natural[1]);
-            if (typeof layout.srcset === "string") {
-              const candidates = layout.srcset.split(",").map((text) => text.trim().split(/\s+/))
-                .filter((parts) => parts[0]);
+            // The candidates as the rewrite parsed them (the HTML standard's way: a URL may hold commas).
+            if (Array.isArray(layout.candidates)) {
+              const candidates = layout.candidates.filter((parts) => Array.isArray(parts) && parts[0]);
               const density = (parts) => {
                 const value = Number.parseFloat(parts[1] || "1x");
                 return Number.isFinite(value) && value > 0 ? value : 1;
@@ -241,12 +241,15 @@ enum PlayerScript {
                 // The border box as laid out, exactly (a computed width is rounded when written out: 156.953125px
                 // reads 156.953px, which lays out 1/64 px shorter, and every box below moves by that).
                 const rect = image.getBoundingClientRect();
+                if (image.getClientRects().length === 0 || rect.width === 0 || rect.height === 0) return null;
                 return carried.map((name) => [name, style.getPropertyValue(name)]).concat([
                   ["box-sizing", "border-box"], ["width", rect.width + "px"], ["height", rect.height + "px"]]);
               });
               shown.forEach(([video, image], index) => {
                 image.remove();
                 video.style.setProperty("display", hidden[index][0], hidden[index][1]);
+                // Not laid out (a hidden tab, a closed <details>): nothing to copy; measured again on resize.
+                if (measured[index] === null) return;
                 for (const [name, value] of measured[index]) video.style.setProperty(name, value);
                 // Its box is the image's final one: flex and grid are not to stretch or shrink it again.
                 video.style.setProperty("flex", "none");
@@ -335,12 +338,15 @@ enum PlayerScript {
             video.addEventListener("error", () => fallBack(video));
             const manifest = video.getAttribute("data-gif2mp4-manifest");
             if (manifest && window.fetch) {
-              video.addEventListener("loadeddata", () => {
+              const check = () => {
                 if (playsWebM(video)) return;
                 fetch(manifest).then((reply) => reply.ok ? reply.json() : null)
                   .then((object) => { if (object && object.hasTransparency === true) restore(video); })
                   .catch(() => {});
-              }, { once: true });
+              };
+              // Loaded before this script listened (a deferred script, a video added later): checked at once.
+              if (video.readyState >= HTMLMediaElement.HAVE_CURRENT_DATA) check();
+              else video.addEventListener("loadeddata", check, { once: true });
             }
             // Its sources may have failed before this (deferred) script listened: after a task, an error, or still no
             // source and nothing loaded. The latter is also a video whose source selection has not begun (WebKit

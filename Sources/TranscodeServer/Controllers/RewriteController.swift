@@ -135,19 +135,20 @@ struct RewriteController<Context: RequestContext>: Sendable {
         for (index, element) in scan.elements.enumerated() where output == .img || element.offersOtherFormats {
             guard let url = sources[index] else { continue }
             // A `<picture>` offering another format stays a picture in `output=video` too (the browser shows that
-            // format, not its GIF): its GIF URLs are `.auto` ones, whose object was not converted here.
-            if mode == .eager, output == .img, !(metadata[url].map(ImageNegotiation.beatsTheSource) ?? false) {
-                continue
-            }
+            // format, not its GIF): its GIF URLs are `.auto` ones in `mode=lazy`; `mode=eager`, which changes only
+            // what it converted, leaves it as it is (its `.auto` object is not the video's).
+            if mode == .eager, output == .video { continue }
+            if mode == .eager, !(metadata[url].map(ImageNegotiation.beatsTheSource) ?? false) { continue }
             if rewriteImage(element) { rewritten += 1 }
         }
         for (index, element) in scan.elements.enumerated() where output == .video && !element.offersOtherFormats {
             guard let url = sources[index] else { continue }
             let known = metadata[url]
             // A transparent GIF whose object has no WebM smaller than it (none reached the quality floor): a video
-            // would show it flattened, an opaque box on a dark page. It stays an image, as `output=img` has it.
+            // would show it flattened, an opaque box on a dark page. It stays an image: an `.auto` one in `mode=lazy`
+            // (as `output=img` has it), the GIF as it is in `mode=eager` (which changes only what it converted).
             if let known, Self.videoLosesTransparency(known) {
-                if rewriteImage(element) { rewritten += 1 }
+                if mode == .lazy, rewriteImage(element) { rewritten += 1 }
                 continue
             }
             if mode == .eager, known?.recommendation != .video { continue }

@@ -309,10 +309,16 @@ enum HTMLGIFScanner {
                 if inner.tag == GUMBO_TAG_SOURCE {
                     // Typed as another format, or untyped with no GIF candidate (`srcset="a.webp"`).
                     let attributes = Self.attributes(inner)
-                    let type = attributes.first { $0.name == "type" }?.value.lowercased() ?? ""
-                    let srcset = attributes.first { $0.name == "srcset" }?.value ?? ""
+                    // The media type alone (`image/gif; x` is a GIF); an untyped source is one by its candidates,
+                    // a lazy-loading plugin's `data-srcset` included.
+                    let type =
+                        (attributes.first { $0.name == "type" }?.value ?? "").split(separator: ";").first
+                        .map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+                    let candidates = attributes.filter { $0.name == "srcset" || $0.name == "data-srcset" }
                     let gif =
-                        type == "image/gif" || (type.isEmpty && HTMLGIFScanner.gifCandidate(srcset: srcset) != nil)
+                        type == "image/gif"
+                        || (type.isEmpty
+                            && candidates.contains { HTMLGIFScanner.gifCandidate(srcset: $0.value) != nil })
                     if !gif { otherFormats = true }
                 }
                 if inner.tag == GUMBO_TAG_SOURCE, gifSource == nil {

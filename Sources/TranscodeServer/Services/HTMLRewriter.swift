@@ -178,7 +178,16 @@ enum HTMLRewriter {
         for name in ["width", "height"] {
             if let value = element.attribute(name) { object[name] = value }
         }
-        if let srcset = element.attribute("srcset") ?? element.attribute("data-srcset") { object["srcset"] = srcset }
+        // The attribute the GIF shown comes from (a lazy-loading plugin's `data-srcset` when `srcset` is its
+        // placeholder), its candidates parsed as the HTML standard does (a URL may hold commas).
+        let srcset = ["srcset", "data-srcset"].compactMap { element.attribute($0) }
+            .first { HTMLGIFScanner.gifCandidate(srcset: $0) != nil }
+        if let srcset {
+            object["srcset"] = srcset
+            object["candidates"] = HTMLGIFScanner.srcsetCandidates(srcset).map { candidate in
+                [String(srcset[candidate.url]), candidate.descriptors.trimmingCharacters(in: .whitespaces)]
+            }
+        }
         if let sizes = element.attribute("sizes") ?? element.attribute("data-sizes") { object["sizes"] = sizes }
         if let metadata { object["natural"] = [metadata.sourceWidth, metadata.sourceHeight] }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)

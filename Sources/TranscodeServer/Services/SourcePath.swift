@@ -170,6 +170,10 @@ struct SourcePath: Sendable, Equatable {
             }
         }
         guard !chunks.isEmpty else { throw ServiceError.badRequest("the path has no source URL") }
+        // `.auto` may answer the source itself, whole: never a preview's cut and budget.
+        if preview != nil, fileExtension == Self.negotiated {
+            throw ServiceError.badRequest("preview names a file of the preview's own object, not .auto")
+        }
         // One spelling per object: `also` names only extras besides the file's own, and none for `.auto`, whose
         // object is the negotiated one.
         if !also.isEmpty,
