@@ -299,38 +299,31 @@ enum HTMLGIFScanner {
                     child.pointee.type == GUMBO_NODE_ELEMENT
                 else { continue }
                 let inner = child.pointee.v.element
-                // A <source> typed as anything but a GIF (`image/webp`) is left as it is: whatever its URL says.
-                if inner.tag == GUMBO_TAG_SOURCE,
-                    ["", "image/gif"].contains(
-                        Self.attributes(inner).first { $0.name == "type" }?.value.lowercased() ?? "")
-                {
-                    sourceAttributes += self.urlAttributes(inner)
-                }
                 if inner.tag == GUMBO_TAG_SOURCE {
-                    // Typed as another format, or untyped with no GIF candidate (`srcset="a.webp"`).
                     let attributes = Self.attributes(inner)
-                    // The media type alone (`image/gif; x` is a GIF); an untyped source is one by its candidates,
-                    // a lazy-loading plugin's `data-srcset` included.
+                    // The media type alone (`image/gif; x` is a GIF).
                     let type =
                         (attributes.first { $0.name == "type" }?.value ?? "").split(separator: ";").first
                         .map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+                    // A <source> typed as anything but a GIF (`image/webp`) is left as it is: whatever its URL says.
+                    if type.isEmpty || type == "image/gif" { sourceAttributes += self.urlAttributes(inner) }
+                    // Another format: typed as one, or untyped with no GIF candidate (`srcset="a.webp"`), a
+                    // lazy-loading plugin's `data-srcset` included.
                     let candidates = attributes.filter { $0.name == "srcset" || $0.name == "data-srcset" }
                     let gif =
                         type == "image/gif"
                         || (type.isEmpty
                             && candidates.contains { HTMLGIFScanner.gifCandidate(srcset: $0.value) != nil })
                     if !gif { otherFormats = true }
-                }
-                if inner.tag == GUMBO_TAG_SOURCE, gifSource == nil {
-                    let attributes = Self.attributes(inner)
-                    let srcset = attributes.first { $0.name == "srcset" }?.value ?? ""
-                    let type = attributes.first { $0.name == "type" }?.value.lowercased()
-                    if type == "image/gif" {
-                        gifSource = srcset.split(separator: ",").first.flatMap {
-                            $0.split(whereSeparator: \.isWhitespace).first
-                        }.map(String.init)
-                    } else if type == nil || type == "" {
-                        gifSource = HTMLGIFScanner.gifCandidate(srcset: srcset)
+                    if gifSource == nil {
+                        let srcset = attributes.first { $0.name == "srcset" }?.value ?? ""
+                        if type == "image/gif" {
+                            gifSource = srcset.split(separator: ",").first.flatMap {
+                                $0.split(whereSeparator: \.isWhitespace).first
+                            }.map(String.init)
+                        } else if type.isEmpty {
+                            gifSource = HTMLGIFScanner.gifCandidate(srcset: srcset)
+                        }
                     }
                 } else if inner.tag == GUMBO_TAG_IMG, image == nil {
                     image = inner

@@ -6,9 +6,6 @@ import CFFmpeg
 /// of centiseconds) is represented exactly. A picture lasts until the next one starts; the muxer is told
 /// where the last one ends (`MediaMuxer.finish(endTime:)`).
 final class H264Encoder: LibavcodecVideoEncoder {
-    static let timeBase = AVRational(num: 1, den: 1000)
-    var timeBase: AVRational { Self.timeBase }
-
     let width: Int
     let height: Int
     let codec: CodecContext

@@ -7,9 +7,6 @@ import CFFmpeg
 /// start, so the WebM's blocks keep the source's own display times. No alternate reference frames: they are
 /// hidden pictures, and each colour picture's packet must have its alpha's beside it.
 final class VP9Encoder: LibavcodecVideoEncoder {
-    static let timeBase = AVRational(num: 1, den: 1000)
-    var timeBase: AVRational { Self.timeBase }
-
     let width: Int
     let height: Int
     let codec: CodecContext

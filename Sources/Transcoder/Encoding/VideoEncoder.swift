@@ -37,6 +37,12 @@ protocol LibavcodecVideoEncoder: VideoEncoder {
     var packet: Packet { get }
 }
 
+extension LibavcodecVideoEncoder {
+    /// Milliseconds, for every encoder here: each picture's pts is its start, exactly.
+    static var timeBase: AVRational { AVRational(num: 1, den: 1000) }
+    var timeBase: AVRational { Self.timeBase }
+}
+
 extension CodecContext {
     /// The picture parameters every video encoder here shares: yuv420p pictures of `width` x `height`, square
     /// pixels, timestamps in `timeBase`, BT.709 limited range (tagged in the stream's headers and the container, so

@@ -879,81 +879,80 @@ script-src {source}; media-src {source}; img-src {source} data:; connect-src {so
 </body></html>"""
 
 
+def check_page(arguments, page, result, body):
+    """Serves `page` (formatted with the app's base as CSP source and <base>) from another origin, opens it in a
+    Chromium recording CSP violations, runs `body(driver)`, which fills `result`, adds the violations, and reports
+    `result` (`report_page`), with the error of whatever failed."""
+    base = app_base(arguments.app)
+    with Server() as server:
+        server.pages["/page.html"] = page.format(source=base, base=base, snippet=arguments.html)
+        browser = Browser(record_csp=True, page_load_timeout=arguments.timeout)
+        try:
+            try:
+                driver = browser.start()
+            except Exception as error:  # noqa: BLE001
+                report(dict(result, error="Chromium did not start: " + describe(error)), 1)
+            try:
+                driver.get(server.origin + "/page.html")
+                body(driver)
+                result["cspViolations"] = driver.execute_script("return window.__cspViolations || []")
+            except Exception as error:  # noqa: BLE001 - reported with whatever was observed
+                result["error"] = describe(error)
+        finally:
+            browser.quit()
+    report_page(result)
+
+
 def run_lazy(arguments):
     """A rewritten <img loading=lazy> (<video data-gif2mp4-lazy preload=none>) below the fold: nothing loaded
     and not playing at first; playing once scrolled into view; paused again once scrolled away."""
-    base = app_base(arguments.app)
     probe = ("const v = document.querySelector('video');"
              "return v && {paused: v.paused, readyState: v.readyState, currentTime: v.currentTime,"
              " preload: v.preload, autoplay: v.autoplay, poster: v.getAttribute('poster'),"
              " error: v.error && v.error.message};")
     result = {"ok": False, "cspViolations": []}
-    with Server() as server:
-        server.pages["/lazy.html"] = LAZY_PAGE.format(source=base, base=base, snippet=arguments.html)
-        browser = Browser(record_csp=True, page_load_timeout=arguments.timeout)
-        try:
-            try:
-                driver = browser.start()
-            except Exception as error:  # noqa: BLE001
-                report(dict(result, error="Chromium did not start: " + describe(error)), 1)
-            try:
-                driver.get(server.origin + "/lazy.html")
-                time.sleep(1.5)
-                result["beforeScroll"] = driver.execute_script(probe)
-                def until(condition, failure):
-                    deadline = time.monotonic() + arguments.timeout
-                    while True:
-                        state = driver.execute_script(probe)
-                        if state and condition(state):
-                            return state
-                        if time.monotonic() > deadline:
-                            raise CheckFailed("%s: %s" % (failure, state))
-                        time.sleep(0.05)
 
-                driver.execute_script("document.querySelector('video').scrollIntoView()")
-                result["inView"] = until(lambda state: not state["paused"] and state["currentTime"] > 0.05,
-                                         "the video did not play once in view")
-                driver.execute_script("window.scrollTo(0, 0)")
-                result["afterScroll"] = until(lambda state: state["paused"], "the video did not pause out of view")
-                result["cspViolations"] = driver.execute_script("return window.__cspViolations || []")
-            except Exception as error:  # noqa: BLE001 - reported with whatever was observed
-                result["error"] = describe(error)
-        finally:
-            browser.quit()
-    report_page(result)
+    def body(driver):
+        time.sleep(1.5)
+        result["beforeScroll"] = driver.execute_script(probe)
+
+        def until(condition, failure):
+            deadline = time.monotonic() + arguments.timeout
+            while True:
+                state = driver.execute_script(probe)
+                if state and condition(state):
+                    return state
+                if time.monotonic() > deadline:
+                    raise CheckFailed("%s: %s" % (failure, state))
+                time.sleep(0.05)
+
+        driver.execute_script("document.querySelector('video').scrollIntoView()")
+        result["inView"] = until(lambda state: not state["paused"] and state["currentTime"] > 0.05,
+                                 "the video did not play once in view")
+        driver.execute_script("window.scrollTo(0, 0)")
+        result["afterScroll"] = until(lambda state: state["paused"], "the video did not pause out of view")
+
+    check_page(arguments, LAZY_PAGE, result, body)
 
 
 def run_elements(arguments):
     """A snippet on a page of another origin (the snippet page's CSP) until the JavaScript expression UNTIL is true
     (or the timeout): the tag and attributes of every <img> and <video> in the body, and whether UNTIL became true."""
-    base = app_base(arguments.app)
     result = {"ok": False, "until": False, "elements": [], "cspViolations": []}
     read = ("return Array.from(document.body.querySelectorAll('img, video')).map((e) => ({tag: e.tagName.toLowerCase(),"
             " currentSrc: e.currentSrc || null,"
             " attributes: Object.fromEntries(Array.from(e.attributes).map((a) => [a.name, a.value]))}));")
-    with Server() as server:
-        server.pages["/snippet.html"] = SNIPPET_PAGE.format(source=base, base=base, snippet=arguments.html)
-        browser = Browser(record_csp=True, page_load_timeout=arguments.timeout)
-        try:
-            try:
-                driver = browser.start()
-            except Exception as error:  # noqa: BLE001
-                report(dict(result, error="Chromium did not start: " + describe(error)), 1)
-            try:
-                driver.get(server.origin + "/snippet.html")
-                deadline = time.monotonic() + arguments.timeout
-                while time.monotonic() < deadline:
-                    if driver.execute_script("return !!(" + arguments.until + ");"):
-                        result["until"] = True
-                        break
-                    time.sleep(0.1)
-                result["elements"] = driver.execute_script(read)
-                result["cspViolations"] = driver.execute_script("return window.__cspViolations || []")
-            except Exception as error:  # noqa: BLE001 - reported with whatever was observed
-                result["error"] = describe(error)
-        finally:
-            browser.quit()
-    report_page(result)
+
+    def body(driver):
+        deadline = time.monotonic() + arguments.timeout
+        while time.monotonic() < deadline:
+            if driver.execute_script("return !!(" + arguments.until + ");"):
+                result["until"] = True
+                break
+            time.sleep(0.1)
+        result["elements"] = driver.execute_script(read)
+
+    check_page(arguments, SNIPPET_PAGE, result, body)
 
 
 def watch_until_ended(driver, deadline, timeout, result):
