@@ -87,15 +87,18 @@ import Testing
         }
     }
 
-    /// The same pages with JavaScript off (Chromium, the profile's JavaScript setting blocked; the page's own
-    /// script, which marks the document, does not run): the rewritten `<img>` needs no script, so every GIF still
-    /// shows, in its box, at its first frame. (Lazy images load at once without scripts, in both pages alike.)
-    @Test func withoutJavaScriptEveryGIFStillShows() async throws {
-        try await Self.rewriteAndCompare(["--engine", "chromium", "--schemes", "light", "--no-javascript"]) { runs in
+    /// The same pages with JavaScript off, in each engine (Chromium: the profile's JavaScript setting blocked;
+    /// Firefox: `javascript.enabled` false; WebKitGTK: `enable-javascript-markup` false, scripts dropped as the
+    /// page is parsed). The page's own script, which marks the document, does not run; WebDriver's still do. The
+    /// rewritten `<img>` needs no script, so every GIF still shows, in its box, at its first frame. (Lazy images
+    /// load at once without scripts, in both pages alike.)
+    @Test(.serialized, arguments: engines.map(\.name))
+    func withoutJavaScriptEveryGIFStillShows(engine: String) async throws {
+        try await Self.rewriteAndCompare(["--engine", engine, "--schemes", "light", "--no-javascript"]) { runs in
             #expect(runs.count == 2)
             for page in runs {
-                #expect(page["pageScriptRan"] as? Bool == false, "the page's script ran: JavaScript is not off")
-                try Self.check(page, engine: "chromium (no JavaScript)", lazyLoads: false)
+                #expect(page["pageScriptRan"] as? Bool == false, "\(engine): the page's script ran: JavaScript is not off")
+                try Self.check(page, engine: engine + " (no JavaScript)", lazyLoads: false)
             }
         }
     }

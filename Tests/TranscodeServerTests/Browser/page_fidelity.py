@@ -19,9 +19,10 @@ scheme (`prefers-color-scheme`), in
   no setting that holds animations, so its images are not compared pixel for pixel (`psnr` null): boxes, overflow
   and fetches are. MiniBrowser's window is at least 447 px wide (its toolbar): the narrowest width it lays out.
 
-Each run reports the width the page was laid out at (`viewport`, `innerWidth`). With `--no-javascript` (Chromium
-only) the pages' own scripts do not run (the profile's JavaScript content setting blocked, as a reader who turned
-scripts off has it); this script's measurements, through WebDriver, still do.
+Each run reports the width the page was laid out at (`viewport`, `innerWidth`). With `--no-javascript` the pages'
+own scripts do not run, as for a reader who turned scripts off (Chromium: the profile's JavaScript content setting
+blocked; Firefox: `javascript.enabled` false; WebKitGTK: `enable-javascript-markup` false, which drops scripts as the
+page is parsed); this script's measurements, through WebDriver, still run.
 
 A GIF and the WebP made from it are then compared frame 0 to frame 0. For each run, before any scrolling:
 
@@ -276,7 +277,8 @@ class Firefox:
 
     frozen = True
 
-    def __init__(self):
+    def __init__(self, javascript=True):
+        self.javascript = javascript
         self.process = None
         self.client = None
         self.profile = None
@@ -301,6 +303,9 @@ class Firefox:
             "app.update.disabledForTesting": True,
             "network.proxy.type": 0,
         }
+        if not self.javascript:
+            # Pages' scripts off, as a reader's `about:config` has it; Marionette's own scripts still run.
+            preferences["javascript.enabled"] = False
         with open(os.path.join(self.profile, "user.js"), "w") as file:
             for name, value in preferences.items():
                 file.write("user_pref(%s, %s);\n" % (json.dumps(name), json.dumps(value)))
@@ -366,7 +371,8 @@ class WebKitGTK(SeleniumEngine):
     frozen = False
     MINIBROWSER = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser"
 
-    def __init__(self):
+    def __init__(self, javascript=True):
+        self.javascript = javascript
         self.xvfb = None
         self.driver = None
         self.scheme = None
@@ -386,6 +392,10 @@ class WebKitGTK(SeleniumEngine):
         options = webdriver.WebKitGTKOptions()
         options.binary_location = self.MINIBROWSER
         options.add_argument("--automation")
+        if not self.javascript:
+            # The page's scripts are dropped as it is parsed (WebKitSettings `enable-javascript-markup`);
+            # WebDriver's scripts still run.
+            options.add_argument("--enable-javascript-markup=false")
         self.driver = webdriver.WebKitGTK(executable_path="/usr/bin/WebKitWebDriver", options=options)
         self.driver.set_page_load_timeout(LOAD_SECONDS)
         self.driver.set_script_timeout(30)
@@ -473,10 +483,8 @@ def main():
     parser.add_argument("--engine", choices=sorted(ENGINES), default="chromium")
     parser.add_argument("--widths", default="390,1280")
     parser.add_argument("--schemes", default="light,dark")
-    parser.add_argument("--no-javascript", action="store_true", help="the pages' scripts blocked (chromium only)")
+    parser.add_argument("--no-javascript", action="store_true", help="the pages' own scripts do not run")
     args = parser.parse_args()
-    if args.no_javascript and args.engine != "chromium":
-        report({"ok": False, "error": "--no-javascript is for chromium only"}, 2)
     missing = MISSING[args.engine]()
     if missing:
         report({"ok": False, "error": "missing %s; install with: %s" % (", ".join(missing), INSTALL[args.engine])}, 2)
@@ -494,7 +502,7 @@ def main():
     runs = []
     engine = None
     try:
-        engine = Chromium(javascript=False) if args.no_javascript else ENGINES[args.engine]()
+        engine = ENGINES[args.engine](javascript=not args.no_javascript)
         for scheme in args.schemes.split(","):
             for width in [int(value) for value in args.widths.split(",")]:
                 # A browser of its own for each run: nothing cached from the run before (an image in the memory
