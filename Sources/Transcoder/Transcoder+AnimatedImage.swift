@@ -26,14 +26,20 @@ extension Transcoder {
     ///    kept at once when it is at or above the floor and under half the source;
     /// 3. lossless, always at the floor (every pixel exact).
     /// - Returns: the file, its size in pixels, whether it is lossless, and a lossy one's PSNR.
-    func encodeAnimatedWebPChoosing(_ bytes: UnsafeRawBufferPointer, plan: Plan) throws -> (
+    /// - Parameter encode: one encode of `plan`, lossless or not, at a quality (`encodeAnimatedWebP`, or the still
+    ///   poster's).
+    func encodeAnimatedWebPChoosing(
+        _ bytes: UnsafeRawBufferPointer, plan: Plan,
+        encode: ((_ lossless: Bool, _ quality: Float) throws -> (bytes: [UInt8], width: Int, height: Int))? = nil
+    ) throws -> (
         bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?
     ) {
+        let encode = encode ?? { try self.encodeAnimatedWebP(bytes, plan: plan, lossless: $0, quality: $1) }
         typealias Candidate = (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?)
         let smallEnough = Double(bytes.count) * Self.webpLosslessTrigger
         var candidates: [Candidate] = []
         for quality in [Self.webpQuality, Self.webpBetterQuality] {
-            let lossy = try self.encodeAnimatedWebP(bytes, plan: plan, lossless: false, quality: quality)
+            let lossy = try encode(false, quality)
             // libwebp's own reader, not the input pre-scan: a one-picture result (a still GIF, a GIF whose frames
             // are all alike) is a still WebP without an ANIM chunk, which the pre-scan refuses as not animated.
             let psnr = try self.imagePSNR(
@@ -45,9 +51,34 @@ extension Transcoder {
             // At the floor already: a better quality would only be larger.
             break
         }
-        let lossless = try self.encodeAnimatedWebP(bytes, plan: plan, lossless: true, quality: Self.webpLosslessEffort)
+        let lossless = try encode(true, Self.webpLosslessEffort)
         candidates.append((lossless.bytes, lossless.width, lossless.height, true, nil))
         return candidates.min { $0.bytes.count < $1.bytes.count }!
+    }
+
+    /// The still WebP poster (`OutputFormat.webpPoster`): the first picture as shown, at the animated WebP's size,
+    /// transparency kept, chosen as the animated WebP is (lossy at or above the quality floor when that is small
+    /// enough, else the smaller of it and lossless), of the animation cut after its first frame (`PreviewHeader`).
+    func encodeStillWebP(_ bytes: UnsafeRawBufferPointer, plan: Plan) throws -> (
+        bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?
+    ) {
+        let first = max(1, plan.header.frameMilliseconds.first ?? 1)
+        let cut = Plan(header: PreviewHeader(plan.header, milliseconds: first), output: plan.output)
+        let size = self.imageSize(cut)
+        // The first canvas, as the animated WebP's encoder is handed it.
+        var canvas: [UInt8] = []
+        _ = try self.forEachImageCanvas(bytes, plan: cut, size: size) { picture, _ in
+            if canvas.isEmpty { canvas = Array(picture) }
+        }
+        guard !canvas.isEmpty else { throw TranscodeError(.encodeFailed, "the source has no first picture") }
+        return try self.encodeAnimatedWebPChoosing(bytes, plan: cut) { lossless, quality in
+            let file = try canvas.withUnsafeBytes {
+                try AnimatedWebPEncoder.still(
+                    $0, width: size.width, height: size.height, lossless: lossless, quality: quality,
+                    method: Self.webpMethod)
+            }
+            return (file, size.width, size.height)
+        }
     }
 
     /// The mean PSNR (dB, identical frames counted as 60) of an animated image (`file`, read back by `reader`)

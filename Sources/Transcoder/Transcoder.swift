@@ -123,6 +123,9 @@ public struct Transcoder: Sendable {
                 case .avif:
                     let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan)
                     image = (avif.bytes, avif.width, avif.height, false, avif.psnr, nil)
+                case .webpPoster:
+                    let still = try self.encodeStillWebP(bytes, plan: plan)
+                    image = (still.bytes, still.width, still.height, still.lossless, still.psnr, nil)
                 case .webm:
                     guard Self.webmShowsMore(transparent: transparent, size: self.imageSize(plan)) else { continue }
                     let webm = try self.encodeAlphaVideoChoosing(

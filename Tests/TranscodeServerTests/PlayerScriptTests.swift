@@ -92,6 +92,17 @@ import Testing
         }
     }
 
+    /// With the still WebP poster as well (`?formats=webm,poster.webp`), the snippet's `poster` is it, not the
+    /// flattened JPEG; Chromium plays the WebM the same way.
+    @Test func theWebMsPosterIsTheStillWebP() async throws {
+        try await self.play(loopCount: 2, timeout: 30, formats: "webm,poster.webp") { html, observed in
+            #expect(html.contains(".poster.webp\" ") && html.contains(" poster=\""), "\(html)")
+            #expect(!html.contains(".jpg"), "\(html)")
+            #expect(observed.currentSrc?.hasSuffix(".webm") == true, "\(observed)")
+            #expect(observed.plays == 3, "\(observed)")
+        }
+    }
+
     @Test func noLoopBlockPlaysOnce() async throws {
         try await self.play(loopCount: nil, timeout: 30) { html, observed in
             #expect(!html.contains("loop") && !html.contains("<script"))

@@ -144,15 +144,18 @@ import Transcoder
 
             // The URLs are the signed GET route of the absolute GIF URL; the first GIF is served by it.
             let upper = harness.originURL("/corpus/cartoon_hotdog.gif")
-            // One object (`also:webm`): the WebM with alpha first (not known yet to be made: an opaque GIF's answers
-            // 404, and the browser goes on), then the MP4.
-            let mp4 = signer.signedPath(SourcePath(sourceURL: upper, format: .mp4, extras: [.webm]).path)
-            let webm = signer.signedPath(SourcePath(sourceURL: upper, format: .webm).path)
+            // One object (`also:webm,poster.webp`): the WebM with alpha first (not known yet to be made: an opaque
+            // GIF's answers 404, and the browser goes on), then the MP4; the still WebP poster for while the WebM plays.
+            let extras: [OutputFormat] = [.webm, .webpPoster]
+            let mp4 = signer.signedPath(SourcePath(sourceURL: upper, format: .mp4, extras: extras).path)
+            let webm = signer.signedPath(SourcePath(sourceURL: upper, format: .webm, extras: extras).path)
+            let alpha = signer.signedPath(SourcePath(sourceURL: upper, format: .webpPoster, extras: extras).path)
+            #expect(videos[0].contains(#"data-gif2mp4-alpha-poster="\#(origin)\#(alpha)""#), "\(videos[0])")
             #expect(
                 videos[0].contains(
                     #"<source src="\#(origin)\#(webm)" type="video/webm"><source src="\#(origin)\#(mp4)" type="video/mp4">"#
                 ), "\(videos[0])")
-            let poster = signer.signedPath(SourcePath(sourceURL: upper, format: .jpeg, extras: [.webm]).path)
+            let poster = signer.signedPath(SourcePath(sourceURL: upper, format: .jpeg, extras: extras).path)
             #expect(videos[0].contains(#"poster="\#(origin)\#(poster)""#))
             #expect(harness.services.transcodes.counters.downloads == 0)
             let served = try await harness.request(.GET, mp4)
@@ -184,7 +187,7 @@ import Transcoder
             #expect(output.contains(missing))
             #expect(output.contains(kept))
             var options = TranscodeOptions()
-            options.rendition = options.rendition.withExtraFormats(["webm"])
+            options.rendition = options.rendition.withExtraFormats(["webm", "poster.webp"])
             let metadata = try #require(
                 try harness.services.transcodes.cachedMetadata(
                     url: URL(string: harness.originURL("/corpus/cartoon_hotdog.gif"))!, options: options))
@@ -286,8 +289,9 @@ import Transcoder
             let webm = try #require(video.range(of: "type='video/webm; codecs=\"vp09.00."), "\(video)")
             let mp4 = try #require(video.range(of: "type='video/mp4; codecs=\"avc1."), "\(video)")
             #expect(webm.lowerBound < mp4.lowerBound)
-            // No poster: the flattened JPEG would be an opaque box until the WebM's first picture.
-            #expect(!video.contains(" poster="), "\(video)")
+            // Its poster is the still WebP that keeps the transparency: the flattened JPEG would be an opaque box
+            // until the WebM's first picture.
+            #expect(video.contains(".poster.webp\" ") && !video.contains(".jpg"), "\(video)")
             let run = try await runBrowserScript(
                 PlayerScriptTests.oracle,
                 [
@@ -303,9 +307,10 @@ import Transcoder
     }
 
     /// Rewritten before they were converted (`mode=lazy`), a transparent GIF and an opaque one: in Chromium the
-    /// transparent one plays its WebM and `/player.js` takes the flattened poster off it; the opaque one plays the
-    /// MP4 and keeps its poster.
-    @Test func aWebMShowsNoFlattenedPoster() async throws {
+    /// transparent one plays its WebM and `/player.js` swaps the flattened JPEG poster for the still WebP that keeps
+    /// the transparency (`poster.webp`); the opaque one plays the MP4 and keeps the JPEG. Rewritten again once both
+    /// are converted, the transparent one's `poster` is the still WebP from the start, and no JPEG is named.
+    @Test func aWebMsPosterKeepsTheTransparency() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = """
                 <img src="/corpus/cartoon_dancing_banana.gif" alt="banana">
@@ -314,6 +319,7 @@ import Transcoder
             let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
             let videos = try Self.videos(in: reply.text)
             #expect(videos.count == 2 && videos.allSatisfy { $0.contains(" poster=") }, "\(reply.text)")
+            #expect(videos.allSatisfy { $0.contains(" data-gif2mp4-alpha-poster=") }, "\(reply.text)")
             let run = try await runBrowserScript(
                 PlayerScriptTests.oracle,
                 [
@@ -328,9 +334,26 @@ import Transcoder
             try #require(elements.count == 2, "\(run.output)")
             let attributes = elements.map { $0["attributes"] as? [String: Any] ?? [:] }
             #expect((elements[0]["currentSrc"] as? String)?.hasSuffix(".webm") == true, "\(run.output)")
-            #expect(attributes[0]["poster"] == nil, "\(run.output)")
+            let alphaPoster = try #require(attributes[0]["poster"] as? String, "\(run.output)")
+            #expect(alphaPoster.hasSuffix(".poster.webp"), "\(run.output)")
             #expect((elements[1]["currentSrc"] as? String)?.hasSuffix(".mp4") == true, "\(run.output)")
             #expect((attributes[1]["poster"] as? String)?.hasSuffix(".jpg") == true, "\(run.output)")
+
+            // The still WebP is served: one picture with an alpha channel (VP8X with its alpha flag, no ANIM).
+            let path = try #require(URLComponents(string: alphaPoster)?.percentEncodedPath)
+            let poster = try await harness.request(.GET, path)
+            #expect(poster.status == 200 && poster.headers.first(name: "Content-Type") == "image/webp")
+            let bytes = poster.body
+            try #require(bytes.count > 30 && Array(bytes[12..<16]) == Array("VP8X".utf8), "\(bytes.prefix(16))")
+            #expect(bytes[20] & 0x10 != 0 && bytes[20] & 0x02 == 0, "flags \(bytes[20]): alpha, not animated")
+
+            // Known now: the transparent GIF's poster is the still WebP, the opaque one's the JPEG.
+            let again = try Self.videos(
+                in: try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/")).text)
+            try #require(again.count == 2, "\(again)")
+            #expect(again[0].contains(" poster=\"") && again[0].contains(".poster.webp\""), "\(again[0])")
+            #expect(!again[0].contains(".jpg"), "\(again[0])")
+            #expect(again[1].contains(".jpg\"") && !again[1].contains("alpha-poster"), "\(again[1])")
         }
     }
 
@@ -391,7 +414,8 @@ import Transcoder
                 ], timeout: .seconds(30))
             #expect(
                 run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-                    == "aria-label,autoplay,data-gif2mp4-img,data-gif2mp4-manifest,data-gif2mp4-src,loop,muted,"
+                    == "aria-label,autoplay,data-gif2mp4-alpha-poster,data-gif2mp4-img,data-gif2mp4-manifest,"
+                    + "data-gif2mp4-src,loop,muted,"
                     + "playsinline,poster,role,title", "\(run.stdout)")
         }
     }

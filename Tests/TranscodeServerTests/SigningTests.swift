@@ -171,10 +171,20 @@ import Transcoder
         #expect(webm.path == "/also:webp/" + encoded + ".webm")
         #expect(video.extras == [.webp, .webm] && webm.extras == [.webp, .webm])
         #expect(SourcePath(sourceURL: "https://example.com/a.gif", format: .webm).extras == [.webm])
+        // An extension of two parts: the still WebP poster, an extra like the others.
+        let still = SourcePath(sourceURL: "https://example.com/a.gif", format: .webpPoster, extras: [.webm])
+        #expect(still.path == "/also:webm/" + encoded + ".poster.webp")
+        #expect(try SourcePath.parse(still.path) == still)
+        #expect(still.extras == [.webm, .webpPoster])
+        #expect(try SourcePath.parse("/also:webm,poster.webp/" + encoded + ".mp4").also == [.webm, .webpPoster])
     }
 
     @Test(arguments: [
         "/aHR0cHM6Ly9hLmNvbS94LmdpZg.mkv",  // unknown file
+        "/aHR0cHM6Ly9hLmNvbS94LmdpZg.poster.jpg",  // unknown file of two parts
+        "/aHR0cHM6Ly9hLmNvbS94LmdpZg.webp.webp",  // nor this
+        "/aHR0cHM6Ly9hLmNvbS94.LmdpZg.mp4",  // a dot in the source
+        "/also:poster.webp/aHR0cHM6Ly9hLmNvbS94LmdpZg.poster.webp",  // the file's own
         "/aHR0cHM6Ly9hLmNvbS94LmdpZg",  // no extension
         "/crf:20/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // unknown option
         "/bg:fff/aHR0cHM6Ly9hLmNvbS94LmdpZg.mp4",  // bad colour

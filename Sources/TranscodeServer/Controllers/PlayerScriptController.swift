@@ -126,14 +126,17 @@ enum PlayerScript {
           }
 
           // The poster (a JPEG flattened over the background) shows only while the source is not the WebM: a WebM
-          // (with alpha) shows the page through from its first picture, which the poster would cover until then. A
-          // WebM that fails (the GIF has none) gives the poster back to the MP4 that plays instead.
+          // (with alpha) shows the page through from its first picture, which the JPEG would cover until then; its
+          // poster is the still WebP that keeps the transparency (data-gif2mp4-alpha-poster), or none. A WebM that
+          // fails (the GIF has none) gives the JPEG back to the MP4 that plays instead.
           const posterWatched = Symbol.for("gif2mp4.poster");
           function posterUnlessWebM(video, poster) {
             video[posterWatched] = true;
+            const alpha = video.getAttribute("data-gif2mp4-alpha-poster");
             const decide = () => {
-              if (playsWebM(video)) video.removeAttribute("poster");
-              else video.setAttribute("poster", poster);
+              if (!playsWebM(video)) video.setAttribute("poster", poster);
+              else if (alpha) video.setAttribute("poster", alpha);
+              else video.removeAttribute("poster");
             };
             const webm = video.querySelector("source[type^='video/webm']");
             if (webm) webm.addEventListener("error", () => video.setAttribute("poster", poster), { once: true });

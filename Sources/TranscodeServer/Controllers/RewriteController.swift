@@ -31,8 +31,9 @@ struct RewriteController<Context: RequestContext>: Sendable {
 
     enum Mode: String, Sendable { case lazy, eager }
 
-    /// The extras of `output=video`'s objects: the VP9 WebM (with alpha, or for an odd size).
-    static var videoExtras: [OutputFormat] { [.webm] }
+    /// The extras of `output=video`'s objects: the VP9 WebM (with alpha, or for an odd size), and the still WebP of
+    /// its first picture, its poster (the JPEG is flattened).
+    static var videoExtras: [OutputFormat] { [.webm, .webpPoster] }
     /// What a GIF becomes: its own element with `.auto` URLs, or a `<video>`.
     enum Output: String, Sendable { case img, video }
 
@@ -158,7 +159,8 @@ struct RewriteController<Context: RequestContext>: Sendable {
                 let mp4 = signed[ObjectFiles.video.name], let poster = signed["poster"]
             else { continue }
             var target = RewriteTarget(
-                mp4URL: mp4, posterURL: poster, webmURL: signed[OutputFormat.webm.name], metadata: known)
+                mp4URL: mp4, posterURL: poster, webmURL: signed[OutputFormat.webm.name],
+                alphaPosterURL: signed[OutputFormat.webpPoster.name], metadata: known)
             target.manifestURL = signed["metadata"]
             replacements.append(
                 (

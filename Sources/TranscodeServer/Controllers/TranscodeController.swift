@@ -396,7 +396,7 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
             script = "<script src=\"\(self.baseURL)\(PlayerScript.path)\" defer></script>"
         }
         let target = self.target
-        let poster = target.showsPoster ? " poster=\"\(self.posterPath)\"" : ""
+        let poster = target.poster.map { " poster=\"\(HTMLRewriter.escape($0))\"" } ?? ""
         return "<video autoplay muted playsinline\(playback)\(poster) "
             + "width=\"\(self.metadata.sourceWidth)\" height=\"\(self.metadata.sourceHeight)\">"
             + target.sourceElements + "</video>" + script
@@ -407,7 +407,7 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
     var target: RewriteTarget {
         RewriteTarget(
             mp4URL: self.mp4Path, posterURL: self.posterPath, webmURL: self.baseURL + self.key.mediaPath(.webm),
-            metadata: self.metadata)
+            alphaPosterURL: self.baseURL + self.key.mediaPath(.webpPoster), metadata: self.metadata)
     }
 
     func encode(to encoder: any Encoder) throws {

@@ -9,6 +9,9 @@ struct RewriteTarget: Sendable {
     var posterURL: String
     /// The object's VP9 WebM with alpha, when its files include one (`also:webm`).
     var webmURL: String? = nil
+    /// The object's still WebP poster that keeps the transparency (`poster.webp`), when its files include one: the
+    /// poster while the WebM is the source.
+    var alphaPosterURL: String? = nil
     /// The object's manifest (`.json`): what `/player.js` reads of a GIF not converted yet whose WebM did not play
     /// (`data-gif2mp4-manifest`).
     var manifestURL: String? = nil
@@ -30,13 +33,21 @@ struct RewriteTarget: Sendable {
         return sources
     }
 
-    /// Whether the video gets its `poster` (the JPEG, flattened over the background): not when its first source is
-    /// the WebM of a GIF known to be transparent, which shows the page through from its first picture; the poster
-    /// would be an opaque box until then, where a GIF shows nothing until it has loaded. (A GIF not known yet:
-    /// `/player.js` takes the poster off when the WebM is the source chosen.)
-    var showsPoster: Bool {
+    /// Whether the video's poster is the JPEG (flattened over the background): not when its first source is the
+    /// WebM of a GIF known to be transparent, which shows the page through from its first picture; the JPEG would
+    /// be an opaque box until then. (A GIF not known yet: `/player.js` swaps the poster when the WebM is the source
+    /// chosen.)
+    var showsJPEGPoster: Bool {
         guard let metadata = self.metadata, metadata.hasTransparency, let webmURL = self.webmURL else { return true }
         return self.sources.first?.url != webmURL
+    }
+
+    /// The video's `poster`: the JPEG (`showsJPEGPoster`), or else the still WebP that keeps the transparency when
+    /// the object has one (`poster.webp`), or none: a transparent GIF too shows nothing until it has loaded.
+    var poster: String? {
+        if self.showsJPEGPoster { return self.posterURL }
+        guard let metadata = self.metadata, ObjectFiles.recorded(.webpPoster, in: metadata) != nil else { return nil }
+        return self.alphaPosterURL
     }
 
     /// The `<source>` elements of `sources`, in order.
@@ -134,9 +145,9 @@ enum HTMLRewriter {
             // The poster too waits until the video comes near the viewport (`/player.js` sets it then): its GET
             // would convert the GIF at page load, for a reader who may never scroll to it.
             attributes += [("preload", "none"), ("data-gif2mp4-lazy", nil)]
-            if target.showsPoster { attributes.append(("data-gif2mp4-poster", target.posterURL)) }
-        } else if target.showsPoster {
-            attributes.append(("poster", target.posterURL))
+            if let poster = target.poster { attributes.append(("data-gif2mp4-poster", poster)) }
+        } else if let poster = target.poster {
+            attributes.append(("poster", poster))
         }
         // Not yet converted: should the service refuse the GIF (too large, not a GIF), `/player.js` puts the
         // `<img>` back, which the browser still shows.
@@ -146,6 +157,12 @@ enum HTMLRewriter {
             // MP4 is flattened over the background colour.
             if let manifest = target.manifestURL { attributes.append(("data-gif2mp4-manifest", manifest)) }
             needsScript = true
+        }
+        // The poster while the WebM is the source (`/player.js`): its first picture with its transparency.
+        if let alpha = target.alphaPosterURL, let webm = target.webmURL, target.sources.first?.url == webm,
+            target.metadata.map({ ObjectFiles.recorded(.webpPoster, in: $0) != nil }) ?? true
+        {
+            attributes.append(("data-gif2mp4-alpha-poster", alpha))
         }
         for name in ["id", "class", "style", "title"] {
             if let value = element.attribute(name) { attributes.append((name, value)) }

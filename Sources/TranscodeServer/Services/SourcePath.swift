@@ -16,7 +16,8 @@ import Transcoder
 /// - the source URL is base64url without padding (padding is tolerated), and may be cut into
 ///   `/`-separated chunks, which are joined before decoding;
 /// - the extension picks the file: `mp4`, `jpg` (the poster), `json` (the metadata), or an extra: `webp` (an animated
-///   WebP that keeps transparency), `avif`, `webm` (VP9 with alpha), each an extra of its object, which is then
+///   WebP that keeps transparency), `avif`, `webm` (VP9 with alpha), `poster.webp` (the first picture, transparency
+///   kept), each an extra of its object, which is then
 ///   converted with it, a result of its own; `auto`
 ///   answers what the client's `Accept` says its `<img>` shows best (`ImageNegotiation`), from the same object as
 ///   `webp`.
@@ -102,7 +103,8 @@ struct SourcePath: Sendable, Equatable {
     static func parse(_ path: String) throws -> SourcePath {
         guard path.hasPrefix("/") else { throw ServiceError.badRequest("the path must start with /") }
         let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
-        guard let last = segments.last, let dot = last.lastIndex(of: ".") else {
+        // From the first dot: an extension may have two parts (`poster.webp`), and base64url has no dot.
+        guard let last = segments.last, let dot = last.firstIndex(of: ".") else {
             throw ServiceError.badRequest("the path must end with \(Self.extensionList)")
         }
         let fileExtension = String(last[last.index(after: dot)...])

@@ -47,16 +47,7 @@ final class AnimatedWebPEncoder {
         // made the corpus's files slower and larger); mixed lossy and lossless frames off: trying both per frame
         // doubles the work (the whole file is tried both ways instead, see `encodeAnimatedWebPChoosing`).
         options.allow_mixed = 0
-        self.config.lossless = lossless ? 1 : 0
-        self.config.quality = quality
-        self.config.method = method
-        self.config.alpha_quality = 100
-        self.config.alpha_compression = 1
-        self.config.exact = 0
-        self.config.thread_level = 0
-        guard WebPValidateConfig(&self.config) != 0 else {
-            throw TranscodeError(.encodeFailed, "libwebp refuses quality \(quality), method \(method)")
-        }
+        try Self.configure(&self.config, lossless: lossless, quality: quality, method: method)
         guard let encoder = WebPAnimEncoderNew(Int32(width), Int32(height), &options) else {
             throw TranscodeError(.encodeFailed, "WebPAnimEncoderNew failed (out of memory?)")
         }
@@ -106,6 +97,58 @@ final class AnimatedWebPEncoder {
             throw TranscodeError(.encodeFailed, "WebPAnimEncoderAssemble: \(self.lastError)")
         }
         return Array(UnsafeBufferPointer(start: bytes, count: data.size))
+    }
+
+    /// The settings of every picture (see `init`).
+    static func configure(_ config: inout WebPConfig, lossless: Bool, quality: Float, method: Int32) throws {
+        config.lossless = lossless ? 1 : 0
+        config.quality = quality
+        config.method = method
+        config.alpha_quality = 100
+        config.alpha_compression = 1
+        config.exact = 0
+        config.thread_level = 0
+        guard WebPValidateConfig(&config) != 0 else {
+            throw TranscodeError(.encodeFailed, "libwebp refuses quality \(quality), method \(method)")
+        }
+    }
+
+    /// One picture as a still WebP (no `ANIM` chunk: libwebp's simple format, or `VP8X` with an alpha flag), with
+    /// the settings of the animated one's pictures. `WebPAnimEncoder` writes a one-picture file as a still only when
+    /// its picture covers the canvas; a transparent border makes it a one-frame animation.
+    /// - Parameter rgba: `width` x `height` straight-alpha RGBA, `width * 4` bytes a row.
+    static func still(
+        _ rgba: UnsafeRawBufferPointer, width: Int, height: Int, lossless: Bool, quality: Float, method: Int32
+    ) throws -> [UInt8] {
+        guard (1...Int(WEBP_MAX_DIMENSION)).contains(width), (1...Int(WEBP_MAX_DIMENSION)).contains(height),
+            rgba.count >= width * height * 4
+        else { throw TranscodeError(.encodeFailed, "a WebP cannot be \(width)x\(height)") }
+        var config = WebPConfig()
+        var picture = WebPPicture()
+        guard WebPConfigInit(&config) != 0, WebPPictureInit(&picture) != 0 else {
+            throw TranscodeError(.encodeFailed, "libwebp does not match its headers")
+        }
+        defer { WebPPictureFree(&picture) }
+        try Self.configure(&config, lossless: lossless, quality: quality, method: method)
+        picture.width = Int32(width)
+        picture.height = Int32(height)
+        picture.use_argb = 1
+        guard
+            WebPPictureImportRGBA(&picture, rgba.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(width * 4))
+                != 0
+        else { throw TranscodeError(.encodeFailed, "WebPPictureImportRGBA failed (out of memory?)") }
+        var writer = WebPMemoryWriter()
+        WebPMemoryWriterInit(&writer)
+        defer { WebPMemoryWriterClear(&writer) }
+        let encoded = withUnsafeMutablePointer(to: &writer) { writer in
+            picture.writer = WebPMemoryWrite
+            picture.custom_ptr = UnsafeMutableRawPointer(writer)
+            return WebPEncode(&config, &picture)
+        }
+        guard encoded != 0, let memory = writer.mem else {
+            throw TranscodeError(.encodeFailed, "WebPEncode failed (error \(picture.error_code.rawValue))")
+        }
+        return Array(UnsafeBufferPointer(start: memory, count: writer.size))
     }
 
     private var lastError: String {
