@@ -97,7 +97,8 @@ import Testing
         try await Self.rewriteAndCompare(["--engine", engine, "--schemes", "light", "--no-javascript"]) { runs in
             #expect(runs.count == 2)
             for page in runs {
-                #expect(page["pageScriptRan"] as? Bool == false, "\(engine): the page's script ran: JavaScript is not off")
+                #expect(
+                    page["pageScriptRan"] as? Bool == false, "\(engine): the page's script ran: JavaScript is not off")
                 try Self.check(page, engine: engine + " (no JavaScript)", lazyLoads: false)
             }
         }

@@ -207,7 +207,9 @@ import Testing
             )
             #expect(readings.black >= 35 && readings.white >= 35, "\(readings)")
             let allowed = size.scaled ? 0.005 : 0.001
-            #expect(Double(disagreeing) <= allowed * Double(pixels), "\(disagreeing) of \(pixels) pixels' transparency differs")
+            #expect(
+                Double(disagreeing) <= allowed * Double(pixels),
+                "\(disagreeing) of \(pixels) pixels' transparency differs")
         }
     }
 }
