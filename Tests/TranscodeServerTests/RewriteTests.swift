@@ -357,6 +357,39 @@ import Transcoder
         }
     }
 
+    /// A GIF larger than the service's box (here 100 x 100), rewritten before it was converted, in an `<img>` without
+    /// `width` and `height`: the browser lays the image out at the GIF's own size, 200 x 150, and so is the video in
+    /// Chromium, though its MP4 is 100 x 75: `/player.js` takes the GIF's size from its manifest.
+    @Test func aScaledVideoHasTheGIFsOwnSize() async throws {
+        let configure: @Sendable (inout ServerConfiguration) -> Void = {
+            Self.configure(&$0)
+            $0.transcode.options.maxOutputWidth = 100
+            $0.transcode.options.maxOutputHeight = 100
+        }
+        try await withHarness(configure: configure) { harness in
+            let document = #"<img src="/corpus/cartoon_hotdog.gif" alt="hotdog">"#
+            let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
+            let videos = try Self.videos(in: reply.text)
+            try #require(videos.count == 1 && videos[0].contains("data-gif2mp4-manifest="), "\(reply.text)")
+            let run = try await runBrowserScript(
+                PlayerScriptTests.oracle,
+                [
+                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", videos.joined(),
+                    "--until",
+                    "((video) => video && video.readyState >= 2 && video.getBoundingClientRect().width === 200)"
+                        + "(document.querySelector('video'))",
+                    "--timeout", "30",
+                ],
+                timeout: .seconds(90))
+            #expect(run.result["ok"] as? Bool == true, "\(run.output)")
+            let elements = try #require(run.result["elements"] as? [[String: Any]], "\(run.output)")
+            try #require(elements.count == 1, "\(run.output)")
+            #expect((elements[0]["currentSrc"] as? String)?.hasSuffix(".mp4") == true, "\(run.output)")
+            let rect = try #require(elements[0]["rect"] as? [Double], "\(run.output)")
+            #expect(rect.count == 4 && rect[2] == 200 && rect[3] == 150, "\(rect)")
+        }
+    }
+
     /// A GIF the service refuses (a canvas past the limits, which a browser still shows), rewritten before it was
     /// ever converted: the video's source fails and `/player.js` puts the `<img>` back, with its box and classes,
     /// in Chromium. A GIF that converts keeps its video.

@@ -341,10 +341,26 @@ enum PlayerScript {
             video.addEventListener("error", () => fallBack(video));
             const manifest = video.getAttribute("data-gif2mp4-manifest");
             if (manifest && window.fetch) {
+              // The manifest also gives the GIF's own size, which the rewrite did not know: the video's may differ (an
+              // MP4 padded to even sizes, a video scaled into the service's box), and an <img> without width and
+              // height is laid out at the GIF's.
               const check = () => {
-                if (playsWebM(video)) return;
+                const layout = video[boxed] ? video[boxed].layout : null;
+                const sizeUnknown = Boolean(layout) && !Array.isArray(layout.natural);
+                if (playsWebM(video) && !sizeUnknown) return;
                 fetch(manifest).then((reply) => reply.ok ? reply.json() : null)
-                  .then((object) => { if (object && object.hasTransparency === true) restore(video); })
+                  .then((object) => {
+                    if (!object) return;
+                    if (!playsWebM(video) && object.hasTransparency === true) {
+                      restore(video);
+                      return;
+                    }
+                    const width = object.sourceWidth, height = object.sourceHeight;
+                    if (layout && !Array.isArray(layout.natural) && width > 0 && height > 0) {
+                      layout.natural = [width, height];
+                      remeasure();
+                    }
+                  })
                   .catch(() => {});
               };
               // Loaded before this script listened (a deferred script, a video added later): checked at once.

@@ -32,7 +32,7 @@ snippet  Serves a page from another origin than URL, with the Content-Security-P
          the <base> are "URL/" (a source ending in "/" allows every path below it).
 elements The snippet on the same page until the JavaScript expression JS is true (or S seconds, default 30):
          prints {"ok", "until" (whether JS became true), "elements" (each <img> and <video> of the body: its
-         "tag", "currentSrc" and "attributes"), "cspViolations"}.
+         "tag", "currentSrc", "attributes" and "rect", [x, y, width, height] in CSS pixels), "cspViolations"}.
 
 The script serves its pages and files from its own HTTP server on 127.0.0.1 and Chromium is kept off every
 other host. Every wait is bounded. Exit status: 0 ok; 1 a check failed (frames and video: the browser
@@ -941,6 +941,7 @@ def run_elements(arguments):
     result = {"ok": False, "until": False, "elements": [], "cspViolations": []}
     read = ("return Array.from(document.body.querySelectorAll('img, video')).map((e) => ({tag: e.tagName.toLowerCase(),"
             " currentSrc: e.currentSrc || null,"
+            " rect: ((r) => [r.x, r.y, r.width, r.height])(e.getBoundingClientRect()),"
             " attributes: Object.fromEntries(Array.from(e.attributes).map((a) => [a.name, a.value]))}));")
 
     def body(driver):
