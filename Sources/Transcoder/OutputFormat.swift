@@ -56,13 +56,17 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
     public static let webpPoster = OutputFormat(
         name: "poster.webp", fileExtension: "poster.webp", mediaType: "image/webp", supportsAlpha: true,
         isAnimated: false, muxerName: nil)
+    /// The same still as an AVIF (`<key>.poster.avif`): smaller, as costly as the AVIF's encoder makes one picture.
+    public static let avifPoster = OutputFormat(
+        name: "poster.avif", fileExtension: "poster.avif", mediaType: "image/avif", supportsAlpha: true,
+        isAnimated: false, muxerName: nil)
     /// The object's manifest: `TranscodeMetadata` as JSON.
     public static let manifest = OutputFormat(
         name: "json", fileExtension: "json", mediaType: "application/json; charset=utf-8", supportsAlpha: false,
         isAnimated: false, muxerName: nil)
 
     /// Every format in the registry.
-    public static let all: [OutputFormat] = [.mp4, .jpeg, .webp, .avif, .webm, .webpPoster, .manifest]
+    public static let all: [OutputFormat] = [.mp4, .jpeg, .webp, .avif, .webm, .webpPoster, .avifPoster, .manifest]
 
     /// The format registered as `name` (a manifest names its artifacts' formats so), nil for any other.
     public static func named(_ name: some StringProtocol) -> OutputFormat? {
@@ -102,7 +106,7 @@ public enum ObjectFiles {
     public static let media: [OutputFormat] = [video, poster]
     /// The files an object has when its options ask for them (`RenditionSpec.extraFormats`), listed in its
     /// manifest with their sizes and digests (role: the format's name).
-    public static let extras: [OutputFormat] = [.webp, .avif, .webm, .webpPoster]
+    public static let extras: [OutputFormat] = [.webp, .avif, .webm, .webpPoster, .avifPoster]
     /// The order to write or move an object's files in: the manifest last, so an object never exists half.
     public static let commitOrder: [OutputFormat] = media + extras + [manifest]
     /// The order to delete them in: the manifest first, so the object is a miss from then on.

@@ -56,14 +56,19 @@ extension Transcoder {
         return candidates.min { $0.bytes.count < $1.bytes.count }!
     }
 
+    /// `plan` cut after its first frame (`PreviewHeader`): what a poster shows.
+    static func firstPicture(of plan: Plan) -> Plan {
+        let first = max(1, plan.header.frameMilliseconds.first ?? 1)
+        return Plan(header: PreviewHeader(plan.header, milliseconds: first), output: plan.output)
+    }
+
     /// The still WebP poster (`OutputFormat.webpPoster`): the first picture as shown, at the animated WebP's size,
     /// transparency kept, chosen as the animated WebP is (lossy at or above the quality floor when that is small
     /// enough, else the smaller of it and lossless), of the animation cut after its first frame (`PreviewHeader`).
     func encodeStillWebP(_ bytes: UnsafeRawBufferPointer, plan: Plan) throws -> (
         bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?
     ) {
-        let first = max(1, plan.header.frameMilliseconds.first ?? 1)
-        let cut = Plan(header: PreviewHeader(plan.header, milliseconds: first), output: plan.output)
+        let cut = Self.firstPicture(of: plan)
         let size = self.imageSize(cut)
         // The first canvas, as the animated WebP's encoder is handed it.
         var canvas: [UInt8] = []
@@ -272,11 +277,14 @@ extension Transcoder {
     /// The animated AVIF as it is kept: the first rung at or above the quality floor (`avifRungs`, then the last
     /// quantizer); none when none is, or when the source plays a number of times (libavif 0.11 writes no loop
     /// count, and readers loop such a file forever).
+    /// - Parameter still: the first picture only, as a still image (`OutputFormat.avifPoster`), whatever the play
+    ///   count.
     /// - Throws: `TranscodeError` `.encodeFailed` when no AVIF is kept.
-    func encodeAnimatedAVIFChoosing(_ bytes: UnsafeRawBufferPointer, plan: Plan) throws -> (
+    func encodeAnimatedAVIFChoosing(_ bytes: UnsafeRawBufferPointer, plan: Plan, still: Bool = false) throws -> (
         bytes: [UInt8], width: Int, height: Int, psnr: Double
     ) {
-        if let plays = plan.header.playCount, plays < Self.avifForever {
+        let plan = still ? Self.firstPicture(of: plan) : plan
+        if !still, let plays = plan.header.playCount, plays < Self.avifForever {
             throw TranscodeError(
                 .encodeFailed, "the source plays \(plays) times; an AVIF from libavif 0.11 loops forever")
         }
@@ -284,7 +292,7 @@ extension Transcoder {
         func encode(_ quantizer: Int32, fullChroma: Bool) throws -> (file: [UInt8], psnr: Double) {
             let encoder = try AnimatedAVIFEncoder(
                 width: size.width, height: size.height, quantizer: quantizer, fullChroma: fullChroma,
-                threads: self.options.rendition.threads)
+                threads: self.options.rendition.threads, still: still)
             let end = try self.forEachImageCanvas(bytes, plan: plan, size: size) { try encoder.add($0, start: $1) }
             let file = try encoder.finish(end: end)
             let psnr = try self.imagePSNR(

@@ -126,6 +126,9 @@ public struct Transcoder: Sendable {
                 case .webpPoster:
                     let still = try self.encodeStillWebP(bytes, plan: plan)
                     image = (still.bytes, still.width, still.height, still.lossless, still.psnr, nil)
+                case .avifPoster:
+                    let still = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan, still: true)
+                    image = (still.bytes, still.width, still.height, false, still.psnr, nil)
                 case .webm:
                     guard Self.webmShowsMore(transparent: transparent, size: self.imageSize(plan)) else { continue }
                     let webm = try self.encodeAlphaVideoChoosing(

@@ -43,7 +43,7 @@ struct ConvertCommand: ParsableCommand {
     @Option(
         name: .customLong("also"),
         help:
-            "Also make this file of each input (repeatable): webp, an animated WebP that keeps transparency; avif, an animated AVIF that keeps it too (of inputs that loop forever); webm, VP9 with alpha in WebM, a video that keeps it and odd sizes (of inputs with transparency or of odd size); poster.webp, a still WebP of the first picture that keeps it."
+            "Also make this file of each input (repeatable): webp, an animated WebP that keeps transparency; avif, an animated AVIF that keeps it too (of inputs that loop forever); webm, VP9 with alpha in WebM, a video that keeps it and odd sizes (of inputs with transparency or of odd size); poster.webp, a still WebP of the first picture that keeps it; poster.avif, the same still as an AVIF."
     )
     var extraFormats: [String] = []
 

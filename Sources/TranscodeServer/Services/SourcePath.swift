@@ -16,8 +16,8 @@ import Transcoder
 /// - the source URL is base64url without padding (padding is tolerated), and may be cut into
 ///   `/`-separated chunks, which are joined before decoding;
 /// - the extension picks the file: `mp4`, `jpg` (the poster), `json` (the metadata), or an extra: `webp` (an animated
-///   WebP that keeps transparency), `avif`, `webm` (VP9 with alpha), `poster.webp` (the first picture, transparency
-///   kept), each an extra of its object, which is then
+///   WebP that keeps transparency), `avif`, `webm` (VP9 with alpha), `poster.webp` and `poster.avif` (the first
+///   picture, transparency kept), each an extra of its object, which is then
 ///   converted with it, a result of its own; `auto`
 ///   answers what the client's `Accept` says its `<img>` shows best (`ImageNegotiation`), from the same object as
 ///   `webp`.

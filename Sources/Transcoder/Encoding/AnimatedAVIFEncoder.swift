@@ -23,6 +23,9 @@ final class AnimatedAVIFEncoder {
     /// The held picture's RGBA, to compare the next one with (one buffer, refilled).
     private var heldPixels: [UInt8] = []
     private let pixelFormat: avifPixelFormat
+    /// One picture, a still image (`AVIF_ADD_IMAGE_FLAG_SINGLE`: libavif sets libaom up for one frame, no
+    /// lookahead, and writes no image sequence).
+    private let still: Bool
 
     /// libaom's speed for the AVIF: the fastest setting that stays in libaom's good-quality mode (see above).
     static let speed: Int32 = 6
@@ -35,8 +38,9 @@ final class AnimatedAVIFEncoder {
     ///   - fullChroma: 4:4:4 instead of 4:2:0: flat drawings keep their colour edges (a flag's red on blue read
     ///     31 dB at 4:2:0, 36 at 4:4:4), where photographs only grow.
     ///   - threads: libaom's threads.
+    ///   - still: one picture only, written as a still image (the poster).
     /// - Throws: `TranscodeError` `.encodeFailed` when libavif cannot be set up.
-    init(width: Int, height: Int, quantizer: Int32, fullChroma: Bool, threads: Int) throws {
+    init(width: Int, height: Int, quantizer: Int32, fullChroma: Bool, threads: Int, still: Bool = false) throws {
         guard width > 0, height > 0, width <= 65536, height <= 65536 else {
             throw TranscodeError(.encodeFailed, "an AVIF cannot be \(width)x\(height)")
         }
@@ -46,6 +50,7 @@ final class AnimatedAVIFEncoder {
         self.width = width
         self.height = height
         self.encoder = encoder
+        self.still = still
         self.pixelFormat = fullChroma ? AVIF_PIXEL_FORMAT_YUV444 : AVIF_PIXEL_FORMAT_YUV420
         encoder.pointee.codecChoice = AVIF_CODEC_CHOICE_AOM
         encoder.pointee.speed = Self.speed
@@ -69,6 +74,9 @@ final class AnimatedAVIFEncoder {
         let count = self.width * self.height * 4
         guard rgba.count >= count, start > (self.held?.start ?? -1) else {
             throw TranscodeError(.encodeFailed, "an AVIF picture out of order or short")
+        }
+        if self.still, self.held != nil {
+            throw TranscodeError(.encodeFailed, "a still AVIF has one picture")
         }
         if self.held != nil, self.heldPixels.withUnsafeBytes({ memcmp($0.baseAddress!, rgba.baseAddress!, count) == 0 })
         {
@@ -156,8 +164,9 @@ final class AnimatedAVIFEncoder {
         guard let held else { return }
         self.held = nil
         defer { avifImageDestroy(held.image) }
+        let flags = self.still ? AVIF_ADD_IMAGE_FLAG_SINGLE : AVIF_ADD_IMAGE_FLAG_NONE
         let result = avifEncoderAddImage(
-            self.encoder, held.image, UInt64(end - held.start), avifAddImageFlags(AVIF_ADD_IMAGE_FLAG_NONE.rawValue))
+            self.encoder, held.image, UInt64(end - held.start), avifAddImageFlags(flags.rawValue))
         guard result == AVIF_RESULT_OK else {
             throw TranscodeError(.encodeFailed, "avifEncoderAddImage: \(self.describe(result))")
         }
