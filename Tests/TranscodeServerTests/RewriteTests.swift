@@ -390,6 +390,37 @@ import Transcoder
         }
     }
 
+    /// A page whose Content-Security-Policy refuses `data:` images: `/player.js`'s stand-in SVGs are refused in its
+    /// first measurements (two reports here: at once, and when the video's metadata came in), the box then comes from
+    /// the image's width and height, and measuring again as the window is resized three times adds no report (it
+    /// added one each time before).
+    @Test func aRefusedStandInIsReportedOnceNotOnEveryResize() async throws {
+        try await withHarness(configure: Self.configure) { harness in
+            let document = #"<img src="/corpus/cartoon_hotdog.gif" width="200" height="150" alt="hotdog">"#
+            let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
+            let videos = try Self.videos(in: reply.text)
+            try #require(videos.count == 1, "\(reply.text)")
+            let run = try await runBrowserScript(
+                PlayerScriptTests.oracle,
+                [
+                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", videos.joined(),
+                    "--until",
+                    "((video) => video && video.readyState >= 2 && video.style.getPropertyValue('width') === '200px')"
+                        + "(document.querySelector('video'))",
+                    "--timeout", "30", "--no-data-images", "--resize", "500,700,900",
+                ],
+                timeout: .seconds(90))
+            #expect(run.result["until"] as? Bool == true, "\(run.output)")
+            let before = try #require(run.result["cspViolationsBeforeResize"] as? Int, "\(run.output)")
+            let after = try #require(run.result["cspViolations"] as? [String], "\(run.output)")
+            #expect(before >= 1, "the stand-in was not refused: \(run.output)")
+            #expect(after.count == before, "\(after)")
+            #expect(after.allSatisfy { $0.hasPrefix("img-src") }, "\(after)")
+            let rect = try #require((run.result["elements"] as? [[String: Any]])?.first?["rect"] as? [Double])
+            #expect(rect.count == 4 && rect[2] == 200 && rect[3] == 150, "\(rect)")
+        }
+    }
+
     /// A GIF the service refuses (a canvas past the limits, which a browser still shows), rewritten before it was
     /// ever converted: the video's source fails and `/player.js` puts the `<img>` back, with its box and classes,
     /// in Chromium. A GIF that converts keeps its video.

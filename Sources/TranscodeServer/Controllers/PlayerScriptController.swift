@@ -171,6 +171,10 @@ enum PlayerScript {
               '<svg xmlns="http://www.w3.org/2000/svg" width="' + width + '" height="' + height + '"/>');
           }
 
+          // Once the page's Content-Security-Policy has refused a stand-in's SVG (no `img-src data:`), the later ones
+          // (a resize measures again) have none: a refused image is a violation report each time.
+          let dataImagesRefused = false;
+
           function placeholder(video) {
             const layout = video[boxed].layout;
             let natural = Array.isArray(layout.natural) ? layout.natural : null;
@@ -185,6 +189,7 @@ enum PlayerScript {
               if (typeof layout[name] === "string") image.setAttribute(name, layout[name]);
             }
             image[boxed] = natural.map(String);
+            if (dataImagesRefused) return image;
             image.src = emptySVG(natural[0], natural[1]);
             // The candidates as the rewrite parsed them (the HTML standard's way: a URL may hold commas).
             if (Array.isArray(layout.candidates)) {
@@ -226,6 +231,7 @@ enum PlayerScript {
               // width and height alone, the GIF's size where it gave none (a `srcset`'s density then not applied).
               for (const [, image] of placed) {
                 if (image.naturalWidth > 0) continue;
+                if (image.hasAttribute("src")) dataImagesRefused = true;
                 const natural = image[boxed];
                 image.removeAttribute("srcset");
                 image.removeAttribute("src");

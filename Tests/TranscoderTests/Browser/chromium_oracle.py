@@ -33,6 +33,8 @@ snippet  Serves a page from another origin than URL, with the Content-Security-P
 elements The snippet on the same page until the JavaScript expression JS is true (or S seconds, default 30):
          prints {"ok", "until" (whether JS became true), "elements" (each <img> and <video> of the body: its
          "tag", "currentSrc", "attributes" and "rect", [x, y, width, height] in CSS pixels), "cspViolations"}.
+         With --resize W,W,...: the window then resized to each width (and "cspViolationsBeforeResize", a count);
+         with --no-data-images: the page's CSP without `img-src data:`.
 
 The script serves its pages and files from its own HTTP server on 127.0.0.1 and Chromium is kept off every
 other host. Every wait is bounded. Exit status: 0 ok; 1 a check failed (frames and video: the browser
@@ -951,9 +953,19 @@ def run_elements(arguments):
                 result["until"] = True
                 break
             time.sleep(0.1)
+        if arguments.resize:
+            # The window resized to each width in turn (the viewport's, through DevTools), the page given time to
+            # answer each; the CSP violations counted before.
+            result["cspViolationsBeforeResize"] = len(driver.execute_script("return window.__cspViolations || []"))
+            for width in [int(value) for value in arguments.resize.split(",")]:
+                driver.execute_cdp_cmd(
+                    "Emulation.setDeviceMetricsOverride",
+                    {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+                time.sleep(0.4)
         result["elements"] = driver.execute_script(read)
 
-    check_page(arguments, SNIPPET_PAGE, result, body)
+    page = SNIPPET_PAGE.replace(" data:;", ";") if arguments.no_data_images else SNIPPET_PAGE
+    check_page(arguments, page, result, body)
 
 
 def watch_until_ended(driver, deadline, timeout, result):
@@ -1017,6 +1029,8 @@ def parse_arguments():
     elements.add_argument("--html", required=True, help="the snippet")
     elements.add_argument("--until", required=True, help="a JavaScript expression to wait for")
     elements.add_argument("--timeout", type=float, default=30, help="seconds to wait (default 30)")
+    elements.add_argument("--resize", help="widths (CSS pixels, comma-separated) to resize the window to afterwards")
+    elements.add_argument("--no-data-images", action="store_true", help="the page's CSP without img-src data:")
 
     arguments = parser.parse_args()
     if arguments.command == "frames" and not re.fullmatch(r"[0-9A-Fa-f]{6}", arguments.background):
