@@ -46,20 +46,23 @@ import Transcoder
         #expect(HTMLGIFScanner.scan(html).elements.map(\.source) == ["/a/spaced.gif", "/b/tabbed.gif"])
     }
 
-    /// A `<picture>` offers another format when a `<source>` is typed as one, or is untyped with no GIF candidate
-    /// (a lazy-loading plugin's `data-srcset` counts); a type's parameters do not make a GIF another format.
+    /// The browser chooses a `<picture>`'s source by what a `<video>` cannot weigh when a `<source>` is typed as
+    /// another format, or is untyped with no GIF candidate (a lazy-loading plugin's `data-srcset` counts), or is for
+    /// some viewports only (`media`: art direction, GIFs on both sides); a type's parameters do not make a GIF another
+    /// format.
     @Test(arguments: [
         (#"<source srcset="/a.webp" type="image/webp">"#, true),
         (#"<source srcset="/a.webp">"#, true),
         (#"<source srcset="/a.gif" type="image/gif; x=1">"#, false),
         (#"<source data-srcset="/a.gif 2x">"#, false),
         (#"<source srcset="/a.gif">"#, false),
+        (#"<source media="(min-width: 800px)" srcset="/a.gif">"#, true),
     ])
     func aPictureOffersOtherFormats(source: String, offers: Bool) throws {
         let html = Array("<picture>\(source)<img src=\"/b.gif\"></picture>".utf8)
         let elements = HTMLGIFScanner.scan(html).elements
         try #require(elements.count == 1)
-        #expect(elements[0].offersOtherFormats == offers, "\(source)")
+        #expect(elements[0].browserChoosesSource == offers, "\(source)")
     }
 
     @Test func theScannerFindsTheGIFsAndOnlyThem() throws {

@@ -190,7 +190,9 @@ enum PlayerScript {
             }
             image[boxed] = natural.map(String);
             if (dataImagesRefused) return image;
-            image.src = emptySVG(natural[0], natural[1]);
+            // The `src`, a 1x candidate beside the `srcset`'s (the GIF's size over its own density when that is an x
+            // descriptor), when the <img> had one: a `srcset` of "a.gif 2x" alone lays out at half the GIF's size.
+            let srcScale = 1;
             // The candidates as the rewrite parsed them (the HTML standard's way: a URL may hold commas).
             if (Array.isArray(layout.candidates)) {
               const candidates = layout.candidates.filter((parts) => Array.isArray(parts) && parts[0]);
@@ -199,6 +201,7 @@ enum PlayerScript {
                 return Number.isFinite(value) && value > 0 ? value : 1;
               };
               const shown = candidates.find((parts) => parts[0] === layout.source);
+              if (shown && /x$/i.test((shown[1] || "1x").trim())) srcScale = 1 / density(shown);
               if (shown) {
                 image.srcset = candidates.map((parts) => {
                   const scale = density(parts) / density(shown);
@@ -207,6 +210,10 @@ enum PlayerScript {
                 }).join(", ");
                 if (typeof layout.sizes === "string") image.sizes = layout.sizes;
               }
+            }
+            if (layout.src !== false) {
+              image.src = emptySVG(Math.max(1, Math.round(natural[0] * srcScale)),
+                Math.max(1, Math.round(natural[1] * srcScale)));
             }
             return image;
           }

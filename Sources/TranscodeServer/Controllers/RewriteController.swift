@@ -107,7 +107,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
         var sources: [Int: URL] = [:]
         for (index, element) in scan.elements.enumerated() {
             // A video shows one GIF: a `srcset`'s largest, which the browser would show at the widest.
-            let shown = output == .video && !element.offersOtherFormats ? element.largestSource : element.source
+            let shown = output == .video && !element.browserChoosesSource ? element.largestSource : element.source
             let text = shown.trimmingCharacters(in: .whitespacesAndNewlines)
             guard let url = URL(string: text, relativeTo: base)?.absoluteURL,
                 let valid = try? Downloader.validate(url.absoluteString)
@@ -115,7 +115,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
             sources[index] = valid
         }
         // What this rewrite may convert: every GIF but, in `output=video`, those of pictures it leaves pictures.
-        let converted = sources.filter { output == .img || !scan.elements[$0.key].offersOtherFormats }
+        let converted = sources.filter { output == .img || !scan.elements[$0.key].browserChoosesSource }
         let metadata = try await self.metadata(for: Set(converted.values), mode: mode, options: options)
         var replacements: [(range: Range<Int>, text: String)] = []
         var rewritten = 0
@@ -133,7 +133,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
             replacements += changes
             return !changes.isEmpty
         }
-        for (index, element) in scan.elements.enumerated() where output == .img || element.offersOtherFormats {
+        for (index, element) in scan.elements.enumerated() where output == .img || element.browserChoosesSource {
             guard let url = sources[index] else { continue }
             // A `<picture>` offering another format stays a picture in `output=video` too (the browser shows that
             // format, not its GIF): its GIF URLs are `.auto` ones in `mode=lazy`; `mode=eager`, which changes only
@@ -142,7 +142,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
             if mode == .eager, !(metadata[url].map(ImageNegotiation.beatsTheSource) ?? false) { continue }
             if rewriteImage(element) { rewritten += 1 }
         }
-        for (index, element) in scan.elements.enumerated() where output == .video && !element.offersOtherFormats {
+        for (index, element) in scan.elements.enumerated() where output == .video && !element.browserChoosesSource {
             guard let url = sources[index] else { continue }
             let known = metadata[url]
             // A transparent GIF whose object has no WebM smaller than it (none reached the quality floor): a video

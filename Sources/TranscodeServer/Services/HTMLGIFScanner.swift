@@ -14,9 +14,10 @@ struct GIFElement: Sendable, Equatable {
     /// The URL attributes (`src`, `srcset`, `data-src`, `data-srcset`) of the `<img>` and of a `<picture>`'s
     /// `<source>`s, with where their values are written: what a rewrite that keeps the elements changes.
     var urlAttributes: [URLAttribute] = []
-    /// A `<picture>` with a `<source>` of another format (`type="image/webp"`): what browsers show, rather than its
-    /// GIF.
-    var offersOtherFormats = false
+    /// A `<picture>` whose pictures the browser chooses among by what a `<video>` cannot weigh: a `<source>` of
+    /// another format (`type="image/webp"`), which browsers show rather than its GIF, or one for some viewports only
+    /// (`media`, art direction: a narrow column's crop, a wide one's).
+    var browserChoosesSource = false
 
     struct Attribute: Sendable, Equatable {
         let name: String
@@ -315,6 +316,8 @@ enum HTMLGIFScanner {
                         || (type.isEmpty
                             && candidates.contains { HTMLGIFScanner.gifCandidate(srcset: $0.value) != nil })
                     if !gif { otherFormats = true }
+                    // Art direction: which picture shows depends on the viewport.
+                    if attributes.contains(where: { $0.name == "media" }) { otherFormats = true }
                     if gifSource == nil {
                         let srcset = attributes.first { $0.name == "srcset" }?.value ?? ""
                         if type == "image/gif" {
@@ -335,7 +338,7 @@ enum HTMLGIFScanner {
             return GIFElement(
                 range: start..<(endTag + element.original_end_tag.length), source: source,
                 attributes: Self.attributes(image), urlAttributes: sourceAttributes + self.urlAttributes(image),
-                offersOtherFormats: otherFormats)
+                browserChoosesSource: otherFormats)
         }
 
         /// The bytes of an element's start tag; nil when the parser inserted it (no source text).
