@@ -179,6 +179,10 @@ enum PlayerScript {
             const layout = video[boxed].layout;
             let natural = Array.isArray(layout.natural) ? layout.natural : null;
             if (!natural && video.videoWidth > 0) natural = [video.videoWidth, video.videoHeight];
+            // Nothing loaded yet (a lazy video): the size the <img>'s width and height say, which the browser too
+            // laid the image out by until it loaded.
+            const said = ["width", "height"].map((name) => Number.parseInt(layout[name], 10));
+            if (!natural && said.every((value) => Number.isFinite(value) && value > 0)) natural = said;
             if (!natural) return null;
             const image = document.createElement("img");
             for (const name of ["id", "class", "title"]) {

@@ -63,7 +63,8 @@ struct RewriteTarget: Sendable {
 /// play, `data-play-count` with `/player.js` for a finite count; `loop` while the count is not known yet),
 /// and keeps what means something on a `<video>`: `id`, `class`, `style`, `title`, `width`/`height` (from the
 /// attributes, else the GIF's own once known), `alt` as `aria-label` with `role="img"`. An `<img
-/// loading="lazy">` becomes `preload="none"` without `autoplay` and without a `poster` (its URL in
+/// loading="lazy">`, or a lazy-loading plugin's (its GIF in `data-src` or `data-srcset`), becomes `preload="none"`
+/// without `autoplay` and without a `poster` (its URL in
 /// `data-gif2mp4-poster`), marked `data-gif2mp4-lazy`: `/player.js` sets the poster and plays it when it comes
 /// near the viewport. A GIF not converted yet keeps its URL in `data-gif2mp4-src`: `/player.js` puts the `<img>`
 /// back if the video's source fails (a GIF the service refuses), or if its MP4 plays and its manifest
@@ -127,7 +128,11 @@ enum HTMLRewriter {
     /// - Parameter playerScript: the URL of `/player.js`.
     static func video(for element: GIFElement, target: RewriteTarget, playerScript: String) -> String {
         var attributes: [(String, String?)] = []
-        let lazy = element.attribute("loading")?.lowercased() == "lazy"
+        // Lazy: `loading="lazy"`, or a lazy-loading plugin's image (its GIF in `data-src` or `data-srcset`, which the
+        // plugin copies over near the viewport).
+        let lazy =
+            element.attribute("loading")?.lowercased() == "lazy"
+            || element.attribute("data-src") != nil || element.attribute("data-srcset") != nil
         if !lazy { attributes.append(("autoplay", nil)) }
         attributes += [("muted", nil), ("playsinline", nil)]
         var needsScript = lazy

@@ -138,7 +138,9 @@ const placementState = (element) => {
   return {x: rect.left + scrollX, y: rect.top + scrollY, width: rect.width, height: rect.height,
           src: element.currentSrc || element.src || "", tag: element.tagName.toLowerCase(),
           complete: video ? element.readyState >= 2 : element.complete,
-          natural: video ? element.videoWidth : element.naturalWidth};
+          natural: video ? element.videoWidth : element.naturalWidth,
+          // A lazy-loading plugin's image still on its placeholder (its GIF in `data-src`, not swapped in yet).
+          placeholder: !video && element.hasAttribute("data-src") && (element.currentSrc || "").startsWith("data:")};
 };
 """
 
@@ -194,7 +196,8 @@ const poll = () => {
     } else {
       setTimeout(poll, 50);
     }
-  } else if ((element.complete && (element.naturalWidth > 0 || !element.currentSrc)) || late) {
+  } else if ((element.complete && (element.naturalWidth > 0 || !element.currentSrc)
+              && !placementState(element).placeholder) || late) {
     finish(element);
   } else {
     setTimeout(poll, 50);
