@@ -327,6 +327,9 @@ enum PlayerScript {
             // `loading` before `src`: an image is fetched by the loading it has when its source is set.
             if (video.hasAttribute("data-gif2mp4-lazy")) image.setAttribute("loading", "lazy");
             for (const name of ["id", "class", "style", "title", "width", "height"]) {
+              // A boxed video's style is the box copied onto it; the page's own is put back below (setting the copy
+              // would be an inline style a strict Content-Security-Policy reports, for nothing).
+              if (name === "style" && video[boxed]) continue;
               if (video.hasAttribute(name)) image.setAttribute(name, video.getAttribute(name));
             }
             // The image's own size, srcset and sizes, when the rewrite recorded them (the video's width and height may
@@ -339,10 +342,7 @@ enum PlayerScript {
               }
             }
             // The page's own style, not the box copied to the video.
-            if (video[boxed]) {
-              if (video[boxed].style === null) image.removeAttribute("style");
-              else image.setAttribute("style", video[boxed].style);
-            }
+            if (video[boxed] && video[boxed].style !== null) image.setAttribute("style", video[boxed].style);
             if (video.hasAttribute("aria-label")) image.setAttribute("alt", video.getAttribute("aria-label"));
             image.setAttribute("src", video.getAttribute("data-gif2mp4-src"));
             if (visibility) visibility.unobserve(video);
