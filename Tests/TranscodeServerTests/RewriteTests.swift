@@ -295,13 +295,9 @@ import Transcoder
             // Its poster is the still WebP that keeps the transparency: the flattened JPEG would be an opaque box
             // until the WebM's first picture.
             #expect(video.contains(".poster.webp\" ") && !video.contains(".jpg"), "\(video)")
-            let run = try await runBrowserScript(
-                PlayerScriptTests.oracle,
-                [
-                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", video,
-                    "--until", "document.querySelector('video').readyState >= 2", "--timeout", "30",
-                ],
-                timeout: .seconds(120))
+            let run = try await Self.elements(
+                video, in: harness,
+                until: "document.querySelector('video').readyState >= 2")
             #expect(run.result["until"] as? Bool == true, "\(run.output)")
             let elements = try #require(run.result["elements"] as? [[String: Any]], "\(run.output)")
             #expect((elements.first?["currentSrc"] as? String)?.hasSuffix(".webm") == true, "\(run.output)")
@@ -323,14 +319,9 @@ import Transcoder
             let videos = try Self.videos(in: reply.text)
             #expect(videos.count == 2 && videos.allSatisfy { $0.contains(" poster=") }, "\(reply.text)")
             #expect(videos.allSatisfy { $0.contains(" data-gif2mp4-alpha-poster=") }, "\(reply.text)")
-            let run = try await runBrowserScript(
-                PlayerScriptTests.oracle,
-                [
-                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", videos.joined(),
-                    "--until", "[...document.querySelectorAll('video')].every((video) => video.readyState >= 2)",
-                    "--timeout", "60",
-                ],
-                timeout: .seconds(120))
+            let run = try await Self.elements(
+                videos.joined(), in: harness,
+                until: "[...document.querySelectorAll('video')].every((video) => video.readyState >= 2)", timeout: 60)
             #expect(run.result["ok"] as? Bool == true, "\(run.output)")
             #expect(run.result["until"] as? Bool == true, "\(run.output)")
             let elements = try #require(run.result["elements"] as? [[String: Any]], "\(run.output)")
@@ -374,16 +365,10 @@ import Transcoder
             let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
             let videos = try Self.videos(in: reply.text)
             try #require(videos.count == 1 && videos[0].contains("data-gif2mp4-manifest="), "\(reply.text)")
-            let run = try await runBrowserScript(
-                PlayerScriptTests.oracle,
-                [
-                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", videos.joined(),
-                    "--until",
-                    "((video) => video && video.readyState >= 2 && video.getBoundingClientRect().width === 200)"
-                        + "(document.querySelector('video'))",
-                    "--timeout", "30",
-                ],
-                timeout: .seconds(90))
+            let run = try await Self.elements(
+                videos.joined(), in: harness,
+                until: "((video) => video && video.readyState >= 2 && video.getBoundingClientRect().width === 200)"
+                    + "(document.querySelector('video'))")
             #expect(run.result["ok"] as? Bool == true, "\(run.output)")
             let elements = try #require(run.result["elements"] as? [[String: Any]], "\(run.output)")
             try #require(elements.count == 1, "\(run.output)")
@@ -403,16 +388,12 @@ import Transcoder
             let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
             let videos = try Self.videos(in: reply.text)
             try #require(videos.count == 1, "\(reply.text)")
-            let run = try await runBrowserScript(
-                PlayerScriptTests.oracle,
-                [
-                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", videos.joined(),
-                    "--until",
+            let run = try await Self.elements(
+                videos.joined(), in: harness,
+                until:
                     "((video) => video && video.readyState >= 2 && video.style.getPropertyValue('width') === '200px')"
-                        + "(document.querySelector('video'))",
-                    "--timeout", "30", "--no-data-images", "--resize", "500,700,900",
-                ],
-                timeout: .seconds(90))
+                    + "(document.querySelector('video'))",
+                options: ["--no-data-images", "--resize", "500,700,900"])
             #expect(run.result["until"] as? Bool == true, "\(run.output)")
             let before = try #require(run.result["cspViolationsBeforeResize"] as? Int, "\(run.output)")
             let after = try #require(run.result["cspViolations"] as? [String], "\(run.output)")
@@ -436,15 +417,9 @@ import Transcoder
             let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
             let videos = try Self.videos(in: reply.text)
             #expect(videos.count == 2 && videos.allSatisfy { $0.contains("data-gif2mp4-src=") }, "\(reply.text)")
-            let run = try await runBrowserScript(
-                PlayerScriptTests.oracle,
-                [
-                    "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", videos.joined(),
-                    "--until",
-                    "document.querySelectorAll('img').length > 0 && document.querySelector('video').readyState >= 2",
-                    "--timeout", "30",
-                ],
-                timeout: .seconds(120))
+            let run = try await Self.elements(
+                videos.joined(), in: harness,
+                until: "document.querySelectorAll('img').length > 0 && document.querySelector('video').readyState >= 2")
             #expect(run.result["ok"] as? Bool == true, "\(run.output)")
             #expect(run.result["until"] as? Bool == true, "\(run.output)")
             let elements = try #require(run.result["elements"] as? [[String: Any]], "\(run.output)")
@@ -667,6 +642,20 @@ import Transcoder
     }
 
     /// The `<video>` elements of `html`, each with the `/player.js` tag that follows it.
+    /// The `<img>` and `<video>` elements of `html` on a page of another origin in Chromium once the JavaScript
+    /// expression `until` holds (`chromium_oracle.py elements`; `options`, its further options).
+    static func elements(
+        _ html: String, in harness: Harness, until: String, timeout: Int = 30, options: [String] = []
+    ) async throws -> (status: Int32, result: [String: Any], line: String, output: String) {
+        try await runBrowserScript(
+            PlayerScriptTests.oracle,
+            [
+                "elements", "--app", "http://127.0.0.1:\(harness.appPort)", "--html", html, "--until", until,
+                "--timeout", String(timeout),
+            ] + options,
+            timeout: .seconds(timeout + 60))
+    }
+
     static func videos(in html: String) throws -> [String] {
         let pattern = try Regex(#"<video [^>]*>(<source [^>]*>)+</video>(<script src="[^"]*" defer></script>)?"#)
         return html.matches(of: pattern).map { String(html[$0.range]) }

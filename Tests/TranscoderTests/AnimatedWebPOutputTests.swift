@@ -44,15 +44,26 @@ import Testing
         Case(name: "cartoon_dancing_banana.gif", box: (100, 100)),
     ]
 
-    @Test(arguments: cases, ["webp", "avif"])
-    func matchesChromiumsDecodingOfTheSource(_ test: Case, format: String) async throws {
-        let source = try [UInt8](Data(contentsOf: URL(fileURLWithPath: CorpusTests.corpusDirectory + "/" + test.name)))
+    /// `test`'s source file.
+    static func source(_ test: Case) throws -> [UInt8] {
+        try [UInt8](Data(contentsOf: URL(fileURLWithPath: CorpusTests.corpusDirectory + "/" + test.name)))
+    }
+
+    /// The options that convert `test` with `format` as an extra, in its box when it has one.
+    static func options(_ test: Case, format: String) -> TranscodeOptions {
         var options = TranscodeOptions()
         options.rendition = options.rendition.withExtraFormats([format])
         if let box = test.box {
             options.maxOutputWidth = box.width
             options.maxOutputHeight = box.height
         }
+        return options
+    }
+
+    @Test(arguments: cases, ["webp", "avif"])
+    func matchesChromiumsDecodingOfTheSource(_ test: Case, format: String) async throws {
+        let source = try Self.source(test)
+        let options = Self.options(test, format: format)
         try await withTemporaryDirectory { directory in
             let metadata = try await convertFiles(source, options: options, directory: directory, name: "out")
             let listed = metadata.otherArtifacts.first { $0.format == format }
@@ -159,13 +170,8 @@ import Testing
             Case(name: "apng_red_blue_loop3.apng"),
         ], ["poster.webp", "poster.avif"])
     func thePosterIsTheFirstPictureWithItsTransparency(_ test: Case, format: String) async throws {
-        let source = try [UInt8](Data(contentsOf: URL(fileURLWithPath: CorpusTests.corpusDirectory + "/" + test.name)))
-        var options = TranscodeOptions()
-        options.rendition = options.rendition.withExtraFormats([format])
-        if let box = test.box {
-            options.maxOutputWidth = box.width
-            options.maxOutputHeight = box.height
-        }
+        let source = try Self.source(test)
+        let options = Self.options(test, format: format)
         try await withTemporaryDirectory { directory in
             let metadata = try await convertFiles(source, options: options, directory: directory, name: "out")
             let entry = try #require(metadata.otherArtifacts.first { $0.format == format })
