@@ -18,6 +18,23 @@ import Testing
         }
     }
 
+    /// `a.gif` with `--also poster.webp` and `a.poster.gif` with `--also webp` would both write `a.poster.webp`.
+    @Test func twoInputsWritingOneFileAreRefused() throws {
+        do {
+            _ = try ConvertCommand.parse([
+                "a.gif", "a.poster.gif", "--also", "webp", "--also", "poster.webp", "--out", "/nonexistent/out",
+            ])
+            Issue.record("accepted")
+        } catch {
+            let message = ConvertCommand.message(for: error)
+            #expect(message.contains("a.gif and a.poster.gif would both be written as a.poster.webp"), "\(message)")
+        }
+        // Without the poster, nothing collides.
+        #expect(throws: Never.self) {
+            _ = try ConvertCommand.parse(["a.gif", "a.poster.gif", "--also", "webp", "--out", "/nonexistent/out"])
+        }
+    }
+
     /// The same GIF gives the same MP4 whatever the process converted before it (`EncoderHeap`), against the
     /// file converted alone; four runs of the real binary each. On the host where it was found, without
     /// `EncoderHeap`, cartoon_hotdog.gif after the ten corpus GIFs before it came out 7,964-7,977 bytes from run to

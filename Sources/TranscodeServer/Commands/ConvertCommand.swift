@@ -100,14 +100,20 @@ struct ConvertCommand: ParsableCommand {
         } catch let error as TranscodeError {
             throw ValidationError(error.message)
         }
-        // Two inputs with one name would write the same three files, the second over the first.
+        // Two inputs would write one file, the second over the first: one name (`d1/x.gif`, `d2/x.gif`), or one name
+        // and an extension of two parts (`a.gif` with `--also poster.webp`, `a.poster.gif` with `--also webp`).
+        let extensions =
+            [ObjectFiles.video, ObjectFiles.poster, ObjectFiles.manifest].map(\.fileExtension)
+            + ObjectFiles.extras.filter { self.extraFormats.contains($0.name) }.map(\.fileExtension)
         var seen: [String: String] = [:]
         for input in self.inputs {
             let name = Self.name(of: input)
-            if let earlier = seen[name] {
-                throw ValidationError("\(earlier) and \(input) would both be written as \(name).mp4: rename one")
+            for file in extensions.map({ name + "." + $0 }) {
+                if let earlier = seen[file] {
+                    throw ValidationError("\(earlier) and \(input) would both be written as \(file): rename one")
+                }
+                seen[file] = input
             }
-            seen[name] = input
         }
     }
 

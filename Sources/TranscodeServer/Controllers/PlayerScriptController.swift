@@ -242,7 +242,7 @@ enum PlayerScript {
               // width and height alone, the GIF's size where it gave none (a `srcset`'s density then not applied).
               for (const [, image] of placed) {
                 if (image.naturalWidth > 0) continue;
-                if (image.hasAttribute("src")) dataImagesRefused = true;
+                if (image.hasAttribute("src") || image.hasAttribute("srcset")) dataImagesRefused = true;
                 const natural = image[boxed];
                 image.removeAttribute("srcset");
                 image.removeAttribute("src");
@@ -397,14 +397,15 @@ enum PlayerScript {
           }
 
           function scan(root) {
+            // The box first: a guarded video that has loaded already reads its layout at once.
+            if (root.matches && root.matches("video[data-gif2mp4-img]")) carryBox(root);
+            if (root.querySelectorAll) root.querySelectorAll("video[data-gif2mp4-img]").forEach(carryBox);
             if (root.matches && root.matches("video[data-gif2mp4-src]")) guard(root);
             if (root.querySelectorAll) root.querySelectorAll("video[data-gif2mp4-src]").forEach(guard);
             if (root.matches && root.matches("video[data-play-count]")) attach(root);
             if (root.querySelectorAll) root.querySelectorAll("video[data-play-count]").forEach(attach);
             if (root.matches && root.matches("video[data-gif2mp4-lazy]")) watch(root);
             if (root.querySelectorAll) root.querySelectorAll("video[data-gif2mp4-lazy]").forEach(watch);
-            if (root.matches && root.matches("video[data-gif2mp4-img]")) carryBox(root);
-            if (root.querySelectorAll) root.querySelectorAll("video[data-gif2mp4-img]").forEach(carryBox);
           }
 
           if (window[state]) {

@@ -316,8 +316,11 @@ enum HTMLGIFScanner {
                         || (type.isEmpty
                             && candidates.contains { HTMLGIFScanner.gifCandidate(srcset: $0.value) != nil })
                     if !gif { otherFormats = true }
-                    // Art direction: which picture shows depends on the viewport.
-                    if attributes.contains(where: { $0.name == "media" }) { otherFormats = true }
+                    // Art direction: which picture shows depends on the viewport (`media` that says something: not
+                    // empty, not `all`).
+                    let media = (attributes.first { $0.name == "media" }?.value ?? "")
+                        .trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+                    if !media.isEmpty, media != "all" { otherFormats = true }
                     if gifSource == nil {
                         let srcset = attributes.first { $0.name == "srcset" }?.value ?? ""
                         if type == "image/gif" {

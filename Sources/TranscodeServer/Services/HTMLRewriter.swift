@@ -212,8 +212,11 @@ enum HTMLRewriter {
         }
         if let sizes = element.attribute("sizes") ?? element.attribute("data-sizes") { object["sizes"] = sizes }
         if let metadata { object["natural"] = [metadata.sourceWidth, metadata.sourceHeight] }
-        // An image with a `srcset` and no `src` has no 1x candidate but those the `srcset` names.
-        if element.attribute("src") == nil { object["src"] = false }
+        // An image with a `srcset` and no `src` (or an empty one, which is no candidate) has no 1x candidate but those
+        // the `srcset` names.
+        if (element.attribute("src") ?? "").trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
+            object["src"] = false
+        }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
     }
