@@ -26,20 +26,21 @@ extension Transcoder {
     ///    kept at once when it is at or above the floor and under half the source;
     /// 3. lossless, always at the floor (every pixel exact).
     /// - Returns: the file, its size in pixels, whether it is lossless, and a lossy one's PSNR.
-    /// - Parameters:
-    ///   - encode: one encode of `plan`, lossless or not, at a quality (`encodeAnimatedWebP`, or the still
-    ///     poster's).
-    ///   - sourceBytes: what the lossy file is weighed against (`webpLosslessTrigger`): the source's bytes, or the
-    ///     share of them the encoded pictures come from (the poster's first frame).
+    /// The lossy file is weighed (`webpLosslessTrigger`) against the source's bytes the encoded frames come from: all
+    /// of them, or a cut's share (a preview's seconds, the poster's first frame: a flat drawing's lossy still is
+    /// larger than its lossless one, yet under half the whole GIF).
+    /// - Parameter encode: one encode of `plan`, lossless or not, at a quality (`encodeAnimatedWebP`, or the still
+    ///   poster's).
     func encodeAnimatedWebPChoosing(
-        _ bytes: UnsafeRawBufferPointer, plan: Plan, sourceBytes: Int? = nil,
+        _ bytes: UnsafeRawBufferPointer, plan: Plan,
         encode: ((_ lossless: Bool, _ quality: Float) throws -> (bytes: [UInt8], width: Int, height: Int))? = nil
     ) throws -> (
         bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?
     ) {
         let encode = encode ?? { try self.encodeAnimatedWebP(bytes, plan: plan, lossless: $0, quality: $1) }
         typealias Candidate = (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?)
-        let smallEnough = Double(sourceBytes ?? bytes.count) * Self.webpLosslessTrigger
+        let sourceBytes = plan.header.frameSourceEnds?.last ?? bytes.count
+        let smallEnough = Double(sourceBytes) * Self.webpLosslessTrigger
         var candidates: [Candidate] = []
         for quality in [Self.webpQuality, Self.webpBetterQuality] {
             let lossy = try encode(false, quality)
@@ -79,11 +80,7 @@ extension Transcoder {
             if canvas.isEmpty { canvas = Array(picture) }
         }
         guard !canvas.isEmpty else { throw TranscodeError(.encodeFailed, "the source has no first picture") }
-        // Lossy is kept at once only when small against the first frame's share of the source (a whole GIF's bytes
-        // would let a flat drawing's lossy still through where lossless is smaller).
-        let firstFrameBytes = cut.header.frameSourceEnds?.first ?? bytes.count
-        return try self.encodeAnimatedWebPChoosing(bytes, plan: cut, sourceBytes: firstFrameBytes) {
-            lossless, quality in
+        return try self.encodeAnimatedWebPChoosing(bytes, plan: cut) { lossless, quality in
             let file = try canvas.withUnsafeBytes {
                 try AnimatedWebPEncoder.still(
                     $0, width: size.width, height: size.height, lossless: lossless, quality: quality,

@@ -166,7 +166,9 @@ enum PlayerScript {
               "border-" + side + "-style", "border-" + side + "-color"]),
             ["top-left", "top-right", "bottom-right", "bottom-left"].map((corner) => "border-" + corner + "-radius"));
 
-          function emptySVG(width, height) {
+          // An empty SVG of `natural` (the GIF's [width, height]) scaled by `scale`, at least 1x1.
+          function emptySVG(natural, scale) {
+            const [width, height] = natural.map((side) => Math.max(1, Math.round(side * scale)));
             return "data:image/svg+xml," + encodeURIComponent(
               '<svg xmlns="http://www.w3.org/2000/svg" width="' + width + '" height="' + height + '"/>');
           }
@@ -208,17 +210,12 @@ enum PlayerScript {
               if (shown && /x$/i.test((shown[1] || "1x").trim())) srcScale = 1 / density(shown);
               if (shown) {
                 image.srcset = candidates.map((parts) => {
-                  const scale = density(parts) / density(shown);
-                  return emptySVG(Math.max(1, Math.round(natural[0] * scale)), Math.max(1, Math.round(natural[1] * scale)))
-                    + " " + (parts[1] || "1x");
+                  return emptySVG(natural, density(parts) / density(shown)) + " " + (parts[1] || "1x");
                 }).join(", ");
                 if (typeof layout.sizes === "string") image.sizes = layout.sizes;
               }
             }
-            if (layout.src !== false) {
-              image.src = emptySVG(Math.max(1, Math.round(natural[0] * srcScale)),
-                Math.max(1, Math.round(natural[1] * srcScale)));
-            }
+            if (layout.src !== false) image.src = emptySVG(natural, srcScale);
             return image;
           }
 

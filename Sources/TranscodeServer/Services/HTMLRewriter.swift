@@ -42,13 +42,18 @@ struct RewriteTarget: Sendable {
         return self.sources.first?.url != webmURL
     }
 
-    /// The video's `poster`: the JPEG (`showsJPEGPoster`), or else the still WebP that keeps the transparency when
-    /// the object has one (`poster.webp`), or none: a transparent GIF too shows nothing until it has loaded.
-    var poster: String? {
-        if self.showsJPEGPoster { return self.posterURL }
-        guard let metadata = self.metadata, ObjectFiles.recorded(.webpPoster, in: metadata) != nil else { return nil }
-        return self.alphaPosterURL
+    /// The still WebP that keeps the transparency (`poster.webp`), the poster while the WebM plays: when the WebM is
+    /// the first source and the object has the still (or is not known yet); nil otherwise.
+    var alphaPoster: String? {
+        guard let alpha = self.alphaPosterURL, let webm = self.webmURL, self.sources.first?.url == webm,
+            self.metadata.map({ ObjectFiles.recorded(.webpPoster, in: $0) != nil }) ?? true
+        else { return nil }
+        return alpha
     }
+
+    /// The video's `poster`: the JPEG (`showsJPEGPoster`), or else the still WebP (`alphaPoster`), or none: a
+    /// transparent GIF too shows nothing until it has loaded.
+    var poster: String? { self.showsJPEGPoster ? self.posterURL : self.alphaPoster }
 
     /// The `<source>` elements of `sources`, in order.
     var sourceElements: String {
@@ -164,11 +169,7 @@ enum HTMLRewriter {
             needsScript = true
         }
         // The poster while the WebM is the source (`/player.js`): its first picture with its transparency.
-        if let alpha = target.alphaPosterURL, let webm = target.webmURL, target.sources.first?.url == webm,
-            target.metadata.map({ ObjectFiles.recorded(.webpPoster, in: $0) != nil }) ?? true
-        {
-            attributes.append(("data-gif2mp4-alpha-poster", alpha))
-        }
+        if let alpha = target.alphaPoster { attributes.append(("data-gif2mp4-alpha-poster", alpha)) }
         for name in ["id", "class", "style", "title"] {
             if let value = element.attribute(name) { attributes.append((name, value)) }
         }
