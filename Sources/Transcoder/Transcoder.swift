@@ -259,15 +259,15 @@ public struct Transcoder: Sendable {
     }
 
     /// - Parameters:
-    ///   - stopAbove: stop (throw `StoppedAboveTarget`) once the packets written pass this many bytes, or overrun
-    ///     it steadily (`overrunsSteadily`).
+    ///   - stop: stop (throw `StoppedAboveTarget`) once the packets written pass its bytes, or overrun them
+    ///     (`keyFrameOverruns` when it says so, `overrunsTheSource`, `overrunsSteadily`).
     ///   - measure: measure the video's SSIM against the pictures encoded, while encoding (x264's own: `X264SSIM`),
     ///     each picture weighted by how long it shows.
     ///   - poster: the poster, when an earlier attempt made it (the first picture is the same in every attempt);
     ///     made here and stored when nil, so a stopped attempt's poster is kept for the next.
     /// - Returns: the metadata, the poster and, when measured, the SSIM.
     func encode(
-        _ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String, stopAbove: Int? = nil,
+        _ bytes: UnsafeRawBufferPointer, plan: Plan, crf: Int, mp4Path: String, stop: SizeGuardPolicy.Stop? = nil,
         measure: Bool = false, poster: inout [UInt8]?
     ) throws -> (result: TranscodeMetadata, poster: [UInt8], ssim: Double?) {
         let header = plan.header
@@ -299,7 +299,8 @@ public struct Transcoder: Sendable {
         func write(_ packet: Packet) throws {
             let (size, start) = packet.withUnsafeMutablePointer { (Int($0.pointee.size), $0.pointee.pts) }
             try muxer.write(packet)
-            guard let stopAbove else { return }
+            guard let stop else { return }
+            let stopAbove = stop.above
             written += size
             packets += 1
             // The share encoded: by time, or at least by pictures (a first picture alone has no length yet).
@@ -314,6 +315,15 @@ public struct Transcoder: Sendable {
                 // Packets come in presentation order (no B-frames): the frames covered only grow.
                 while coveredFrame + 1 < frameStarts.count, frameStarts[coveredFrame + 1] <= start { coveredFrame += 1 }
                 sourceShare = Double(sourceEnds[coveredFrame]) / Double(max(1, bytes.count))
+            }
+            if packets == 1, stop.judgesTheKeyFrame,
+                SizeGuardPolicy.keyFrameOverruns(
+                    bytes: written, sourceShare: sourceShare, target: stopAbove, sourceBytes: bytes.count)
+            {
+                throw SizeGuardPolicy.StoppedAboveTarget(
+                    bytes: written,
+                    projectedBytes: SizeGuardPolicy.projectedFromTheKeyFrame(bytes: written, sourceShare: sourceShare),
+                    atTheKeyFrame: true)
             }
             if SizeGuardPolicy.overrunsTheSource(bytes: written, sourceShare: sourceShare, target: stopAbove) {
                 throw SizeGuardPolicy.StoppedAboveTarget(

@@ -126,10 +126,11 @@ import Testing
     }
 
     /// Pictures that all cost about the same (noise), with a target at 70% of the plain video: the first
-    /// attempt reads 1.4x the target from the start, so it is stopped before its bytes pass the target (at 30% of
-    /// the GIF's bytes, where it spends 1.4x the target's share of them: `overrunsTheSource`), and its projection
-    /// is close to the whole. The stopped attempt is never the one kept,
-    /// though its bytes are under the target, not even with no quality floor at all.
+    /// attempt overruns from the start, so it is stopped before its bytes pass the target (at its key frame, which
+    /// spends over 1.4x the GIF's share of bytes on the first picture: `keyFrameOverruns`), and its projection
+    /// is near the whole: 0.8x the key frame's rate, which for noise is the whole's rate (0.82x the plain video
+    /// here). The stopped attempt is never the one kept, though its bytes are under the target, not even with no
+    /// quality floor at all.
     @Test(arguments: [0.5, 0])
     func aSteadyOverrunIsStoppedBeforeItPassesTheTarget(minSSIM: Double) async throws {
         var builder = GIFBuilder(width: 192, height: 192)
@@ -152,7 +153,7 @@ import Testing
             let projected = try #require(first.projectedBytes)
             #expect(Double(first.bytes) < target, "stopped at \(first.bytes) bytes, target \(Int(target))")
             #expect(Double(first.bytes) < 0.6 * Double(plainBytes), "\(first.bytes) of \(plainBytes)")
-            #expect(abs(Double(projected) / Double(plainBytes) - 1) < 0.15, "\(projected) vs \(plainBytes)")
+            #expect(abs(Double(projected) / Double(plainBytes) - 1) < 0.25, "\(projected) vs \(plainBytes)")
             #expect(guarded.outcome == .smaller)
             #expect((metadata.crf ?? 0) > TranscodeOptions.defaultCRF)
             #expect(guarded.chosenCRF == metadata.crf && guarded.chosenCRF == guarded.attempts.last?.crf)
