@@ -35,6 +35,23 @@ import Testing
         }
     }
 
+    /// `--also` takes a list as the signed URL's `also:` does: `--also webm,poster.webp` is `--also webm --also
+    /// poster.webp`; an unknown or empty one is refused (a format named twice is made once, as when repeated).
+    @Test func alsoTakesACommaSeparatedList() throws {
+        let listed = try ConvertCommand.parse(["a.gif", "--also", "webm,poster.webp", "--out", "/nonexistent/out"])
+        let repeated = try ConvertCommand.parse([
+            "a.gif", "--also", "webm", "--also", "poster.webp", "--out", "/nonexistent/out",
+        ])
+        #expect(listed.alsoFormats == ["webm", "poster.webp"] && listed.alsoFormats == repeated.alsoFormats)
+        let twice = try ConvertCommand.parse(["a.gif", "--also", "webm,webm", "--out", "/nonexistent/out"])
+        #expect(twice.options.rendition.extraFormats == ["webm"])
+        for refused in ["webm,", "webm,gif"] {
+            #expect(throws: (any Error).self, "\(refused)") {
+                _ = try ConvertCommand.parse(["a.gif", "--also", refused, "--out", "/nonexistent/out"])
+            }
+        }
+    }
+
     /// The same GIF gives the same MP4 whatever the process converted before it (`EncoderHeap`), against the
     /// file converted alone; four runs of the real binary each. On the host where it was found, without
     /// `EncoderHeap`, cartoon_hotdog.gif after the ten corpus GIFs before it came out 7,964-7,977 bytes from run to

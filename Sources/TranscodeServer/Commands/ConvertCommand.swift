@@ -43,9 +43,14 @@ struct ConvertCommand: ParsableCommand {
     @Option(
         name: .customLong("also"),
         help:
-            "Also make this file of each input (repeatable): webp, an animated WebP that keeps transparency; avif, an animated AVIF that keeps it too (of inputs that loop forever); webm, VP9 with alpha in WebM, a video that keeps it and odd sizes (of inputs with transparency or of odd size); poster.webp, a still WebP of the first picture that keeps it; poster.avif, the same still as an AVIF."
+            "Also make this file of each input (repeatable, or several comma-separated as in the signed URL's also:webm,poster.webp): webp, an animated WebP that keeps transparency; avif, an animated AVIF that keeps it too (of inputs that loop forever); webm, VP9 with alpha in WebM, a video that keeps it and odd sizes (of inputs with transparency or of odd size); poster.webp, a still WebP of the first picture that keeps it; poster.avif, the same still as an AVIF."
     )
     var extraFormats: [String] = []
+
+    /// `--also`'s formats, each of its values split at commas.
+    var alsoFormats: [String] {
+        self.extraFormats.flatMap { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) }
+    }
 
     @Option(
         name: .long,
@@ -77,7 +82,7 @@ struct ConvertCommand: ParsableCommand {
     var withoutSIMD = false
 
     /// The options the flags describe; `validate()` and `run()` share it.
-    private var options: TranscodeOptions {
+    var options: TranscodeOptions {
         var options = TranscodeOptions()
         options.background = RGBColor(hex: self.background) ?? options.background
         options.crf = self.crf
@@ -86,7 +91,7 @@ struct ConvertCommand: ParsableCommand {
         options.maxSizeRatio = self.maxSizeRatio
         options.maxExtraAttempts = self.maxExtraAttempts
         options.minSSIM = self.minSSIM
-        options.rendition = options.rendition.withExtraFormats(self.extraFormats)
+        options.rendition = options.rendition.withExtraFormats(self.alsoFormats)
         options.rendition.previewSeconds = self.preview
         return options
     }
@@ -104,7 +109,7 @@ struct ConvertCommand: ParsableCommand {
         // and an extension of two parts (`a.gif` with `--also poster.webp`, `a.poster.gif` with `--also webp`).
         let extensions =
             [ObjectFiles.video, ObjectFiles.poster, ObjectFiles.manifest].map(\.fileExtension)
-            + ObjectFiles.extras.filter { self.extraFormats.contains($0.name) }.map(\.fileExtension)
+            + ObjectFiles.extras.filter { self.alsoFormats.contains($0.name) }.map(\.fileExtension)
         var seen: [String: String] = [:]
         for input in self.inputs {
             let name = Self.name(of: input)
