@@ -183,11 +183,16 @@ const poll = () => {
         return;
       }
       element.pause();
-      // A moment after the seek for its picture to be painted (a layout change, /player.js measuring boxes, may
-      // have it repainted).
+      // Seeked to its start even when it is there (a video that has not played yet shows its poster), and
+      // screenshot once the seek is done and its picture presented (requestVideoFrameCallback, where there is
+      // one), a moment after (a layout change, /player.js measuring boxes, may have it repainted). Under the
+      // whole suite, 300 ms after "seeked" was once not enough: the screenshot had the video's last picture.
       const settled = () => setTimeout(() => finish(element), 300);
-      if (element.readyState >= 1 && element.currentTime !== 0) {
-        element.addEventListener("seeked", settled, {once: true});
+      if (element.readyState >= 1) {
+        let [seeked, presented] = [false, !element.requestVideoFrameCallback];
+        const both = () => { if (seeked && presented) settled(); };
+        if (!presented) element.requestVideoFrameCallback(() => { presented = true; both(); });
+        element.addEventListener("seeked", () => { seeked = true; both(); }, {once: true});
         setTimeout(() => finish(element), 5000);
         element.currentTime = 0;
       } else {
