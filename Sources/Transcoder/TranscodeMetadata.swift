@@ -309,12 +309,14 @@ public struct SizeGuard: Codable, Hashable, Sendable {
         /// The MP4's size; for a stopped attempt, the bytes encoded when it was stopped.
         public var bytes: Int
         /// Mean SSIM (luma, x264's own) against the encoded pictures, weighted by display time; `nil` when not
-        /// measured (the first attempt), or not measurable (pictures under 10 pixels in a dimension, too small for
-        /// x264's windows); written as 0.
+        /// measured (an attempt at the first CRF), or not measurable (pictures under 10 pixels in a dimension, too
+        /// small for x264's windows); written as 0.
         public var ssim: Double?
-        /// For a first attempt stopped early, as soon as its bytes passed the target (it could only end larger)
-        /// or, from half the animation on, when it overran the target steadily (`bytes` may then be under the
-        /// target): the size projected for the whole from the share of the animation encoded by then.
+        /// For an attempt at the first CRF stopped early (`SizeGuardPolicy.run`: at its key frame, once its bytes
+        /// passed the target, once it spent more than the source on the same pictures, or when it overran the
+        /// target steadily; `bytes` may then be under the target): the size projected for the whole, from the key
+        /// frame's rate, the share of the source's bytes or the share of the animation encoded by then. When a
+        /// key-frame stop misjudged the whole, the guard runs again and a second such attempt may follow.
         public var projectedBytes: Int?
 
         public init(crf: Int, bytes: Int, ssim: Double?, projectedBytes: Int? = nil) {

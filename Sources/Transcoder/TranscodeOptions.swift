@@ -179,9 +179,9 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
 public struct SizeGuardPolicy: Hashable, Sendable, Codable {
     /// Default 1.0: never larger than the source.
     public var maxSizeRatio: Double = 1.0
-    /// Default 2; 0 switches the guard off. A first attempt stopped at its key frame that misjudged the whole
-    /// (`SizeGuardPolicy.run`) runs the guard once more from the start, so such a conversion may take up to this
-    /// many and one more encodes again.
+    /// Default 2; 0 switches the guard off. With it, a conversion takes at most this many and 2 encodes (the first,
+    /// stopped, whole after all); when a key-frame stop misjudged the whole (`SizeGuardPolicy.run`), the guard runs
+    /// once more from the start: at most twice this many and 3 in all (7 by default).
     public var maxExtraAttempts: Int = 2
     /// See `TranscodeOptions.defaultMinSSIM`.
     public var minSSIM: Double = TranscodeOptions.defaultMinSSIM

@@ -37,10 +37,12 @@ extension SizeGuardPolicy {
     /// that alone spends far more than the source on the same picture (`keyFrameOverruns`), once it spends more
     /// than the source on the same pictures (`overrunsTheSource`, from 30% of the source's bytes on), and from
     /// half the animation on when it overruns the target steadily (`overrunsSteadily`). Its size is then
-    /// projected; it is encoded whole only if it is kept after all. A key frame is one picture: when no later
-    /// attempt qualifies after a key-frame stop, or the one kept shows that the first would have been small enough
-    /// after all (`keyFrameMisled`), the guard runs again without the key-frame rule, so the video is the one it
-    /// would have made without it, for the encodes the key frame cost. The record lists every encode.
+    /// projected; after the other rules it is encoded whole only if it is kept after all. A key frame is one
+    /// picture: when no later attempt qualifies after a key-frame stop, or the one kept shows that the first would
+    /// have been small enough after all (`keyFrameMisled`), the guard runs again without the key-frame rule, so the
+    /// video is the one it would have made without it, for the encodes the key frame cost; should that run find
+    /// nothing that qualifies where the first had, the first run's choice is kept. The record lists every encode, in
+    /// order (CRF 25 then appears twice).
     /// - Parameters:
     ///   - judgingTheKeyFrame: whether the first attempt may be stopped at its key frame.
     ///   - encode: encodes the whole source at `crf` into a file of its own; with a `Stop`, throws
@@ -117,8 +119,15 @@ extension SizeGuardPolicy {
                 ?? SizeGuard(
                     attempts: [SizeGuard.Attempt(crf: firstCRF, bytes: again.bytes, ssim: nil)],
                     chosenCRF: firstCRF, outcome: .smaller)
-            again.record = SizeGuard(
-                attempts: attempts + record.attempts, chosenCRF: record.chosenCRF, outcome: record.outcome)
+            let all = attempts + record.attempts
+            if chosen > 0, record.outcome != .smaller, let output = outputs[chosen] {
+                // The run again found nothing that qualifies (its slope was not the one `keyFrameMisled` assumed):
+                // the attempt that did is kept.
+                return Choice(
+                    output: output, crf: attempts[chosen].crf, bytes: attempts[chosen].bytes,
+                    record: SizeGuard(attempts: all, chosenCRF: attempts[chosen].crf, outcome: .smaller))
+            }
+            again.record = SizeGuard(attempts: all, chosenCRF: record.chosenCRF, outcome: record.outcome)
             return again
         }
         if chosen == 0, attempts[0].projectedBytes != nil {
@@ -177,7 +186,8 @@ extension SizeGuardPolicy {
     /// three whose video ends larger than the GIF read 1.68x, 1.62x and 1.59x their GIF's first picture
     /// (huge_1080_transparent_30f.gif, huge_1080_interlaced_transparent_15f.gif, many_380f_terminal.gif); of
     /// the others none reads over 1.25x (screenrec_terminal_thefuck.gif, which ends at 0.53x), then 1.00x. A
-    /// misjudged key frame costs an encode, not the picture: `keyFrameMisled`.
+    /// misjudged key frame costs encodes, not the picture: `keyFrameMisled`. The first packet also carries x264's
+    /// settings (an SEI of some 600 bytes, in every file), counted here as when the rule was chosen.
     static func keyFrameOverruns(bytes: Int, sourceShare: Double, target: Int, sourceBytes: Int) -> Bool {
         sourceShare > 0 && Double(bytes) >= 1.4 * Double(max(target, sourceBytes)) * sourceShare
     }
@@ -223,7 +233,8 @@ extension SizeGuardPolicy {
         return whole >= bound && secondQuarter >= bound
     }
 
-    /// Thrown by `encode` when the packets written pass a `Stop`'s bytes, or overrun them.
+    /// Thrown by `encode` when a `Stop`'s rules stop it: its key frame, or the packets passing or overrunning its
+    /// bytes.
     struct StoppedAboveTarget: Error {
         var bytes: Int
         var projectedBytes: Int

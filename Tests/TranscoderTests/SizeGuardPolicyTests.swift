@@ -138,15 +138,29 @@ import Testing
         #expect(encoder.calls[2].stop == .init(above: 200_000, judgesTheKeyFrame: false), "\(encoder.calls)")
     }
 
+    /// A misled-looking choice whose run again finds nothing that qualifies (sizes fall faster than 12 steps per
+    /// halving, then the quality floor): the first run's qualifying attempt is kept, every encode recorded.
+    @Test func aQualifyingAttemptIsKeptWhenTheRunAgainFindsNone() throws {
+        let encoder = Scripted(
+            sizes: { crf in crf == 25 ? 300_000 : 100_000 }, ssims: { crf in crf >= 34 ? 0.9 : 0.99 },
+            keyFrameProjection: 250_000)
+        let choice = try SizeGuardPolicy().run(firstCRF: 25, sourceBytes: 200_000, encode: encoder.encode)
+        let record = try #require(choice.record)
+        #expect(choice.crf == 31 && choice.output == 31 && choice.bytes == 100_000, "\(encoder.calls)")
+        #expect(record.chosenCRF == 31 && record.outcome == .smaller)
+        #expect(record.attempts.map(\.crf) == [25, 31, 25, 34], "\(record.attempts)")
+    }
+
     /// The key-frame rule: the first packet at 1.4x the target's share of the source through the first picture,
     /// or the source's share when the target is smaller.
     @Test func aKeyFrameThatOverrunsItsPictureStops() {
-        #expect(SizeGuardPolicy.keyFrameOverruns(bytes: 140, sourceShare: 0.1, target: 1000, sourceBytes: 1000))
+        #expect(SizeGuardPolicy.keyFrameOverruns(bytes: 141, sourceShare: 0.1, target: 1000, sourceBytes: 1000))
         #expect(!SizeGuardPolicy.keyFrameOverruns(bytes: 139, sourceShare: 0.1, target: 1000, sourceBytes: 1000))
         #expect(!SizeGuardPolicy.keyFrameOverruns(bytes: 900, sourceShare: 0, target: 1000, sourceBytes: 1000))
         #expect(SizeGuardPolicy.keyFrameOverruns(bytes: 211, sourceShare: 0.1, target: 1500, sourceBytes: 1000))
+        #expect(!SizeGuardPolicy.keyFrameOverruns(bytes: 209, sourceShare: 0.1, target: 1500, sourceBytes: 1000))
         #expect(!SizeGuardPolicy.keyFrameOverruns(bytes: 139, sourceShare: 0.1, target: 500, sourceBytes: 1000))
-        #expect(SizeGuardPolicy.projectedFromTheKeyFrame(bytes: 140, sourceShare: 0.1) == 1120)
+        #expect(SizeGuardPolicy.projectedFromTheKeyFrame(bytes: 150, sourceShare: 0.25) == 480)
         let kept = SizeGuard.Attempt(crf: 49, bytes: 40_000, ssim: 0.99)
         // 40,000 at CRF 49 carries back to 160,000 at CRF 25 (two halvings).
         #expect(SizeGuardPolicy.keyFrameMisled(kept: kept, firstCRF: 25, target: 200_000))
