@@ -75,7 +75,52 @@ struct ServeCommand: AsyncParsableCommand {
     /// descriptor was taken by connections died at its first timer on a clock it had not used yet (1 in about 6
     /// loaded runs of `OperationsTests.runningOutOfDescriptorsQuarantinesNothing`). `Task.sleep` and
     /// `asyncAfter` use these timers. Made once, a clock's timerfd is kept for the life of the process.
+    ///
+    /// Checked, not assumed: a timer whose deadline has passed by the time it is registered fires without arming,
+    /// and on a loaded machine 50 ms can pass (the process died so once more in a full test run after the 50 ms
+    /// change). So the process's timerfds are read back (`timerClocks`) and the timers armed again, each time
+    /// further ahead, until every clock has one. At this point of start-up the only timerfds are libdispatch's (one
+    /// per clock: measured, the CLOCK_MONOTONIC one already there and none added by arming); SwiftNIO's event
+    /// loops, made later, add CLOCK_MONOTONIC ones.
     static func armDispatchTimers() async {
+        var ahead = 50
+        for _ in 0..<5 {
+            await Self.armDispatchTimers(ahead: .milliseconds(ahead))
+            guard let clocks = Self.timerClocks(), !clocks.isSuperset(of: Self.dispatchClocks) else { return }
+            ahead *= 4
+        }
+    }
+
+    /// The `clockid`s libdispatch's three clocks take on Linux: CLOCK_REALTIME (wall), CLOCK_MONOTONIC (uptime),
+    /// CLOCK_BOOTTIME (monotonic).
+    static let dispatchClocks: Set<Int> = [0, 1, 7]
+
+    /// The clocks of this process's timerfds, from `/proc/self/fd` and `fdinfo`; nil where `/proc` does not tell.
+    static func timerClocks() -> Set<Int>? {
+        guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else {
+            return nil
+        }
+        var clocks: Set<Int> = []
+        for descriptor in descriptors {
+            guard
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + descriptor))
+                    == "anon_inode:[timerfd]",
+                let info = try? String(contentsOfFile: "/proc/self/fdinfo/" + descriptor, encoding: .utf8),
+                let line = info.split(separator: "\n").first(where: { $0.hasPrefix("clockid:") }),
+                let clock = Int(line.dropFirst("clockid:".count).trimmingCharacters(in: .whitespaces))
+            else { continue }
+            clocks.insert(clock)
+        }
+        return clocks
+    }
+
+    /// One timer on each clock, `ahead` from now; returns once all three have fired.
+    private static func armDispatchTimers(ahead: DispatchTimeInterval) async {
+        let nanoseconds: Int
+        switch ahead {
+        case .milliseconds(let value): nanoseconds = value * 1_000_000
+        default: nanoseconds = 50_000_000
+        }
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             let group = DispatchGroup()
             group.enter()
@@ -83,11 +128,11 @@ struct ServeCommand: AsyncParsableCommand {
             group.enter()
             // 50 ms, not 1: a deadline already past when the timer is registered (a loaded machine) fires without
             // arming, and that clock got no timerfd (the wall clock's was missing in one full test run).
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { group.leave() }
-            DispatchQueue.global().asyncAfter(wallDeadline: .now() + .milliseconds(50)) { group.leave() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + ahead) { group.leave() }
+            DispatchQueue.global().asyncAfter(wallDeadline: .now() + ahead) { group.leave() }
             // The monotonic clock (CLOCK_BOOTTIME): Swift's continuous clock.
             Task {
-                try? await Task.sleep(for: .milliseconds(50), clock: .continuous)
+                try? await Task.sleep(for: .nanoseconds(nanoseconds), clock: .continuous)
                 group.leave()
             }
             group.notify(queue: .global()) { done.resume() }
