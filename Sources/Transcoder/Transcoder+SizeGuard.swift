@@ -173,23 +173,30 @@ extension SizeGuardPolicy {
         var judgesTheKeyFrame: Bool
     }
 
-    /// Whether the key frame alone (the first packet: `bytes`) spends at least 1.4x the target's share of the
+    /// Whether the key frame alone (the first packet: `bytes`) spends 1.4x to 2.5x the target's share of the
     /// source's bytes through the first picture, or the source's own share when the target is under the source
     /// (`maxSizeRatio` < 1): a key frame costs more than the pictures after it, up to 3x the whole's rate on the
-    /// corpus (cartoon_earth_3d_loop65535.gif), and is only a sign against the source itself. A key frame is coded from nothing but its own picture, so
-    /// this asks how the picture's content suits the video codec against the source's: noise and fine text cost a
-    /// DCT codec far more than they cost LZW. x264's lookahead holds the first packet until it has analysed up to 40
-    /// pictures, so this stops an attempt a few pictures earlier than the source rule at best; on a short loop of
-    /// large pictures (the lookahead takes them all) that is most of what the stopped attempt spent.
+    /// corpus (cartoon_earth_3d_loop65535.gif), and is only a sign against the source itself. A key frame is coded
+    /// from nothing but its own picture, so this asks how the picture's content suits the video codec against the
+    /// source's: noise and fine text cost a DCT codec far more than they cost LZW. x264's lookahead holds the first
+    /// packet until it has analysed up to 40 pictures (the medium preset), so this stops an attempt a few pictures
+    /// earlier than the source rule at best; on a short loop of large pictures (the lookahead takes them all) that
+    /// is most of what the stopped attempt spent.
     ///
     /// Chosen on the first packet of every corpus GIF of 64 KB and more encoded whole at CRF 25 (28 files): the
     /// three whose video ends larger than the GIF read 1.68x, 1.62x and 1.59x their GIF's first picture
     /// (huge_1080_transparent_30f.gif, huge_1080_interlaced_transparent_15f.gif, many_380f_terminal.gif); of
-    /// the others none reads over 1.25x (screenrec_terminal_thefuck.gif, which ends at 0.53x), then 1.00x. A
-    /// misjudged key frame costs encodes, not the picture: `keyFrameMisled`. The first packet also carries x264's
-    /// settings (an SEI of some 600 bytes, in every file), counted here as when the rule was chosen.
+    /// the others none reads over 1.25x (screenrec_terminal_thefuck.gif, which ends at 0.53x), then 1.00x. The
+    /// bound above is from GIFs made with ffmpeg's `life` and `cellauto` sources (a pattern LZW packs well, then
+    /// moved or changed a little each picture, which the video predicts): their key frames read 3.45x and 6.06x,
+    /// and their videos end at 0.68x and 0.19x the GIF; stopped, they cost twice the time to be recovered. Above
+    /// it a key frame tells nothing, and the other rules judge the attempt. Inside it, a misjudged key frame costs
+    /// encodes, not the picture: `keyFrameMisled`. The first packet also carries x264's settings (an SEI of some
+    /// 600 bytes, in every file), counted here as when the rule was chosen.
     static func keyFrameOverruns(bytes: Int, sourceShare: Double, target: Int, sourceBytes: Int) -> Bool {
-        sourceShare > 0 && Double(bytes) >= 1.4 * Double(max(target, sourceBytes)) * sourceShare
+        guard sourceShare > 0 else { return false }
+        let share = Double(max(target, sourceBytes)) * sourceShare
+        return Double(bytes) >= 1.4 * share && Double(bytes) < 2.5 * share
     }
 
     /// The whole attempt projected from its key frame: 0.8x the key frame's rate over the source's bytes. A
