@@ -237,5 +237,9 @@ import Testing
         }
         #expect(early[0] == early[1], "\(name): the lazy image fetched early by one page only")
         print("page \(name): " + images.map { "\($0["psnr"] ?? "-")" }.joined(separator: " "))
+        if let first = page["firstLook"] as? [Any] {
+            // `page_fidelity.py` looked again in a fresh browser: what the first look read.
+            print("page \(name), first look: " + first.map { "\($0)" }.joined(separator: " "))
+        }
     }
 }
