@@ -259,18 +259,7 @@ import Transcoder
     /// the server had 1 and 7 only (NIO's event loops have CLOCK_MONOTONIC timerfds too): the wall clock's came later.
     @Test func everyDispatchClockHasItsTimerBeforeLoad() async throws {
         try await Self.withServingBinary { process, _, _, _ in
-            let pid = process.processIdentifier
-            var clocks: Set<Int> = []
-            for fd in try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd") {
-                guard
-                    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)"))
-                        == "anon_inode:[timerfd]",
-                    let info = try? String(contentsOfFile: "/proc/\(pid)/fdinfo/\(fd)", encoding: .utf8),
-                    let line = info.split(separator: "\n").first(where: { $0.hasPrefix("clockid:") }),
-                    let clock = Int(line.dropFirst("clockid:".count).trimmingCharacters(in: .whitespaces))
-                else { continue }
-                clocks.insert(clock)
-            }
+            let clocks = try #require(ServeCommand.timerClocks(process: "\(process.processIdentifier)"))
             #expect(clocks.isSuperset(of: [0, 1, 7]), "timerfd clocks: \(clocks.sorted())")
         }
     }

@@ -85,7 +85,7 @@ struct ServeCommand: AsyncParsableCommand {
     static func armDispatchTimers() async {
         var ahead = 50
         for _ in 0..<5 {
-            await Self.armDispatchTimers(ahead: .milliseconds(ahead))
+            await Self.armDispatchTimers(milliseconds: ahead)
             guard let clocks = Self.timerClocks(), !clocks.isSuperset(of: Self.dispatchClocks) else { return }
             ahead *= 4
         }
@@ -95,17 +95,19 @@ struct ServeCommand: AsyncParsableCommand {
     /// CLOCK_BOOTTIME (monotonic).
     static let dispatchClocks: Set<Int> = [0, 1, 7]
 
-    /// The clocks of this process's timerfds, from `/proc/self/fd` and `fdinfo`; nil where `/proc` does not tell.
-    static func timerClocks() -> Set<Int>? {
-        guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else {
+    /// The clocks of a process's timerfds (this one's by default), from `/proc/PID/fd` and `fdinfo`; nil where
+    /// `/proc` does not tell.
+    static func timerClocks(process: String = "self") -> Set<Int>? {
+        let proc = "/proc/" + process
+        guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: proc + "/fd") else {
             return nil
         }
         var clocks: Set<Int> = []
         for descriptor in descriptors {
             guard
-                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + descriptor))
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: proc + "/fd/" + descriptor))
                     == "anon_inode:[timerfd]",
-                let info = try? String(contentsOfFile: "/proc/self/fdinfo/" + descriptor, encoding: .utf8),
+                let info = try? String(contentsOfFile: proc + "/fdinfo/" + descriptor, encoding: .utf8),
                 let line = info.split(separator: "\n").first(where: { $0.hasPrefix("clockid:") }),
                 let clock = Int(line.dropFirst("clockid:".count).trimmingCharacters(in: .whitespaces))
             else { continue }
@@ -114,13 +116,8 @@ struct ServeCommand: AsyncParsableCommand {
         return clocks
     }
 
-    /// One timer on each clock, `ahead` from now; returns once all three have fired.
-    private static func armDispatchTimers(ahead: DispatchTimeInterval) async {
-        let nanoseconds: Int
-        switch ahead {
-        case .milliseconds(let value): nanoseconds = value * 1_000_000
-        default: nanoseconds = 50_000_000
-        }
+    /// One timer on each clock, `milliseconds` from now; returns once all three have fired.
+    private static func armDispatchTimers(milliseconds: Int) async {
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             let group = DispatchGroup()
             group.enter()
@@ -128,11 +125,11 @@ struct ServeCommand: AsyncParsableCommand {
             group.enter()
             // 50 ms, not 1: a deadline already past when the timer is registered (a loaded machine) fires without
             // arming, and that clock got no timerfd (the wall clock's was missing in one full test run).
-            DispatchQueue.global().asyncAfter(deadline: .now() + ahead) { group.leave() }
-            DispatchQueue.global().asyncAfter(wallDeadline: .now() + ahead) { group.leave() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { group.leave() }
+            DispatchQueue.global().asyncAfter(wallDeadline: .now() + .milliseconds(milliseconds)) { group.leave() }
             // The monotonic clock (CLOCK_BOOTTIME): Swift's continuous clock.
             Task {
-                try? await Task.sleep(for: .nanoseconds(nanoseconds), clock: .continuous)
+                try? await Task.sleep(for: .milliseconds(milliseconds), clock: .continuous)
                 group.leave()
             }
             group.notify(queue: .global()) { done.resume() }
