@@ -183,11 +183,14 @@ import Transcoder
     /// the result), and exits 0.
     @Test func sigtermDrainsInFlightWorkAndExitsZero() async throws {
         try await Self.withServingBinary { process, client, _, _ in
-            // A job that lasts (two encodes, 380 pictures: about 4 s in the debug binary alone): with a shorter one
-            // (screenrec_terminal_thefuck.gif, 0.7 s) the polls below once missed the whole job, beside the suite.
-            let gif = try corpusBytes("many_380f_terminal.gif")
-            // The system tier runs on its own (no suite beside it): 120 s is thirty times the job.
-            async let inFlight = client.post("/transcode", contentType: "image/gif", body: gif, timeout: .seconds(120))
+            // A job that lasts (1080x1080 pictures and an AVIF poster: about 3 s in the debug binary alone): with a
+            // shorter one (screenrec_terminal_thefuck.gif, 0.7 s) the polls below once missed the whole job, beside
+            // the suite. many_380f_terminal.gif, used before, takes 0.7 s too since the size guard stops its first
+            // encode at the key frame.
+            let gif = try corpusBytes("huge_1080_transparent_30f.gif")
+            // The system tier runs on its own (no suite beside it): 120 s is forty times the job.
+            async let inFlight = client.post(
+                "/transcode?formats=poster.avif", contentType: "image/gif", body: gif, timeout: .seconds(120))
             // Once the job is admitted (its upload read): a fixed wait sometimes sent SIGTERM before the upload's
             // head was read, on a machine busy with other suites, and the idle connection was closed.
             guard try await Self.waitUntilAdmitted(1, client) else {
