@@ -107,9 +107,11 @@ import Transcoder
 
     /// Runs `body` while the debug binary serves on a loopback port over a fresh cache directory (`DIRECTORY/cache`),
     /// once its `/healthz` answers; the process is killed afterwards, whatever `body` did to it.
-    /// - Parameter descriptorLimit: the process's limit on open files, soft and hard (so it cannot raise it).
+    /// - Parameters:
+    ///   - descriptorLimit: the process's limit on open files, soft and hard (so it cannot raise it).
+    ///   - logLevel: its `--log-level` (an option given twice is refused, and the server would not start).
     static func withServingBinary(
-        descriptorLimit: Int? = nil, arguments extra: [String] = [],
+        descriptorLimit: Int? = nil, logLevel: String = "warning", arguments extra: [String] = [],
         _ body: (_ process: ChildProcess, _ client: URLSessionlessClient, _ port: Int, _ directory: String)
             async throws -> Void
     ) async throws {
@@ -120,7 +122,7 @@ import Transcoder
             let port = try freePort()
             let arguments =
                 [
-                    "serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", "warning",
+                    "serve", "--port", "\(port)", "--cache-directory", directory + "/cache", "--log-level", logLevel,
                     // The debug binary beside the whole suite can take longer than the default 30 s on a job these
                     // tests wait for; they need its 200, not a 202.
                     "--transcode-sync-wait-seconds", "600",
@@ -141,6 +143,8 @@ import Transcoder
             let client = URLSessionlessClient(port: port)
             var up = false
             for _ in 0..<100 where !up {
+                // One that ended (a refused option) is said at once, with its words, not after 100 probes.
+                try Self.requireRunning(process, directory)
                 // A short wait per probe: a listener that never answers must not hold the loop 120 s a try.
                 up = (try? await client.get("/healthz", timeout: .seconds(5))) == 200
                 if !up { try await Task.sleep(for: .milliseconds(100)) }
@@ -257,9 +261,10 @@ import Transcoder
     }
 
     /// libdispatch's timer clocks each have their timerfd from the start (`ServeCommand.armDispatchTimers`): one
-    /// made later, with every descriptor taken, kills the process. Read from `/proc/<pid>/fdinfo`: CLOCK_REALTIME
-    /// (0, dispatch's wall clock), CLOCK_MONOTONIC (1, uptime) and CLOCK_BOOTTIME (7, monotonic). Without the arming,
-    /// the server had 1 and 7 only (NIO's event loops have CLOCK_MONOTONIC timerfds too): the wall clock's came later.
+    /// wanted later, with every descriptor taken, cannot be made, and that clock's timers are left unarmed. Read from
+    /// `/proc/<pid>/fdinfo`: CLOCK_REALTIME (0, dispatch's wall clock), CLOCK_MONOTONIC (1, uptime) and CLOCK_BOOTTIME
+    /// (7, monotonic). Without the arming, the server had 1 and 7 only (NIO's event loops have CLOCK_MONOTONIC
+    /// timerfds too): the wall clock's came later.
     @Test func everyDispatchClockHasItsTimerBeforeLoad() async throws {
         try await Self.withServingBinary { process, _, _, _ in
             let clocks = try #require(ServeCommand.timerClocks(process: "\(process.processIdentifier)"))
@@ -267,9 +272,25 @@ import Transcoder
         }
     }
 
+    /// Swift's tasks run on SwiftNIO's event loops, not in libdispatch's worker pool
+    /// (`ServeCommand.runTasksOnEventLoops`), whose monitor kills a process out of descriptors while tasks wait in
+    /// the pool: the serving binary says so at start-up.
+    @Test func tasksRunOnTheEventLoops() async throws {
+        try await Self.withServingBinary(logLevel: "info") { _, _, _, directory in
+            let log = String(
+                decoding: FileManager.default.contents(atPath: directory + "/stderr.log") ?? Data(), as: UTF8.self)
+            #expect(log.contains("tasks.onEventLoops=true"), "\(log.prefix(2000))")
+        }
+    }
+
     /// Out of file descriptors (idle connections holding every one the process may have), a request for a
     /// stored object answers 503 `overloaded` with `Retry-After`: the object is not taken for damaged (not
     /// quarantined), and is served again once the connections close.
+    ///
+    /// Before the server's tasks ran on its event loops, it died here in two full test runs, and once in 40 runs of
+    /// this scenario on one loaded core (SIGILL; the core dump's stack is `_dispatch_workq_monitor_pools`):
+    /// libdispatch's monitor of its worker pool, once a second while tasks wait in the pool, opens `/proc/TID/stat`
+    /// for each worker and kills the process when it cannot.
     @Test func runningOutOfDescriptorsQuarantinesNothing() async throws {
         let limit = 128
         // No bound on connections (whose default leaves a quarter of the descriptors free): they take them all.

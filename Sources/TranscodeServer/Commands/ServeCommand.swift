@@ -3,6 +3,8 @@ import Dispatch
 import Foundation
 import Hummingbird
 import Logging
+import NIOCore
+import NIOPosix
 import Transcoder
 
 /// `transcode-server serve` (also what runs with no subcommand): the HTTP service.
@@ -27,6 +29,7 @@ struct ServeCommand: AsyncParsableCommand {
     var settings: [String] = []
 
     func run() async throws {
+        let onEventLoops = Self.runTasksOnEventLoops()
         #if canImport(Glibc)
             EncoderHeap.enable()
         #endif
@@ -40,7 +43,10 @@ struct ServeCommand: AsyncParsableCommand {
         await Self.armDispatchTimers()
         logger.info(
             "file descriptor limit",
-            metadata: ["limit.soft": "\(descriptors.soft)", "limit.hard": "\(descriptors.hard)"])
+            metadata: [
+                "limit.soft": "\(descriptors.soft)", "limit.hard": "\(descriptors.hard)",
+                "tasks.onEventLoops": "\(onEventLoops)",
+            ])
         if configuration.storage.createBucket, let s3 = configuration.storage.s3 {
             try await S3Client(configuration: s3).createBucket()
         }
@@ -51,6 +57,19 @@ struct ServeCommand: AsyncParsableCommand {
         logger.info("starting", metadata: configuration.startupSummary(configFile: configFile))
         let (application, _) = try buildApplication(configuration: configuration, logger: logger)
         try await application.runService()
+    }
+
+    /// Makes SwiftNIO's event loops (`MultiThreadedEventLoopGroup.singleton`, which the server's connections use
+    /// too) Swift Concurrency's global executor, in place of libdispatch's worker pool. libdispatch on Linux watches
+    /// its pool once a second while work waits in it, reading `/proc/TID/stat` for each worker, and kills the process
+    /// (SIGILL, `_dispatch_workq_monitor_pools`) when it cannot open one: out of descriptors, a server whose tasks
+    /// queued for a moment (a burst of new connections on a loaded machine) died instead of answering 503 (a core
+    /// dump of `OperationsTests.runningOutOfDescriptorsQuarantinesNothing`, twice in full test runs). On the event
+    /// loops the tasks leave libdispatch's queues empty but for a `Task.sleep` waking; a connection's request runs
+    /// on the loop that reads it, without a thread switch. Transcodes and other blocking work stay on their
+    /// `NIOThreadPool`s. Called once, first in `run()`. - Returns: whether it took effect.
+    static func runTasksOnEventLoops() -> Bool {
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
     }
 
     /// Raises the soft limit on open files to the hard one: the usual soft limit (1,024 from a shell or a systemd
@@ -71,17 +90,17 @@ struct ServeCommand: AsyncParsableCommand {
 
     /// Arms a timer on each of libdispatch's three clocks (uptime, monotonic, wall), so that each has its timerfd
     /// before the server can run out of descriptors. libdispatch makes a clock's timerfd the first time a timer of
-    /// that clock is armed, and when it cannot (`EMFILE`) it kills the process (SIGILL): a server whose every
-    /// descriptor was taken by connections died at its first timer on a clock it had not used yet (1 in about 6
-    /// loaded runs of `OperationsTests.runningOutOfDescriptorsQuarantinesNothing`). `Task.sleep` and
-    /// `asyncAfter` use these timers. Made once, a clock's timerfd is kept for the life of the process.
+    /// that clock is armed; when it cannot (`EMFILE`), it logs the failure and leaves the timer unarmed
+    /// (`_dispatch_timeout_program`), so a `Task.sleep` or an `asyncAfter` on that clock would not wake while the
+    /// descriptors stay taken. Made once, a clock's timerfd is kept for the life of the process. (This was first
+    /// made for a SIGILL once descriptors ran out; that crash is libdispatch's worker-pool monitor, which
+    /// `runTasksOnEventLoops` is for.)
     ///
     /// Checked, not assumed: a timer whose deadline has passed by the time it is registered fires without arming,
-    /// and on a loaded machine 50 ms can pass (the process died so once more in a full test run after the 50 ms
-    /// change). So the process's timerfds are read back (`timerClocks`) and the timers armed again, each time
-    /// further ahead, until every clock has one. At this point of start-up the only timerfds are libdispatch's (one
-    /// per clock: measured, the CLOCK_MONOTONIC one already there and none added by arming); SwiftNIO's event
-    /// loops, made later, add CLOCK_MONOTONIC ones.
+    /// and on a loaded machine 50 ms can pass. So the process's timerfds are read back (`timerClocks`) and the timers
+    /// armed again, each time further ahead, until every clock has one. At this point of start-up the only timerfds
+    /// are libdispatch's (one per clock: measured, the CLOCK_MONOTONIC one already there and none added by arming);
+    /// SwiftNIO's event loops, made later, add CLOCK_MONOTONIC ones.
     static func armDispatchTimers() async {
         var ahead = 50
         for _ in 0..<5 {
