@@ -161,10 +161,18 @@ func buildApplication(
         // conversions still record their ends while it drains (`FleetJobs`, batch items).
         services: queueServices + [pool] + [webhooks, batches] + (shared.map { [$0] } ?? []),
         onServerRunning: onServerRunning,
+        eventLoopGroupProvider: .shared(connectionLoops),
         logger: logger
     )
     return (application, services)
 }
+
+/// The event loops that read and write the server's connections: threads of their own, not
+/// `MultiThreadedEventLoopGroup.singleton`, whose loops run Swift's tasks in `serve`
+/// (`ServeCommand.runTasksOnEventLoops`). A task's slower work in async code (an object published to S3 or pulled
+/// from it, a batch's JSON, a rewrite's signatures) then never holds up the connections, the cache hits answered on
+/// them first of all, as it did not when tasks ran in libdispatch's pool. Made once and kept, as the singleton is.
+let connectionLoops = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
 
 /// The routes: `GET /` (the demo page), `POST /transcode`, `GET /jobs/{id}`, `GET|HEAD /media/{key}.{ext}`,
 /// `GET|HEAD /v1/{signature}/{options}/{source}.{ext}`, `POST /v1/rewrite`, `POST /v1/batches`,

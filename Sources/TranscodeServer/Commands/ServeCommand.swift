@@ -59,15 +59,16 @@ struct ServeCommand: AsyncParsableCommand {
         try await application.runService()
     }
 
-    /// Makes SwiftNIO's event loops (`MultiThreadedEventLoopGroup.singleton`, which the server's connections use
-    /// too) Swift Concurrency's global executor, in place of libdispatch's worker pool. libdispatch on Linux watches
-    /// its pool once a second while work waits in it, reading `/proc/TID/stat` for each worker, and kills the process
-    /// (SIGILL, `_dispatch_workq_monitor_pools`) when it cannot open one: out of descriptors, a server whose tasks
-    /// queued for a moment (a burst of new connections on a loaded machine) died instead of answering 503 (a core
-    /// dump of `OperationsTests.runningOutOfDescriptorsQuarantinesNothing`, twice in full test runs). On the event
-    /// loops the tasks leave libdispatch's queues empty but for a `Task.sleep` waking; a connection's request runs
-    /// on the loop that reads it, without a thread switch. Transcodes and other blocking work stay on their
-    /// `NIOThreadPool`s. Called once, first in `run()`. - Returns: whether it took effect.
+    /// Makes SwiftNIO's event loops (`MultiThreadedEventLoopGroup.singleton`, which downloads and the S3 and
+    /// PostgreSQL clients use too) Swift Concurrency's global executor, in place of libdispatch's worker pool.
+    /// libdispatch on Linux watches its pool once a second while work waits in it, reading `/proc/TID/stat` for each
+    /// worker, and kills the process (SIGILL, `_dispatch_workq_monitor_pools`) when it cannot open one: out of
+    /// descriptors, a server whose tasks queued for a moment (a burst of new connections on a loaded machine) died
+    /// instead of answering 503 (a core dump of `OperationsTests.runningOutOfDescriptorsQuarantinesNothing`, twice in
+    /// full test runs). On the event loops the tasks leave libdispatch's queues empty but for a `Task.sleep` waking.
+    /// The server's connections keep loops of their own (`connectionLoops`), as they had when tasks ran in
+    /// libdispatch's pool; transcodes and other blocking work stay on their `NIOThreadPool`s. Called once, first in
+    /// `run()`. - Returns: whether it took effect.
     static func runTasksOnEventLoops() -> Bool {
         NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
     }
