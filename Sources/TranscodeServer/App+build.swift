@@ -51,7 +51,9 @@ func buildApplication(
         })
     let pool = TranscodePool(
         workers: configuration.transcode.workers, queueLength: configuration.transcode.queueLength,
-        graceSeconds: configuration.shutdownGraceSeconds)
+        graceSeconds: configuration.shutdownGraceSeconds,
+        upgradeQueueLength: configuration.transcode.upgradeQueueLength,
+        memoryBudgetBytes: configuration.transcode.memoryBudgetBytes)
     let downloader = Downloader(
         configuration: configuration.download, temporaryDirectory: cache.objects.temporaryDirectory,
         eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
@@ -203,7 +205,8 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     SourceController<AppRequestContext>(
         service: services.transcodes, signer: signer, media: media, links: links,
         answer: configuration.http.sourceAnswer,
-        maxAgeSeconds: configuration.http.sourceMaxAgeSeconds, resolved: services.resolvedPaths
+        maxAgeSeconds: configuration.http.sourceMaxAgeSeconds,
+        interimMaxAgeSeconds: configuration.http.interimMaxAgeSeconds, resolved: services.resolvedPaths
     ).addRoutes(to: router)
     BatchController<AppRequestContext>(
         batches: services.batches, webhooks: services.webhooks, links: links, maxURLs: configuration.batchMaxURLs,

@@ -9,6 +9,14 @@ struct TranscodeConfiguration: Sendable, Equatable {
     var workers = ProcessInfo.processInfo.activeProcessorCount
     /// Jobs that may wait for a worker; beyond, requests get 429. `transcode.queueLength`, default 32.
     var queueLength = 32
+    /// Format upgrades (`.auto`'s AVIF and WebP, made when no reader waits) that may be queued; beyond, an `.auto` URL
+    /// answers its interim file and queues the upgrade on a later request. `transcode.upgradeQueueLength`, default 64.
+    var upgradeQueueLength = 64
+    /// The process's memory budget: conversions start only while their predicted peaks (`MemoryPrediction`) fit it,
+    /// less the process's own share (96 MiB); one predicted above it alone is refused `overloaded`. 0: no memory
+    /// admission. `transcode.memoryBudgetBytes`, default 1 GiB (one AVIF of a 1080x1080 canvas with alpha, about
+    /// 560 MiB, with the videos of others beside it).
+    var memoryBudgetBytes = 1 << 30
     /// How long `POST /transcode` waits before answering 202. `transcode.syncWaitSeconds`, default 30.
     var syncWaitSeconds: Double = 30
     /// Output options (`transcode.background`, `.crf`, `.preset`, `.threads`, `.maxOutputWidth`,
@@ -28,6 +36,12 @@ extension TranscodeConfiguration {
         if workers > 0 { self.workers = workers }
         self.queueLength = reader.int(forKey: "queueLength", default: self.queueLength)
         transcode.check("queueLength", self.queueLength >= 0, "0 or more")
+        self.upgradeQueueLength = reader.int(forKey: "upgradeQueueLength", default: self.upgradeQueueLength)
+        transcode.check("upgradeQueueLength", self.upgradeQueueLength >= 0, "0 or more")
+        self.memoryBudgetBytes = reader.int(forKey: "memoryBudgetBytes", default: self.memoryBudgetBytes)
+        transcode.check(
+            "memoryBudgetBytes", self.memoryBudgetBytes == 0 || self.memoryBudgetBytes >= 256 << 20,
+            "0 (no memory admission) or at least 268435456 (256 MiB)")
         self.syncWaitSeconds = reader.double(forKey: "syncWaitSeconds", default: self.syncWaitSeconds)
         transcode.check("syncWaitSeconds", self.syncWaitSeconds >= 0, "0 or more")
 

@@ -2,50 +2,121 @@ import Foundation
 import NIOPosix
 import ServiceLifecycle
 import Synchronization
+import Transcoder
 
-/// The threads transcodes run on, and the bound on how much work may be admitted.
+/// How urgent a job is: the pool starts the jobs waiting for a worker in this order, oldest first within a class.
+enum JobPriority: String, Codable, Sendable, CaseIterable, Comparable {
+    /// Someone waits for it: a reader's first view, `POST /transcode`, a signed URL's first request.
+    case interactive
+    /// A better format for a URL already answered with a lesser one (`.auto`'s AVIF and WebP): made when no reader
+    /// waits, and answered from then on.
+    case upgrade
+    /// A batch's item (`POST /v1/batches`, backfill): after everything else.
+    case backfill
+
+    private var rank: Int {
+        switch self {
+        case .interactive: 0
+        case .upgrade: 1
+        case .backfill: 2
+        }
+    }
+
+    static func < (a: JobPriority, b: JobPriority) -> Bool { a.rank < b.rank }
+}
+
+/// The threads transcodes run on, the bound on how much work may be admitted, the order waiting work starts in,
+/// and the node's memory budget.
 ///
-/// A transcode is synchronous CPU work: it runs on this `NIOThreadPool`, never on the async executor
-/// whose threads serve requests. Admission is counted per job (download and transcode), up to
-/// `workers + queueLength`; past that a request is refused at once (429) before any work is spent.
-/// As a `Service`, it stops admitting on graceful shutdown and lets admitted jobs finish within the grace
-/// period before its threads stop.
+/// A transcode is synchronous CPU work: it runs on this `NIOThreadPool`, never on the async executor whose
+/// threads serve requests.
+/// - **Admission** is counted per job (download and transcode): interactive and backfill jobs up to
+///   `workers + queueLength`, upgrades up to `upgradeQueueLength` of their own (a burst of first views never takes
+///   the room of readers, and readers never lose an upgrade's place). Past that a job is refused at once (429)
+///   before any work is spent.
+/// - **Order.** A job admitted waits for a worker in `JobPriority` order (interactive, then upgrades, then
+///   backfill), oldest first within a class: the pool hands work to its threads only when one is free, so
+///   `NIOThreadPool`'s own queue (first come, first served) never holds a job.
+/// - **Memory.** Each conversion comes with its predicted peak (`MemoryPrediction`); one starts only while the
+///   peaks of those running and its own fit `memoryBudgetBytes` less the process's own share
+///   (`MemoryPrediction.processBaseBytes`). The first waiter in order that fits starts: a small job may pass a
+///   large one that waits for memory. A job predicted above the whole budget is refused (`overloaded`).
+///
+/// As a `Service`, it stops admitting on graceful shutdown and lets admitted jobs finish within the grace period
+/// before its threads stop.
 final class TranscodePool: Service, Sendable {
     let workers: Int
     let capacity: Int
+    let upgradeCapacity: Int
+    /// The process's budget (`transcode.memoryBudgetBytes`); 0: no memory admission.
+    let memoryBudgetBytes: Int
     private let threadPool: NIOThreadPool
     private let state = Mutex(State())
     private let graceSeconds: Double
 
-    private struct State {
-        var admitted = 0
-        var accepting = true
+    private struct Waiter {
+        let sequence: Int
+        let priority: JobPriority
+        let bytes: Int
+        let continuation: CheckedContinuation<Void, Never>
     }
 
-    init(workers: Int, queueLength: Int, graceSeconds: Double) {
+    private struct State {
+        var admitted = 0
+        var admittedUpgrades = 0
+        var accepting = true
+        var running = 0
+        var runningBytes = 0
+        var peakRunningBytes = 0
+        var waiters: [Waiter] = []
+        var sequence = 0
+        var started: [JobPriority: Int] = [:]
+    }
+
+    init(
+        workers: Int, queueLength: Int, graceSeconds: Double, upgradeQueueLength: Int = 64,
+        memoryBudgetBytes: Int = 0
+    ) {
         self.workers = max(1, workers)
         self.capacity = self.workers + max(0, queueLength)
+        self.upgradeCapacity = max(0, upgradeQueueLength)
+        self.memoryBudgetBytes = max(0, memoryBudgetBytes)
         self.graceSeconds = graceSeconds
         self.threadPool = NIOThreadPool(numberOfThreads: self.workers)
         self.threadPool.start()
     }
 
+    /// What conversions may take at once: the budget less the process's own share; nil without a budget.
+    var conversionBytes: Int? {
+        self.memoryBudgetBytes > 0 ? max(0, self.memoryBudgetBytes - MemoryPrediction.processBaseBytes) : nil
+    }
+
     /// A claim on one job slot; `release()` it exactly once.
     struct Admission: Sendable {
         fileprivate let pool: TranscodePool
-        func release() { self.pool.state.withLock { $0.admitted -= 1 } }
+        fileprivate let priority: JobPriority
+        func release() {
+            self.pool.state.withLock {
+                if self.priority == .upgrade { $0.admittedUpgrades -= 1 } else { $0.admitted -= 1 }
+            }
+        }
     }
 
-    /// Claims a slot. - Throws: `ServiceError` 429 when full, 503 when shutting down.
-    func admit() throws -> Admission {
+    /// Claims a slot of `priority`'s class. - Throws: `ServiceError` 429 when full, 503 when shutting down.
+    func admit(_ priority: JobPriority = .interactive) throws -> Admission {
         try self.state.withLock { state in
             guard state.accepting else { throw ServiceError.shuttingDown }
-            guard state.admitted < self.capacity else {
-                throw ServiceError.queueFull()
+            if priority == .upgrade {
+                guard state.admittedUpgrades < self.upgradeCapacity else {
+                    throw ServiceError(.queueFull, "the queue of format upgrades is full")
+                }
+                state.admittedUpgrades += 1
+            } else {
+                guard state.admitted < self.capacity else { throw ServiceError.queueFull() }
+                state.admitted += 1
             }
-            state.admitted += 1
         }
-        return Admission(pool: self)
+        return Admission(pool: self, priority: priority)
     }
 
     /// Throws what `admit()` would, without claiming a slot: an upload is turned away (429) before a byte
@@ -60,12 +131,74 @@ final class TranscodePool: Service, Sendable {
     /// Whether new jobs are admitted (false once shutdown began).
     var isAccepting: Bool { self.state.withLock { $0.accepting } }
 
-    /// Jobs admitted and not yet finished (running or waiting).
-    var load: Int { self.state.withLock { $0.admitted } }
+    /// Jobs admitted and not yet finished (running or waiting), upgrades included.
+    var load: Int { self.state.withLock { $0.admitted + $0.admittedUpgrades } }
 
-    /// Runs `body` on a pool thread.
-    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await self.threadPool.runIfActive(body)
+    /// Interactive and backfill jobs admitted and not yet finished: what a batch looks at before it starts an item
+    /// (upgrades wait behind batch items' classes only in order, not in room).
+    var interactiveLoad: Int { self.state.withLock { $0.admitted } }
+
+    /// The sum of the predicted peaks running now, and the largest it has been (tests and the benchmark read them).
+    var memoryInUse: (now: Int, peak: Int) { self.state.withLock { ($0.runningBytes, $0.peakRunningBytes) } }
+
+    /// Conversions waiting for a worker or for memory.
+    var waiting: Int { self.state.withLock { $0.waiters.count } }
+
+    /// How many jobs of each class have started on a thread (tests read the order).
+    var startedByPriority: [JobPriority: Int] { self.state.withLock { $0.started } }
+
+    /// Runs `body` on a pool thread once a thread is free and `bytes` (its predicted peak) fit the budget, after
+    /// every waiter ahead of it in `priority` order that fits.
+    /// - Throws: `overloaded` when `bytes` alone exceed what the budget leaves conversions.
+    func run<T: Sendable>(
+        priority: JobPriority = .interactive, memory bytes: Int = 0, _ body: @escaping @Sendable () throws -> T
+    ) async throws -> T {
+        if let limit = self.conversionBytes, bytes > limit {
+            throw ServiceError.overloaded(
+                "this conversion is predicted to take \(bytes >> 20) MiB; transcode.memoryBudgetBytes leaves "
+                    + "conversions \(limit >> 20) MiB")
+        }
+        await withCheckedContinuation { continuation in
+            let ready = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                state.sequence += 1
+                state.waiters.append(
+                    Waiter(sequence: state.sequence, priority: priority, bytes: bytes, continuation: continuation))
+                return self.startWaiters(&state)
+            }
+            for waiter in ready { waiter.resume() }
+        }
+        defer {
+            let ready = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                state.running -= 1
+                state.runningBytes -= bytes
+                return self.startWaiters(&state)
+            }
+            for waiter in ready { waiter.resume() }
+        }
+        return try await self.threadPool.runIfActive(body)
+    }
+
+    /// Takes the waiters that may start now off the list, in order, counting them as running.
+    private func startWaiters(_ state: inout State) -> [CheckedContinuation<Void, Never>] {
+        guard !state.waiters.isEmpty, state.running < self.workers else { return [] }
+        state.waiters.sort { ($0.priority, $0.sequence) < ($1.priority, $1.sequence) }
+        var ready: [CheckedContinuation<Void, Never>] = []
+        var index = 0
+        while index < state.waiters.count, state.running < self.workers {
+            let waiter = state.waiters[index]
+            let fits = self.conversionBytes.map { state.runningBytes + waiter.bytes <= $0 } ?? true
+            if fits {
+                state.waiters.remove(at: index)
+                state.running += 1
+                state.runningBytes += waiter.bytes
+                state.peakRunningBytes = max(state.peakRunningBytes, state.runningBytes)
+                state.started[waiter.priority, default: 0] += 1
+                ready.append(waiter.continuation)
+            } else {
+                index += 1
+            }
+        }
+        return ready
     }
 
     func run() async throws {

@@ -38,17 +38,18 @@ struct TranscodeWork: JobPerformer {
         switch job.source {
         case .url(let text):
             guard let url = URL(string: text) else { throw ServiceError.internal("a job's URL did not parse") }
-            return try await self.convert(url: url, options: job.options)
+            return try await self.convert(url: url, options: job.options, priority: job.priority)
         case .upload(let key):
             guard let upload else { throw ServiceError.internal("an upload's job came without its bytes") }
-            return try await self.store(upload, key: key, options: job.options, requestKey: job.id)
+            return try await self.store(
+                upload, key: key, options: job.options, requestKey: job.id, priority: job.priority)
         }
     }
 
     /// Converts the GIF at `url`, or answers with what the cache has while it is fresh. A stale URL is
     /// revalidated with the origin: a 304 keeps the object, new bytes make a new object and move the link;
     /// when the origin fails (5xx, timeout) the stored result is served and the next request tries again.
-    private func convert(url: URL, options: TranscodeOptions) async throws -> TranscodeOutcome {
+    private func convert(url: URL, options: TranscodeOptions, priority: JobPriority) async throws -> TranscodeOutcome {
         let keys = SourceKeys(url: url, options: options)
         let urlKey = keys.urlKey
         var stale: TranscodeOutcome?
@@ -93,7 +94,8 @@ struct TranscodeWork: JobPerformer {
         if try await self.takedowns.isBuried([.gif(content.source), .object(content.key)]) {
             throw ServiceError.takenDown("this GIF was taken down")
         }
-        let outcome = try await self.store(gif, key: content.key, options: options, requestKey: urlKey.rawValue)
+        let outcome = try await self.store(
+            gif, key: content.key, options: options, requestKey: urlKey.rawValue, priority: priority)
         if stale != nil { self.metrics.revalidated(outcome.key == stale?.key ? .sameBytes : .changed) }
         // A takedown of the URL that arrived while this job downloaded and converted: what it made goes
         // too, and is refused from now on.
@@ -112,17 +114,18 @@ struct TranscodeWork: JobPerformer {
     /// Converts `gif` into its content-addressed object, once per content key however many requests
     /// (or URLs) bring the same bytes.
     private func store(
-        _ gif: [UInt8], key: ObjectKey, options: TranscodeOptions, requestKey: String
+        _ gif: [UInt8], key: ObjectKey, options: TranscodeOptions, requestKey: String, priority: JobPriority
     ) async throws -> TranscodeOutcome {
         if let metadata = try await self.results.localObject(key) {
             return TranscodeOutcome(key: key, metadata: metadata)
         }
         let (task, _) = try await self.contents.task(for: key.rawValue, admit: {}) { _ in
             guard let locks = self.contentLocks else {
-                return try await self.render(gif, key: key, options: options, requestKey: requestKey)
+                return try await self.render(
+                    gif, key: key, options: options, requestKey: requestKey, priority: priority)
             }
             return try await locks.whileHolding(key) {
-                try await self.render(gif, key: key, options: options, requestKey: requestKey)
+                try await self.render(gif, key: key, options: options, requestKey: requestKey, priority: priority)
             }
         }
         return TranscodeOutcome(key: key, metadata: try await task.value)
@@ -130,13 +133,15 @@ struct TranscodeWork: JobPerformer {
 
     /// Converts `gif` on the pool, commits and publishes it; unless the fleet has it already.
     private func render(
-        _ gif: [UInt8], key: ObjectKey, options: TranscodeOptions, requestKey: String
+        _ gif: [UInt8], key: ObjectKey, options: TranscodeOptions, requestKey: String, priority: JobPriority
     ) async throws -> TranscodeMetadata {
         // In a fleet, the same bytes may have come to another node (an upload, another URL), or be
         // converted there now (then this waited for its content lock, and finds the result).
         if let metadata = try await self.results.object(key) { return metadata }
+        // Admitted by its predicted peak against the node's budget, in its priority's turn.
+        let memory = MemoryPrediction.peakBytes(of: gif, options: options)
         let started = ContinuousClock.now
-        let metadata = try await self.pool.run {
+        let metadata = try await self.pool.run(priority: priority, memory: memory) {
             // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
             if let existing = try self.cache.objects.metadata(key) { return existing }
             // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.

@@ -25,7 +25,8 @@ final class InProcessJobs: TranscodeJobs {
     ) async throws -> TranscodeAnswer {
         let id = job.id
         // Admission is claimed when a flight starts, before any download: a full queue is refused at once.
-        let (task, joined) = try await self.flights.task(for: id, admit: { try self.pool.admit() }) { admission in
+        let (task, joined) = try await self.flights.task(for: id, admit: { try self.pool.admit(job.priority) }) {
+            admission in
             defer { admission.release() }
             do {
                 let outcome = try await self.performer.perform(job, upload: upload)

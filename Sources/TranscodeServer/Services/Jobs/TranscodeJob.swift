@@ -18,6 +18,26 @@ struct TranscodeJob: Codable, Sendable, Hashable {
     let source: Source
     /// The options the id was derived with: a worker converts with these, not with its own defaults.
     let options: TranscodeOptions
+    /// When it runs among the jobs waiting for a worker (`TranscodePool`). Jobs queued before priorities existed
+    /// decode as interactive.
+    var priority: JobPriority = .interactive
+
+    init(id: String, source: Source, options: TranscodeOptions, priority: JobPriority = .interactive) {
+        self.id = id
+        self.source = source
+        self.options = options
+        self.priority = priority
+    }
+
+    private enum CodingKeys: String, CodingKey { case id, source, options, priority }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.id = try container.decode(String.self, forKey: .id)
+        self.source = try container.decode(Source.self, forKey: .source)
+        self.options = try container.decode(TranscodeOptions.self, forKey: .options)
+        self.priority = try container.decodeIfPresent(JobPriority.self, forKey: .priority) ?? .interactive
+    }
 }
 
 /// How a job ended, as its subscribers hear it.
