@@ -301,5 +301,8 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
             + (self.rendition.extraFormats.isEmpty
                 ? "" : ";extra=\(self.rendition.extraFormats.joined(separator: ","))")
             + (self.rendition.previewSeconds.map { ";preview=\($0)" } ?? "")
+            // The AVIF's ladder (q40 up to q56, no alpha plane for an opaque source) makes other bytes than the q32
+            // rungs did: objects with an AVIF get keys of their own; the others keep theirs.
+            + (self.rendition.extraFormats.contains { $0.hasSuffix("avif") } ? ";avif=2" : "")
     }
 }

@@ -1,5 +1,4 @@
 import CFFmpeg
-import Foundation
 
 extension Transcoder {
     /// libwebp's qualities for the animated WebP's lossy colour (its alpha is lossless): the first tried, and the
@@ -263,55 +262,74 @@ extension Transcoder {
         return (try encoder.finish(end: end), size.width, size.height)
     }
 
-    /// The animated AVIF's rungs, tried in order until one is at or above the quality floor (`webpMinPSNR`, the
-    /// same 35 dB over black and over white, measured by decoding it again): libavif's colour quantizer (0 best,
-    /// 63 worst) and whether the chroma is full (4:4:4). Photographs pass the first; flat drawings, whose colour
-    /// edges 4:2:0 blurs, the second (cartoon_hotdog.gif, 36.7 dB) or the third at 4:4:4
-    /// (cartoon_flag_delaware.gif: 29.6, 33.1, then 36.4 dB), tried only when the floor is within `avifReach` of
-    /// the best so far.
-    static let avifRungs: [(quantizer: Int32, fullChroma: Bool)] = [(32, false), (32, true)]
-    static let avifLastQuantizer: Int32 = 20
-    /// What quantizer 20 gained over 32 on the corpus's photographs at most (1.5-2.8 dB), with a margin: a
-    /// dithered photograph further under the floor than this keeps its WebP, without a third AV1 encode.
-    static let avifReach = 3.5
+    /// The animated AVIF's ladder (libavif's colour quantizer: 0 best, 63 worst). It starts at `avifStart`; while an
+    /// encode reads at or above the quality floor (`webpMinPSNR`: 35 dB over black and over white, measured by
+    /// decoding it again) it climbs to the next of `avifUp` and keeps the last that did; while one reads below, it
+    /// descends `avifDown`, the last rungs at full chroma (4:4:4: flat drawings keep their colour edges, where 4:2:0
+    /// blurs them: cartoon_flag_delaware.gif read 29.6 at q32, 36.4 dB at q20 4:4:4). Measured on 10 bench GIFs
+    /// (docs/benchmarks.md): photographs keep q48 or q56; a q40 start was the cause of AVIFs at 0.165x the GIF, the
+    /// encoder was not.
+    static let avifStart: (quantizer: Int32, fullChroma: Bool) = (40, false)
+    static let avifUp: [Int32] = [48, 56]
+    static let avifDown: [(quantizer: Int32, fullChroma: Bool)] = [(32, false), (24, false), (24, true)]
+    /// What one rung down gains at most (q32 over q40, q24 over q32: 2.4-3.1 dB on cartoon_dancing_banana.gif and
+    /// photo_hopper.gif): the descent goes on only while the rungs left could reach the floor, so a dithered
+    /// photograph far under it keeps its WebP without AV1 encodes that could not pass.
+    static let avifGainPerRung = 3.0
+
+    /// The largest canvas an AVIF is made of (either side; the output size, after the box): libaom holds its whole
+    /// lookahead (about 480 bytes a pixel with alpha, `MemoryPrediction`), which libavif 0.11 cannot shorten. Above
+    /// it the AVIF is not made and `.auto` answers the next format. (One hosted service caps at 1,200 px a side.)
+    public static let avifMaxSide = 1200
 
     /// A play count at or above this is as good as forever (a loop count of 65535 plays 65536 times).
     static let avifForever = 65535
 
-    /// The animated AVIF as it is kept: the first rung at or above the quality floor (`avifRungs`, then the last
-    /// quantizer); none when none is, or when the source plays a number of times (libavif 0.11 writes no loop
-    /// count, and readers loop such a file forever).
-    /// - Parameter still: the first picture only, as a still image (`OutputFormat.avifPoster`), whatever the play
-    ///   count.
+    /// The animated AVIF as it is kept: the highest rung of the ladder at or above the quality floor (`avifStart`,
+    /// `avifUp`, `avifDown`); none when none is, when the output is larger than `avifMaxSide`, or when the source
+    /// plays a number of times (libavif 0.11 writes no loop count, and readers loop such a file forever).
+    /// - Parameters:
+    ///   - still: the first picture only, as a still image (`OutputFormat.avifPoster`), whatever the play count.
+    ///   - transparent: whether the source shows a transparent pixel: the alpha plane is written only then.
     /// - Throws: `TranscodeError` `.encodeFailed` when no AVIF is kept.
-    func encodeAnimatedAVIFChoosing(_ bytes: UnsafeRawBufferPointer, plan: Plan, still: Bool = false) throws -> (
-        bytes: [UInt8], width: Int, height: Int, psnr: Double
-    ) {
+    func encodeAnimatedAVIFChoosing(
+        _ bytes: UnsafeRawBufferPointer, plan: Plan, still: Bool = false, transparent: Bool = true
+    ) throws -> (bytes: [UInt8], width: Int, height: Int, psnr: Double) {
         let plan = still ? Self.firstPicture(of: plan) : plan
         if !still, let plays = plan.header.playCount, plays < Self.avifForever {
             throw TranscodeError(
                 .encodeFailed, "the source plays \(plays) times; an AVIF from libavif 0.11 loops forever")
         }
         let size = self.imageSize(plan)
+        guard max(size.width, size.height) <= Self.avifMaxSide else {
+            throw TranscodeError(
+                .encodeFailed, "an AVIF is made up to \(Self.avifMaxSide) px a side, not \(size.width)x\(size.height)")
+        }
         func encode(_ quantizer: Int32, fullChroma: Bool) throws -> (file: [UInt8], psnr: Double) {
             let encoder = try AnimatedAVIFEncoder(
                 width: size.width, height: size.height, quantizer: quantizer, fullChroma: fullChroma,
-                threads: self.options.rendition.threads, still: still)
+                threads: self.options.rendition.threads, still: still, alpha: transparent)
             let end = try self.forEachImageCanvas(bytes, plan: plan, size: size) { try encoder.add($0, start: $1) }
             let file = try encoder.finish(end: end)
             let psnr = try self.imagePSNR(
                 file, reader: { try EncodedAVIF($0, width: $1, height: $2) }, against: bytes, plan: plan)
             return (file, psnr)
         }
-        var readings: [Double] = []
-        for rung in Self.avifRungs {
-            let made = try encode(rung.quantizer, fullChroma: rung.fullChroma)
-            if made.psnr >= Self.webpMinPSNR { return (made.file, size.width, size.height, made.psnr) }
-            readings.append(made.psnr)
+        let first = try encode(Self.avifStart.quantizer, fullChroma: Self.avifStart.fullChroma)
+        if first.psnr >= Self.webpMinPSNR {
+            var kept = first
+            for quantizer in Self.avifUp {
+                let made = try encode(quantizer, fullChroma: Self.avifStart.fullChroma)
+                guard made.psnr >= Self.webpMinPSNR, made.file.count < kept.file.count else { break }
+                kept = made
+            }
+            return (kept.file, size.width, size.height, kept.psnr)
         }
-        let best = readings.max() ?? 0
-        if Self.webpMinPSNR - best <= Self.avifReach {
-            let made = try encode(Self.avifLastQuantizer, fullChroma: true)
+        var readings = [first.psnr]
+        for (index, rung) in Self.avifDown.enumerated() {
+            let left = Double(Self.avifDown.count - index)
+            guard Self.webpMinPSNR - (readings.max() ?? 0) <= Self.avifGainPerRung * left else { break }
+            let made = try encode(rung.quantizer, fullChroma: rung.fullChroma)
             if made.psnr >= Self.webpMinPSNR { return (made.file, size.width, size.height, made.psnr) }
             readings.append(made.psnr)
         }

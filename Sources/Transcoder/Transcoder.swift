@@ -121,13 +121,14 @@ public struct Transcoder: Sendable {
                     let webp = try self.encodeAnimatedWebPChoosing(bytes, plan: plan)
                     image = (webp.bytes, webp.width, webp.height, webp.lossless, webp.psnr, nil)
                 case .avif:
-                    let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan)
+                    let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan, transparent: transparent)
                     image = (avif.bytes, avif.width, avif.height, false, avif.psnr, nil)
                 case .webpPoster:
                     let still = try self.encodeStillWebP(bytes, plan: plan)
                     image = (still.bytes, still.width, still.height, still.lossless, still.psnr, nil)
                 case .avifPoster:
-                    let still = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan, still: true)
+                    let still = try self.encodeAnimatedAVIFChoosing(
+                        bytes, plan: plan, still: true, transparent: transparent)
                     image = (still.bytes, still.width, still.height, false, still.psnr, nil)
                 case .webm:
                     guard Self.webmShowsMore(transparent: transparent, size: self.imageSize(plan)) else { continue }

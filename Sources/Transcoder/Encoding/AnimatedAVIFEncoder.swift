@@ -26,6 +26,9 @@ final class AnimatedAVIFEncoder {
     /// One picture, a still image (`AVIF_ADD_IMAGE_FLAG_SINGLE`: libavif sets libaom up for one frame, no
     /// lookahead, and writes no image sequence).
     private let still: Bool
+    /// Whether the file carries an alpha plane: only for a source that shows a transparent pixel. Without one,
+    /// libaom encodes one image per picture instead of two, and holds half the memory.
+    private let alpha: Bool
 
     /// libaom's speed for the AVIF: the fastest setting that stays in libaom's good-quality mode (see above).
     static let speed: Int32 = 6
@@ -39,8 +42,13 @@ final class AnimatedAVIFEncoder {
     ///     31 dB at 4:2:0, 36 at 4:4:4), where photographs only grow.
     ///   - threads: libaom's threads.
     ///   - still: one picture only, written as a still image (the poster).
+    ///   - alpha: write the alpha plane (`AVIF_PLANES_ALL`); false for an opaque source (`AVIF_PLANES_YUV`, the RGBA's
+    ///     alpha ignored).
     /// - Throws: `TranscodeError` `.encodeFailed` when libavif cannot be set up.
-    init(width: Int, height: Int, quantizer: Int32, fullChroma: Bool, threads: Int, still: Bool = false) throws {
+    init(
+        width: Int, height: Int, quantizer: Int32, fullChroma: Bool, threads: Int, still: Bool = false,
+        alpha: Bool = true
+    ) throws {
         guard width > 0, height > 0, width <= 65536, height <= 65536 else {
             throw TranscodeError(.encodeFailed, "an AVIF cannot be \(width)x\(height)")
         }
@@ -51,6 +59,7 @@ final class AnimatedAVIFEncoder {
         self.height = height
         self.encoder = encoder
         self.still = still
+        self.alpha = alpha
         self.pixelFormat = fullChroma ? AVIF_PIXEL_FORMAT_YUV444 : AVIF_PIXEL_FORMAT_YUV420
         encoder.pointee.codecChoice = AVIF_CODEC_CHOICE_AOM
         encoder.pointee.speed = Self.speed
@@ -94,7 +103,9 @@ final class AnimatedAVIFEncoder {
         rgb.format = AVIF_RGB_FORMAT_RGBA
         rgb.pixels = UnsafeMutablePointer(mutating: rgba.baseAddress!.assumingMemoryBound(to: UInt8.self))
         rgb.rowBytes = UInt32(self.width * 4)
-        let allocated = avifImageAllocatePlanes(image, AVIF_PLANES_ALL.rawValue)
+        rgb.ignoreAlpha = self.alpha ? AVIF_FALSE : AVIF_TRUE
+        let planes = self.alpha ? AVIF_PLANES_ALL : AVIF_PLANES_YUV
+        let allocated = avifImageAllocatePlanes(image, planes.rawValue)
         let converted = allocated == AVIF_RESULT_OK ? avifImageRGBToYUV(image, &rgb) : allocated
         guard converted == AVIF_RESULT_OK else {
             avifImageDestroy(image)
