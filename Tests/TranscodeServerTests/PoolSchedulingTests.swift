@@ -70,7 +70,9 @@ import Transcoder
         let running = Shared(0)
         let most = Shared(0)
         @Sendable func work() {
-            let now = running.withLock { $0 += 1; return $0 }
+            let now = running.withLock {
+                $0 += 1; return $0
+            }
             most.withLock { $0 = max($0, now) }
             usleep(50_000)
             running.withLock { $0 -= 1 }

@@ -136,9 +136,11 @@ final class CopyingDiskStore: ResultStore, @unchecked Sendable {
         let staging = self.disk.objects.temporaryDirectory + "/put-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: staging) }
-        for ext in ["mp4", "jpg", "json"] {
+        // Every file the object has (its extras too: a batch's objects have the WebP and the AVIF).
+        for format in ObjectFiles.commitOrder
+        where FileManager.default.fileExists(atPath: "\(directory)/\(key.fileName(format))") {
             try FileManager.default.copyItem(
-                atPath: "\(directory)/\(key).\(ext)", toPath: "\(staging)/\(key).\(ext)")
+                atPath: "\(directory)/\(key.fileName(format))", toPath: "\(staging)/\(key.fileName(format))")
         }
         try await self.disk.putObject(key, from: staging)
     }

@@ -31,6 +31,7 @@ struct BatchController<Context: RequestContext>: Sendable {
         let urls: [String]
         let background: String?
         let callbackURL: String?
+        let output: String?
     }
 
     @Sendable func create(_ request: Request, context: Context) async throws -> Response {
@@ -41,8 +42,10 @@ struct BatchController<Context: RequestContext>: Sendable {
         }
         let buffer = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
         let fields = (try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView))) as? [String: Any]
-        if let unknown = fields?.keys.sorted().first(where: { !["urls", "background", "callbackURL"].contains($0) }) {
-            throw ServiceError.badRequest("unknown field \"\(unknown)\"; the fields are urls, background, callbackURL")
+        let known = ["urls", "background", "callbackURL", "output"]
+        if let unknown = fields?.keys.sorted().first(where: { !known.contains($0) }) {
+            throw ServiceError.badRequest(
+                "unknown field \"\(unknown)\"; the fields are \(known.joined(separator: ", "))")
         }
         let body: Body
         do {
@@ -57,9 +60,13 @@ struct BatchController<Context: RequestContext>: Sendable {
                 "\(body.urls.count) URLs; a batch takes at most \(self.maxURLs) (batch.maxUrls): split the list")
         }
         _ = try TranscodeController<Context>.background(body.background)
+        if let output = body.output, BatchOutput(rawValue: output) == nil {
+            throw ServiceError.badRequest("output must be img or video, got \(output)")
+        }
         if let callback = body.callbackURL { _ = try await self.webhooks.validate(callback) }
         let id = try await self.batches.submit(
-            BatchRequest(urls: body.urls, background: body.background, callbackURL: body.callbackURL))
+            BatchRequest(
+                urls: body.urls, background: body.background, callbackURL: body.callbackURL, output: body.output))
         guard let status = try await self.batches.status(id) else { throw ServiceError.internal("the batch vanished") }
         var response = try TranscodeController<Context>.json(status, status: .accepted)
         response.headers[.location] = self.links.absolute("/v1/batches/\(id)")

@@ -23,6 +23,9 @@ struct HTTPConfiguration: Sendable, Equatable {
     /// `Cache-Control: max-age` of `GET /v1/...`, whose answer follows the origin's GIF.
     /// `http.sourceMaxAgeSeconds`, default 3600.
     var sourceMaxAgeSeconds = 3600
+    /// `Cache-Control: max-age` of an `.auto` answer given while its better formats are made (the GIF, or Safari's
+    /// MP4). `http.interimMaxAgeSeconds`, default 60.
+    var interimMaxAgeSeconds = 60
     /// `bytes` (the file itself) or `redirect` (302 to `/media/...`) on `GET /v1/...`. `http.sourceAnswer`.
     var sourceAnswer = SourceController<AppRequestContext>.Answer.bytes
     /// Connections held open at once; one more is answered 503 `overloaded` and closed. 0: three quarters of
@@ -56,6 +59,8 @@ extension HTTPConfiguration {
         section.check("mediaMaxAgeSeconds", self.mediaMaxAgeSeconds >= 0, "0 or more")
         self.sourceMaxAgeSeconds = reader.int(forKey: "sourceMaxAgeSeconds", default: self.sourceMaxAgeSeconds)
         section.check("sourceMaxAgeSeconds", self.sourceMaxAgeSeconds >= 0, "0 or more")
+        self.interimMaxAgeSeconds = reader.int(forKey: "interimMaxAgeSeconds", default: self.interimMaxAgeSeconds)
+        section.check("interimMaxAgeSeconds", self.interimMaxAgeSeconds >= 0, "0 or more")
         self.maxConnections = reader.int(forKey: "maxConnections", default: self.maxConnections)
         section.check("maxConnections", self.maxConnections >= 0, "0 (automatic) or more")
         let answer = reader.string(forKey: "sourceAnswer", default: self.sourceAnswer.rawValue)

@@ -95,8 +95,8 @@ struct RewriteController<Context: RequestContext>: Sendable {
         {
             base = resolved
         }
-        // An `.auto` URL's object has the animated WebP as well: what eager mode converts and lazy mode looks up
-        // (the same options as the `.auto` route's, so the same key).
+        // An `.auto` URL's object has the animated WebP and AVIF as well: what eager mode converts and lazy mode looks
+        // up and queues (the same options as the `.auto` route's, so the same key).
         // A video's object has the VP9 WebM as well (made only of a GIF with transparency or of odd size): its
         // `<video>` lists it first, so the page shows through where the GIF is transparent, and an odd size is kept.
         let options = self.service.options(
@@ -117,6 +117,11 @@ struct RewriteController<Context: RequestContext>: Sendable {
         // What this rewrite may convert: every GIF but, in `output=video`, those of pictures it leaves pictures.
         let converted = sources.filter { output == .img || !scan.elements[$0.key].browserChoosesSource }
         let metadata = try await self.metadata(for: Set(converted.values), mode: mode, options: options)
+        if mode == .lazy {
+            // What the page will ask for is prepared now, behind readers (`JobPriority.upgrade`): the first reader
+            // of a freshly published page then finds the AVIF made, or waits for less.
+            await self.prepare(Set(converted.values).filter { metadata[$0] == nil }, options: options)
+        }
         var replacements: [(range: Range<Int>, text: String)] = []
         var rewritten = 0
         // The element kept, its GIF URLs signed `.auto` ones. - Returns: whether a URL changed.
@@ -197,6 +202,20 @@ struct RewriteController<Context: RequestContext>: Sendable {
         }
         let scheme = request.headers[HTTPField.Name("X-Forwarded-Proto")!] == "https" ? "https" : "http"
         return PublicLinks(baseURL: "\(scheme)://\(host)", signer: self.links.signer)
+    }
+
+    /// Queues the conversion of each of `urls` with `options` at upgrade priority, without waiting for any. One the
+    /// upgrades' queue has no room for is left to the page's first request.
+    private func prepare(_ urls: Set<URL>, options: TranscodeOptions) async {
+        for url in urls.sorted(by: { $0.absoluteString < $1.absoluteString }) {
+            do {
+                try await self.service.queue(
+                    url: url, options: options, keys: SourceKeys(url: url, options: options), priority: .upgrade)
+            } catch {
+                let failure = ServiceError.from(error)
+                if failure.code == .queueFull || failure.code == .shuttingDown { return }
+            }
+        }
     }
 
     /// What is known of each GIF: in `lazy` mode what the cache has; in `eager` mode each converted (several

@@ -25,10 +25,27 @@ struct SourceController<Context: RequestContext>: Sendable {
     let links: PublicLinks
     let answer: Answer
     let maxAgeSeconds: Int
+    /// `Cache-Control: max-age` of an `.auto` answer given while its better formats are being made (the GIF, or
+    /// Safari's MP4): short, so the client asks again soon (`http.interimMaxAgeSeconds`).
+    let interimMaxAgeSeconds: Int
     /// Paths already verified and parsed, by the whole path (signature included): keys do not change while
     /// the process runs, so a hit skips the HMAC, the base64 and URL parsing and the hashing. Shared with
     /// `MediaHitHandler`, which answers hits of the paths found here.
     let resolved: ResolvedPaths
+
+    init(
+        service: TranscodeService, signer: URLSigner, media: MediaController<Context>, links: PublicLinks,
+        answer: Answer, maxAgeSeconds: Int, interimMaxAgeSeconds: Int = 60, resolved: ResolvedPaths
+    ) {
+        self.service = service
+        self.signer = signer
+        self.media = media
+        self.links = links
+        self.answer = answer
+        self.maxAgeSeconds = maxAgeSeconds
+        self.interimMaxAgeSeconds = interimMaxAgeSeconds
+        self.resolved = resolved
+    }
 
     /// Where the signed paths start.
     static var prefix: String { "/v1/" }
@@ -78,34 +95,123 @@ struct SourceController<Context: RequestContext>: Sendable {
 
 extension SourceController {
     /// `.auto`: the object's file the client's `<img>` shows best (`ImageNegotiation`), or a redirect to the
-    /// source. Never worse than the page without the service: a GIF the service cannot or will not convert (too
-    /// large, not animated, not a GIF, the origin failing, the service overloaded) is a redirect to the source
-    /// too, not an error an `<img>` would show as a broken image; a takedown stays an error. Every answer varies
-    /// by `Accept`; a redirect after a failure is not cached.
+    /// source, without making a reader wait for an expensive encode:
+    /// - the object with its AVIF and WebP (`ImageNegotiation.objectFormats`), when the cache has it: answered as
+    ///   final (`public, max-age=http.sourceMaxAgeSeconds, immutable`);
+    /// - else its conversion is queued as an upgrade (`JobPriority.upgrade`, not waited for), and meanwhile a client
+    ///   whose `<img>` plays video gets the MP4, made at once at interactive priority (the object without extras,
+    ///   the `.mp4` URL's own), and every other client a redirect to the source; both with the short
+    ///   `http.interimMaxAgeSeconds`, so the next view gets the better file.
+    ///
+    /// Never worse than the page without the service: a GIF the service cannot or will not convert (too large, not
+    /// animated, not a GIF, the origin failing, the service overloaded) is a redirect to the source too, not an error
+    /// an `<img>` would show as a broken image; a takedown stays an error. Every redirect to the source is logged
+    /// and counted by its reason (`transcode_auto_fallbacks_total`). Every answer varies by `Accept`.
     fileprivate func serveNegotiated(
         _ request: Request, target: ResolvedPaths.Target, includeBody: Bool
     ) async throws -> Response {
-        let cacheControl = Self.cacheControl(maxAgeSeconds: self.maxAgeSeconds)
-        let outcome: TranscodeOutcome
+        let accept = request.headers[.accept]
+        let final = Self.cacheControl(maxAgeSeconds: self.maxAgeSeconds) + ", immutable"
+        let interim = Self.cacheControl(maxAgeSeconds: self.interimMaxAgeSeconds)
+        let found: Resolution
         do {
-            outcome = try await self.outcome(target)
+            found = try await self.service.cached(url: target.url, keys: target.keys)
         } catch {
             let failure = ServiceError.from(error)
             guard failure.code != .takenDown else { throw failure }
-            return self.toSource(target, cacheControl: "no-store", reason: failure.code.rawValue)
+            return self.toSource(target, cacheControl: "no-store", reason: .failed(failure.code))
+        }
+        let reason: AutoFallback
+        switch found {
+        case .fresh(let outcome):
+            return try await self.answer(
+                outcome, accept: accept, target: target, request: request, includeBody: includeBody,
+                cacheControl: final)
+        case .stale(let outcome):
+            // Served as it is while its job revalidates the URL with the origin.
+            _ = await self.queueUpgrade(target)
+            return try await self.answer(
+                outcome, accept: accept, target: target, request: request, includeBody: includeBody,
+                cacheControl: interim)
+        case .miss:
+            reason = await self.queueUpgrade(target)
+        }
+        // A failure is not cached by the client: the next view asks again.
+        let fallbackCacheControl = reason == .upgrading || reason == .upgradeRefused ? interim : "no-store"
+        if case .failed(.takenDown) = reason { throw ServiceError.takenDown("this GIF was taken down") }
+        guard ImageNegotiation.playsVideo(accept: accept), let interimTarget = target.interim else {
+            return self.toSource(target, cacheControl: fallbackCacheControl, reason: reason)
+        }
+        // A client whose <img> plays video: the MP4, made now (the reader waits as long as for a `.mp4` URL).
+        let outcome: TranscodeOutcome
+        do {
+            outcome = try await self.outcome(interimTarget)
+        } catch {
+            let failure = ServiceError.from(error)
+            guard failure.code != .takenDown else { throw failure }
+            return self.toSource(target, cacheControl: "no-store", reason: .failed(failure.code))
+        }
+        guard ImageNegotiation.videoServes(outcome.metadata) else {
+            return self.toSource(target, cacheControl: fallbackCacheControl, reason: reason)
+        }
+        return try await self.answer(
+            outcome, accept: accept, target: target, request: request, includeBody: includeBody, cacheControl: interim,
+            format: ObjectFiles.video)
+    }
+
+    /// How long an `.auto` object whose conversion failed is not queued again: its URL answers the source, with the
+    /// failure's code, meanwhile (a GIF past the limits would otherwise be downloaded again on every view).
+    static var failedUpgradeRetrySeconds: Double { 600 }
+
+    /// Queues the `.auto` object's conversion at upgrade priority, unless it failed a moment ago.
+    /// - Returns: why the source answers meanwhile: `upgrading` once queued (or running).
+    private func queueUpgrade(_ target: ResolvedPaths.Target) async -> AutoFallback {
+        if let failure = self.service.jobs.failure(of: target.keys.urlKey.rawValue),
+            Date().timeIntervalSince(failure.at) < Self.failedUpgradeRetrySeconds,
+            await !self.service.jobs.isRunning(target.keys.urlKey.rawValue)
+        {
+            return .failed(failure.error.code)
+        }
+        do {
+            try await self.service.queue(
+                url: target.url, options: target.options, keys: target.keys, priority: .upgrade)
+            return .upgrading
+        } catch {
+            let failure = ServiceError.from(error)
+            switch failure.code {
+            case .queueFull, .shuttingDown: return .upgradeRefused
+            default: return .failed(failure.code)
+            }
+        }
+    }
+
+    /// The answer from `outcome`'s object for `accept`: the file `ImageNegotiation` chooses (or `format`), or the
+    /// source when none beats it.
+    private func answer(
+        _ outcome: TranscodeOutcome, accept: String?, target: ResolvedPaths.Target, request: Request,
+        includeBody: Bool, cacheControl: String, format chosen: OutputFormat? = nil
+    ) async throws -> Response {
+        let format: OutputFormat
+        if let chosen {
+            format = chosen
+        } else {
+            switch ImageNegotiation.choose(accept: accept, metadata: outcome.metadata) {
+            case .source:
+                let reason: AutoFallback =
+                    ImageNegotiation.beatsTheSource(outcome.metadata) ? .notAccepted : .keptGIF
+                return self.toSource(target, cacheControl: cacheControl, reason: reason)
+            case .file(let file): format = file
+            }
         }
         var response: Response
-        switch ImageNegotiation.choose(accept: request.headers[.accept], metadata: outcome.metadata) {
-        case .source:
-            return self.toSource(target, cacheControl: cacheControl, reason: nil)
-        case .file(let format) where self.answer == .redirect:
+        if self.answer == .redirect {
             response = Response(
                 status: .found,
                 headers: [
                     .location: self.links.absolute(outcome.key.mediaPath(format)), .cacheControl: cacheControl,
                     .contentLength: "0",
                 ])
-        case .file(let format):
+        } else {
             do {
                 response = try await self.media.respond(
                     key: outcome.key, fileExtension: format.fileExtension, contentType: format.mediaType,
@@ -115,7 +221,7 @@ extension SourceController {
                 // the source, as for a failed conversion.
                 let failure = ServiceError.from(error)
                 guard failure.code != .takenDown else { throw failure }
-                return self.toSource(target, cacheControl: "no-store", reason: failure.code.rawValue)
+                return self.toSource(target, cacheControl: "no-store", reason: .failed(failure.code))
             }
         }
         response.headers[.vary] = "Accept"
@@ -125,22 +231,36 @@ extension SourceController {
     /// The target's object, converted first if need be, waited for however long it takes (a `<video src>` or an
     /// `<img src>` cannot poll).
     private func outcome(_ target: ResolvedPaths.Target) async throws -> TranscodeOutcome {
+        try await self.outcome(url: target.url, options: target.options, keys: target.keys)
+    }
+
+    private func outcome(_ target: ResolvedPaths.Target.Interim) async throws -> TranscodeOutcome {
+        try await self.outcome(url: target.url, options: target.options, keys: target.keys)
+    }
+
+    private func outcome(url: URL, options: TranscodeOptions, keys: SourceKeys) async throws -> TranscodeOutcome {
         guard
             case .done(let outcome, _) = try await self.service.transcode(
-                url: target.url, options: target.options, untilDone: true, keys: target.keys)
+                url: url, options: options, untilDone: true, keys: keys)
         else {
             throw ServiceError.internal("a transcode waited for in full answered pending")
         }
         return outcome
     }
 
-    /// A redirect to the source's own URL, varying by `Accept`; `reason` (an error code) in `X-Fallback` when a
-    /// failure sent it there.
-    private func toSource(_ target: ResolvedPaths.Target, cacheControl: String, reason: String?) -> Response {
-        var headers: HTTPFields = [
+    /// A redirect to the source's own URL, varying by `Accept`, with its reason in `X-Fallback`: logged and counted
+    /// (`transcode_auto_fallbacks_total{reason}`), so that a page that looks right and saves nothing is seen.
+    private func toSource(_ target: ResolvedPaths.Target, cacheControl: String, reason: AutoFallback) -> Response {
+        let headers: HTTPFields = [
             .location: target.url.absoluteString, .cacheControl: cacheControl, .vary: "Accept", .contentLength: "0",
+            HTTPField.Name("X-Fallback")!: reason.label,
         ]
-        if let reason { headers[HTTPField.Name("X-Fallback")!] = reason }
+        self.service.metrics.autoFallback(reason.label)
+        self.service.logger.info(
+            "auto answered the source",
+            metadata: [
+                "fallback.reason": "\(reason.label)", "url.key": "\(target.keys.urlKey.rawValue.prefix(16))",
+            ])
         return Response(status: .found, headers: headers)
     }
 
@@ -162,10 +282,40 @@ extension SourceController {
         let options = self.service.options(
             background: source.background, maxWidth: source.width, maxHeight: source.height,
             previewSeconds: source.preview, extraFormats: extras)
-        let target = ResolvedPaths.Target(
+        var target = ResolvedPaths.Target(
             source: source, url: url, options: options, keys: SourceKeys(url: url, options: options))
+        if source.fileExtension == SourcePath.negotiated {
+            let plain = self.service.options(
+                background: source.background, maxWidth: source.width, maxHeight: source.height,
+                previewSeconds: source.preview)
+            target.interim = .init(url: url, options: plain, keys: SourceKeys(url: url, options: plain))
+        }
         self.resolved.set(full, target)
         return target
+    }
+}
+
+/// Why an `.auto` URL answered the source: a bounded label (`X-Fallback`, the log, the metric).
+enum AutoFallback: Sendable, Equatable {
+    /// Its better formats are being made (queued at upgrade priority); the next view gets them.
+    case upgrading
+    /// Its better formats are not made and could not be queued (the upgrades' queue full, shutting down).
+    case upgradeRefused
+    /// Made, and nothing beats the GIF (no file smaller than it, or none the client shows that is).
+    case keptGIF
+    /// Made, and a smaller file exists, but the client names none of its types (`*/*`: curl, crawlers).
+    case notAccepted
+    /// The conversion or the answer failed with this code.
+    case failed(ErrorCode)
+
+    var label: String {
+        switch self {
+        case .upgrading: "upgrading"
+        case .upgradeRefused: "upgrade-refused"
+        case .keptGIF: "keep-gif"
+        case .notAccepted: "not-accepted"
+        case .failed(let code): code.rawValue
+        }
     }
 }
 
@@ -176,6 +326,14 @@ final class ResolvedPaths: Sendable {
         let url: URL
         let options: TranscodeOptions
         let keys: SourceKeys
+        /// `.auto`'s interim object: the same without the extras (its MP4, made at once for a client that plays it).
+        var interim: ResolvedPaths.Target.Interim? = nil
+
+        struct Interim: Sendable {
+            let url: URL
+            let options: TranscodeOptions
+            let keys: SourceKeys
+        }
     }
 
     static var capacity: Int { 10_000 }

@@ -9,7 +9,51 @@ struct BatchRequest: Codable, Sendable {
     var urls: [String]
     var background: String?
     var callbackURL: String?
+    /// Which rewrite's objects the batch prepares (`BatchOutput`); nil (requests recorded before) is `img`.
+    var output: String? = nil
     var createdAt: Double = Date().timeIntervalSince1970
+
+    /// What its items make.
+    var outputKind: BatchOutput { self.output.flatMap(BatchOutput.init(rawValue:)) ?? .img }
+}
+
+/// The objects a batch prepares: those a rewritten page then asks for, so that no GIF of a backfilled archive converts
+/// again on its first view. The rules both batch stores follow (`BatchRunner`, `PostgresBatches`).
+enum BatchOutput: String, Sendable {
+    /// `POST /v1/rewrite`'s default: the `.auto` URLs' object (video, poster, animated WebP and AVIF).
+    case img
+    /// `output=video`: the `<video>`'s object (video, poster, the VP9 WebM and its still WebP poster).
+    case video
+
+    /// The extras of the object its items make.
+    var extras: [OutputFormat] {
+        switch self {
+        case .img: ImageNegotiation.objectFormats
+        case .video: RewriteController<AppRequestContext>.videoExtras
+        }
+    }
+
+    /// The options of an item's job.
+    func options(_ service: TranscodeService, background: RGBColor?) -> TranscodeOptions {
+        service.options(background: background, extraFormats: self.extras)
+    }
+
+    /// An item's result line's links and status from its outcome: the signed URLs of its object's files (the `.mp4`
+    /// and poster of the one object, and, for `img`, the `.auto` URL a rewrite writes), or `/media` ones.
+    func fill(_ result: inout BatchResult, key: ObjectKey, recommendation: String?, links: PublicLinks) {
+        let background = result.background.flatMap(RGBColor.init(hex:))
+        let signed = links.signed(sourceURL: result.url, background: background, extras: self.extras)
+        result.key = key
+        result.mp4 = signed?[ObjectFiles.video.name] ?? links.absolute(key.mediaPath(ObjectFiles.video))
+        result.poster = signed?["poster"] ?? links.absolute(key.mediaPath(ObjectFiles.poster))
+        if self == .img, links.signer.canSign {
+            let path = SourcePath(
+                sourceURL: result.url, background: background, fileExtension: SourcePath.negotiated
+            ).path
+            result.auto = links.absolute(links.signer.signedPath(path))
+        }
+        result.recommendation = recommendation
+    }
 }
 
 /// One URL of a batch, finished: a line of `batches/<id>/results.ndjson` and of the results route.
@@ -22,8 +66,16 @@ struct BatchResult: Codable, Sendable {
     var key: ObjectKey?
     var mp4: String?
     var poster: String?
+    /// The signed `.auto` URL of an `img` batch's item: what a rewritten page's `<img>` asks for.
+    var auto: String?
     var recommendation: String?
     var error: JobStatus.Failure?
+    /// The batch's background (not written: it fills the links).
+    var background: String? = nil
+
+    private enum CodingKeys: String, CodingKey {
+        case index, url, status, key, mp4, poster, auto, recommendation, error
+    }
 }
 
 /// The counts of `GET /v1/batches/{id}`.
@@ -282,22 +334,21 @@ final class BatchRunner: BatchStore, Service, Sendable {
                 guard let color = RGBColor(hex: $0) else { throw ServiceError.badRequest("bad background") }
                 return color
             }
-            let options = self.service.options(background: background)
+            let output = request.outputKind
+            let options = output.options(self.service, background: background)
             let keys = SourceKeys(url: url, options: options)
             // The item's end is heard from its job, whatever the request answers (a job id, after the wait).
             let ended = JobSubscription()
-            _ = try? await self.service.transcode(url: url, options: options, keys: keys, subscriber: ended)
+            _ = try? await self.service.transcode(
+                url: url, options: options, keys: keys, subscriber: ended, priority: .backfill)
             let outcome: TranscodeOutcome
             switch await ended.end() {
             case .done(let done): outcome = done
             case .failed(let failure): throw failure
             }
-            let signed = self.links.signed(sourceURL: text, background: background)
-            result.key = outcome.key
-            result.mp4 =
-                signed?[ObjectFiles.video.name] ?? self.links.absolute(outcome.key.mediaPath(ObjectFiles.video))
-            result.poster = signed?["poster"] ?? self.links.absolute(outcome.key.mediaPath(ObjectFiles.poster))
-            result.recommendation = outcome.metadata.recommendation.rawValue
+            result.background = request.background
+            output.fill(
+                &result, key: outcome.key, recommendation: outcome.metadata.recommendation.rawValue, links: self.links)
             result.status = outcome.metadata.recommendation == .keepGIF ? "kept-gif" : "done"
         } catch {
             let failure = ServiceError.from(error)

@@ -88,6 +88,12 @@ final class ServiceMetrics: Sendable {
                 .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
                 .seconds(2), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(120),
             ])
+        // Exposed from the start (at 0), so that an operator's alert on it finds the family before the first fallback.
+        registry.makeCounter(
+            descriptor: .init(
+                namespace: "transcode", metricName: "auto_fallbacks", unitName: "total",
+                helpText: Self.autoFallbacksHelp),
+            labels: [("reason", "upgrading")])
         self.queueDepth = gauge("queue_depth", "", "Jobs admitted and not finished (running or waiting).")
         self.cacheBytes = gauge("cache", "bytes", "Bytes stored in the cache.")
         registry.makeGauge(
@@ -225,6 +231,17 @@ final class ServiceMetrics: Sendable {
                 labels: [("state", state)]
             ).set(Int64(count))
         }
+    }
+
+    private static let autoFallbacksHelp =
+        "`.auto` answers that redirected to the GIF, by reason (upgrading, upgrade-refused, keep-gif, not-accepted, "
+        + "or an error code)."
+
+    /// One `.auto` answer that sent the client to the source, by its reason (`AutoFallback`: `upgrading`,
+    /// `upgrade-refused`, `keep-gif`, `not-accepted`, or an error code).
+    func autoFallback(_ reason: String) {
+        self.increment("auto_fallbacks", Self.autoFallbacksHelp, labels: [("reason", reason)])
+        self.snapshot.withLock { $0.autoFallbacks[reason, default: 0] += 1 }
     }
 
     /// One operation on the shared result store (`pull`: an object copied to the local disk; `publish`: a

@@ -61,6 +61,8 @@ struct ServiceCounters: Sendable {
     var webhooks: [String: Int] = [:]
     /// The fleet queue's claims (`claimed`), retries (`retried`) and dead letters (`dead`).
     var queue: [String: Int] = [:]
+    /// `.auto` answers that redirected to the source, by reason (`AutoFallback.label`).
+    var autoFallbacks: [String: Int] = [:]
 }
 
 /// Turns requests into cached results: the cache's answer when it has a fresh one (`SourceResolver`),
@@ -142,9 +144,11 @@ final class TranscodeService: Sendable {
     ///   cannot poll), instead of answering `pending` after `syncWaitSeconds`.
     /// - Parameter keys: the URL's keys, when the caller has them already (`SourceKeys(url:options:)`).
     /// - Parameter subscriber: told how this request ends, however long its job takes.
+    /// - Parameter priority: where its job waits among others for a worker (`TranscodePool`).
+    /// - Parameter waitSeconds: how long to wait instead of `syncWaitSeconds` (0: queue it and answer `pending`).
     func transcode(
         url: URL, options: TranscodeOptions, untilDone: Bool = false, keys: SourceKeys? = nil,
-        subscriber: JobSubscription? = nil
+        subscriber: JobSubscription? = nil, priority: JobPriority = .interactive, waitSeconds: Double? = nil
     ) async throws -> TranscodeAnswer {
         let keys = keys ?? SourceKeys(url: url, options: options)
         return try await Self.telling(subscriber) {
@@ -162,10 +166,27 @@ final class TranscodeService: Sendable {
                 throw failure
             }
             self.metrics.cacheMiss()
-            let job = TranscodeJob(id: keys.urlKey.rawValue, source: .url(url.absoluteString), options: options)
+            let job = TranscodeJob(
+                id: keys.urlKey.rawValue, source: .url(url.absoluteString), options: options, priority: priority)
             return try await self.jobs.submit(
-                job, upload: nil, waitingUpTo: untilDone ? nil : self.syncWaitSeconds, subscriber: subscriber)
+                job, upload: nil, waitingUpTo: untilDone ? nil : (waitSeconds ?? self.syncWaitSeconds),
+                subscriber: subscriber)
         }
+    }
+
+    /// What the cache has for `url` under `keys` now (this node's disk, then the fleet's store), starting nothing.
+    func cached(url: URL, keys: SourceKeys) async throws -> Resolution {
+        switch try await self.resolver.resolve(url, keys: keys) {
+        case .miss: try await self.resolver.resolveShared(url, keys: keys)
+        case let found: found
+        }
+    }
+
+    /// Queues the conversion of `url` with `options` at `priority` (an `.auto` URL's upgrade, a rewrite's prefetch)
+    /// and returns without waiting for it. A job already running for it is joined, not started again.
+    /// - Throws: `queue-full` when the upgrades' queue is full, the origin's failure when it failed a moment ago.
+    func queue(url: URL, options: TranscodeOptions, keys: SourceKeys, priority: JobPriority) async throws {
+        _ = try await self.transcode(url: url, options: options, keys: keys, priority: priority, waitSeconds: 0)
     }
 
     /// The keys of an upload: its object and the digest of its bytes. Hashing up to 50 MB is blocking work,

@@ -101,7 +101,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     func submit(_ request: BatchRequest) async throws -> String {
         let id = BatchID.random()
         let background = request.background.flatMap(RGBColor.init(hex:))
-        let options = self.service.options(background: background)
+        let options = request.outputKind.options(self.service, background: background)
         var jobs: [String: TranscodeJob] = [:]
         var positions: [Int] = []
         var keys: [String] = []
@@ -111,7 +111,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             do {
                 let url = try Downloader.validate(text)
                 let key = SourceKeys(url: url, options: options).urlKey.rawValue
-                jobs[key] = TranscodeJob(id: key, source: .url(text), options: options)
+                jobs[key] = TranscodeJob(id: key, source: .url(text), options: options, priority: .backfill)
                 keys.append(key)
                 failures.append("")
             } catch {
@@ -196,10 +196,13 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
         return try await self.withDatabase {
             try await self.queue.client.withTransaction(logger: logger) { connection in
                 var found: String??
-                for try await background in try await connection.query(
-                    "SELECT request ->> 'background' FROM transcode_batches WHERE id = \(id)", logger: logger
-                ).decode(String?.self) {
+                var output = BatchOutput.img
+                for try await (background, outputText) in try await connection.query(
+                    "SELECT request ->> 'background', request ->> 'output' FROM transcode_batches WHERE id = \(id)",
+                    logger: logger
+                ).decode((String?, String?).self) {
                     found = .some(background)
+                    output = outputText.flatMap(BatchOutput.init(rawValue:)) ?? .img
                 }
                 guard let found else { return nil }
                 // Readers of one batch one at a time.
@@ -221,7 +224,6 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 ).decode(Int.self) {
                     total = count
                 }
-                let background = found.flatMap(RGBColor.init(hex:))
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys]
                 var lines: [[UInt8]] = []
@@ -236,12 +238,8 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                     var line = BatchResult(index: position, url: url, status: ended.status)
                     line.error = ended.error
                     if let key = ended.key {
-                        let signed = self.links.signed(sourceURL: url, background: background)
-                        line.key = key
-                        line.mp4 =
-                            signed?[ObjectFiles.video.name] ?? self.links.absolute(key.mediaPath(ObjectFiles.video))
-                        line.poster = signed?["poster"] ?? self.links.absolute(key.mediaPath(ObjectFiles.poster))
-                        line.recommendation = ended.recommendation
+                        line.background = found ?? nil
+                        output.fill(&line, key: key, recommendation: ended.recommendation, links: self.links)
                     }
                     lines.append(Array(try encoder.encode(line)))
                 }
@@ -510,7 +508,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 let ended = JobSubscription()
                 _ = try? await self.service.transcode(
                     url: url, options: job.options, untilDone: true, keys: SourceKeys(url: url, options: job.options),
-                    subscriber: ended)
+                    subscriber: ended, priority: job.priority)
                 return await ended.end()
             } catch {
                 return .failed(ServiceError.from(error))
