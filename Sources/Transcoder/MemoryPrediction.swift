@@ -24,11 +24,11 @@ public enum MemoryPrediction {
     /// The animated WebP (libwebp's animation encoder keeps a few canvases and its candidates).
     public static let webp = Cost(fixedBytes: 16 << 20, bytesPerPixel: 70)
     /// The animated AVIF with an alpha plane (libaom good mode holds its whole lookahead, two images a picture).
-    public static let avifWithAlpha = Cost(fixedBytes: 32 << 20, bytesPerPixel: 480)
+    public static let avifWithAlpha = Cost(fixedBytes: 48 << 20, bytesPerPixel: 540)
     /// The animated AVIF of an opaque source (one image a picture).
-    public static let avifOpaque = Cost(fixedBytes: 32 << 20, bytesPerPixel: 260)
+    public static let avifOpaque = Cost(fixedBytes: 48 << 20, bytesPerPixel: 200)
     /// VP9 with alpha in WebM (two libvpx encoders).
-    public static let webm = Cost(fixedBytes: 24 << 20, bytesPerPixel: 160)
+    public static let webm = Cost(fixedBytes: 40 << 20, bytesPerPixel: 120)
     /// A still (WebP or AVIF) of the first picture.
     public static let still = Cost(fixedBytes: 16 << 20, bytesPerPixel: 60)
 

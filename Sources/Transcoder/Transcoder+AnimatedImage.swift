@@ -266,19 +266,21 @@ extension Transcoder {
     /// encode reads at or above the quality floor (`webpMinPSNR`: 35 dB over black and over white, measured by
     /// decoding it again) it climbs to the next of `avifUp` and keeps the last that did; while one reads below, it
     /// descends `avifDown`, the last rungs at full chroma (4:4:4: flat drawings keep their colour edges, where 4:2:0
-    /// blurs them: cartoon_flag_delaware.gif read 29.6 at q32, 36.4 dB at q20 4:4:4). Measured on 10 bench GIFs
-    /// (docs/benchmarks.md): photographs keep q48 or q56; a q40 start was the cause of AVIFs at 0.165x the GIF, the
-    /// encoder was not.
+    /// blurs them: cartoon_flag_delaware.gif read 29.6 at q32, 36.4 dB at q20 4:4:4). The earlier rungs started at
+    /// q32 and never climbed: that, not libaom, made AVIFs of 0.165x the GIF where q40-q56 keep the floor
+    /// (docs/benchmarks.md, "Animated AVIF").
     static let avifStart: (quantizer: Int32, fullChroma: Bool) = (40, false)
     static let avifUp: [Int32] = [48, 56]
-    static let avifDown: [(quantizer: Int32, fullChroma: Bool)] = [(32, false), (24, false), (24, true)]
+    static let avifDown: [(quantizer: Int32, fullChroma: Bool)] = [(32, false), (24, false), (20, true)]
     /// What one rung down gains at most (q32 over q40, q24 over q32: 2.4-3.1 dB on cartoon_dancing_banana.gif and
     /// photo_hopper.gif): the descent goes on only while the rungs left could reach the floor, so a dithered
     /// photograph far under it keeps its WebP without AV1 encodes that could not pass.
     static let avifGainPerRung = 3.0
+    /// What 4:4:4 must gain over 4:2:0 at the start's quantizer for the descent to go on at 4:4:4.
+    static let avifChromaGain = 1.0
 
     /// The largest canvas an AVIF is made of (either side; the output size, after the box): libaom holds its whole
-    /// lookahead (about 480 bytes a pixel with alpha, `MemoryPrediction`), which libavif 0.11 cannot shorten. Above
+    /// lookahead (about 540 bytes a pixel with alpha, `MemoryPrediction`), which libavif 0.11 cannot shorten. Above
     /// it the AVIF is not made and `.auto` answers the next format. (One hosted service caps at 1,200 px a side.)
     public static let avifMaxSide = 1200
 
@@ -315,21 +317,34 @@ extension Transcoder {
                 file, reader: { try EncodedAVIF($0, width: $1, height: $2) }, against: bytes, plan: plan)
             return (file, psnr)
         }
-        let first = try encode(Self.avifStart.quantizer, fullChroma: Self.avifStart.fullChroma)
-        if first.psnr >= Self.webpMinPSNR {
-            var kept = first
+        // From an encode at or above the floor, up the quantizers of its chroma while the floor holds and the file
+        // shrinks; the last that did is kept.
+        func climb(from passed: (file: [UInt8], psnr: Double), fullChroma: Bool) throws -> (
+            bytes: [UInt8], width: Int, height: Int, psnr: Double
+        ) {
+            var kept = passed
             for quantizer in Self.avifUp {
-                let made = try encode(quantizer, fullChroma: Self.avifStart.fullChroma)
+                let made = try encode(quantizer, fullChroma: fullChroma)
                 guard made.psnr >= Self.webpMinPSNR, made.file.count < kept.file.count else { break }
                 kept = made
             }
             return (kept.file, size.width, size.height, kept.psnr)
         }
-        var readings = [first.psnr]
-        for (index, rung) in Self.avifDown.enumerated() {
-            let left = Double(Self.avifDown.count - index)
+        let first = try encode(Self.avifStart.quantizer, fullChroma: false)
+        if first.psnr >= Self.webpMinPSNR { return try climb(from: first, fullChroma: false) }
+        // Under the floor at 4:2:0: the same quantizer at 4:4:4 tells whether colour edges are what holds it there (a
+        // flat drawing gains 5-25 dB: cartoon_dancing_banana.gif, apng_red_blue_loop3.apng's poster) or the picture
+        // itself (a dithered photograph gains about 1).
+        let full = try encode(Self.avifStart.quantizer, fullChroma: true)
+        if full.psnr >= Self.webpMinPSNR { return try climb(from: full, fullChroma: true) }
+        let fullChroma = full.psnr >= first.psnr + Self.avifChromaGain
+        var readings = [first.psnr, full.psnr]
+        let rungs = fullChroma ? Self.avifDown.map { ($0.quantizer, true) } : Self.avifDown
+        for (index, rung) in rungs.enumerated() {
+            // Down only while the rungs left could reach the floor.
+            let left = Double(rungs.count - index)
             guard Self.webpMinPSNR - (readings.max() ?? 0) <= Self.avifGainPerRung * left else { break }
-            let made = try encode(rung.quantizer, fullChroma: rung.fullChroma)
+            let made = try encode(rung.0, fullChroma: rung.1)
             if made.psnr >= Self.webpMinPSNR { return (made.file, size.width, size.height, made.psnr) }
             readings.append(made.psnr)
         }

@@ -15,7 +15,7 @@ struct TranscodeConfiguration: Sendable, Equatable {
     /// The process's memory budget: conversions start only while their predicted peaks (`MemoryPrediction`) fit it,
     /// less the process's own share (96 MiB); one predicted above it alone is refused `overloaded`. 0: no memory
     /// admission. `transcode.memoryBudgetBytes`, default 1 GiB (one AVIF of a 1080x1080 canvas with alpha, about
-    /// 560 MiB, with the videos of others beside it).
+    /// 650 MiB, with the videos of others beside it).
     var memoryBudgetBytes = 1 << 30
     /// How long `POST /transcode` waits before answering 202. `transcode.syncWaitSeconds`, default 30.
     var syncWaitSeconds: Double = 30

@@ -131,6 +131,26 @@ struct TranscodeWork: JobPerformer {
         return TranscodeOutcome(key: key, metadata: try await task.value)
     }
 
+    /// The options to render `gif` with and its predicted peak: `options`, or, when their AVIF alone would pass what
+    /// the budget leaves conversions, the same without the AVIFs (animated and still).
+    private func fitting(
+        _ options: TranscodeOptions, gif: [UInt8], key: ObjectKey
+    ) -> (options: TranscodeOptions, memory: Int) {
+        let memory = MemoryPrediction.peakBytes(of: gif, options: options)
+        guard let limit = self.pool.conversionBytes, memory > limit,
+            options.rendition.extraFormats.contains(where: { $0.hasSuffix("avif") })
+        else { return (options, memory) }
+        var lighter = options
+        lighter.rendition.extraFormats.removeAll { $0.hasSuffix("avif") }
+        self.logger.info(
+            "avif not made: over the memory budget",
+            metadata: [
+                "object.key": "\(key.rawValue.prefix(16))", "memory.predicted": "\(memory)",
+                "memory.limit": "\(limit)",
+            ])
+        return (lighter, MemoryPrediction.peakBytes(of: gif, options: lighter))
+    }
+
     /// Converts `gif` on the pool, commits and publishes it; unless the fleet has it already.
     private func render(
         _ gif: [UInt8], key: ObjectKey, options: TranscodeOptions, requestKey: String, priority: JobPriority
@@ -138,8 +158,10 @@ struct TranscodeWork: JobPerformer {
         // In a fleet, the same bytes may have come to another node (an upload, another URL), or be
         // converted there now (then this waited for its content lock, and finds the result).
         if let metadata = try await self.results.object(key) { return metadata }
-        // Admitted by its predicted peak against the node's budget, in its priority's turn.
-        let memory = MemoryPrediction.peakBytes(of: gif, options: options)
+        // Admitted by its predicted peak against the node's budget, in its priority's turn. An AVIF the budget cannot
+        // hold is not made (as above its canvas cap): the object keeps its key and serves its other files, and
+        // `.auto` answers the next format.
+        let (renderOptions, memory) = self.fitting(options, gif: gif, key: key)
         let started = ContinuousClock.now
         let metadata = try await self.pool.run(priority: priority, memory: memory) {
             // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
@@ -147,7 +169,7 @@ struct TranscodeWork: JobPerformer {
             // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
             let scratch = try self.cache.objects.makeScratchDirectory("render")
             defer { try? FileManager.default.removeItem(atPath: scratch) }
-            let rendered = try Transcoder(options: options).render(gif, into: scratch, name: key.rawValue)
+            let rendered = try Transcoder(options: renderOptions).render(gif, into: scratch, name: key.rawValue)
             try self.cache.objects.commit(key, rendered)
             return rendered.metadata
         }
