@@ -28,6 +28,17 @@ struct ServeCommand: AsyncParsableCommand {
     @Argument(parsing: .allUnrecognized, help: "Configuration keys as flags, e.g. --port 8080.")
     var settings: [String] = []
 
+    /// A first word that is no flag is a mistyped subcommand (`transcode-server config`), not a setting: refused
+    /// before anything starts, where it used to start the server on the default port.
+    func validate() throws {
+        if let first = self.settings.first, !first.hasPrefix("-") {
+            let subcommands = TranscodeServerCommand.configuration.subcommands.map { $0._commandName }
+            throw ValidationError(
+                "unknown subcommand or argument '\(first)': the subcommands are \(subcommands.joined(separator: ", ")); "
+                    + "configuration keys are flags (--port 8080)")
+        }
+    }
+
     func run() async throws {
         let onEventLoops = Self.runTasksOnEventLoops()
         #if canImport(Glibc)

@@ -85,6 +85,7 @@ struct BatchController<Context: RequestContext>: Sendable {
     /// 10000) page through them, `X-Next-Offset` says where the next page starts while there is one.
     @Sendable func results(_ request: Request, context: Context) async throws -> Response {
         let id = try context.parameters.require("id")
+        try StrictQuery.check(request, allowed: ["offset", "limit"], route: "GET /v1/batches/{id}/results")
         let offset = try Self.number(request, "offset", default: 0, range: 0...Int.max)
         let limit = try Self.number(request, "limit", default: 1000, range: 1...10_000)
         guard BatchID.isValid(id), let page = try await self.batches.results(id, offset: offset, limit: limit) else {

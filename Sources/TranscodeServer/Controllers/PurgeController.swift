@@ -40,9 +40,7 @@ struct PurgeController<Context: RequestContext>: Sendable {
     /// With `takedown=true`, the takedown's reason (`reason=...`, may be empty); nil for a plain purge. Any
     /// query parameter but these and `allowed` is refused.
     private static func takedownReason(_ request: Request, allowed: [String]) throws -> String? {
-        for (name, _) in request.uri.queryParameters where !(["takedown", "reason"] + allowed).contains(String(name)) {
-            throw ServiceError.badRequest("unknown query parameter \"\(name)\"")
-        }
+        try StrictQuery.check(request, allowed: ["takedown", "reason"] + allowed, route: "DELETE")
         switch request.uri.queryParameters.get("takedown") {
         case nil, "false": return nil
         case "true": return request.uri.queryParameters.get("reason") ?? ""

@@ -47,11 +47,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
             throw ServiceError(
                 .unsupportedMediaType, "send the document as text/html, got \(contentType)")
         }
-        let parameters = ["output", "mode", "base", "background"]
-        for (name, _) in request.uri.queryParameters where !parameters.contains(String(name)) {
-            throw ServiceError.badRequest(
-                "unknown query parameter \"\(name)\"; the parameters are \(parameters.joined(separator: ", "))")
-        }
+        try StrictQuery.check(request, allowed: ["output", "mode", "base", "background"], route: "POST /v1/rewrite")
         let modeText = request.uri.queryParameters.get("mode") ?? Mode.lazy.rawValue
         guard let mode = Mode(rawValue: modeText) else {
             throw ServiceError.badRequest("mode must be lazy or eager, got \(modeText)")

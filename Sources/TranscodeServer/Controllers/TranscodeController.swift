@@ -41,11 +41,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     /// Refuses a query parameter `POST /transcode` does not take (`background`, `callbackURL` and `formats` only,
     /// for a JSON body as for an upload), rather than ignoring it.
     static func checkQuery(_ request: Request) throws {
-        let taken = ["background", "callbackURL", "formats"]
-        for (name, _) in request.uri.queryParameters where !taken.contains(String(name)) {
-            throw ServiceError.badRequest(
-                "unknown query parameter \"\(name)\"; POST /transcode takes only \(taken.joined(separator: ", "))")
-        }
+        try StrictQuery.check(request, allowed: ["background", "callbackURL", "formats"], route: "POST /transcode")
     }
 
     /// The formats a request can name: those every object has, and the extras it may ask for.
@@ -57,7 +53,10 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     /// - Throws: `bad-request` naming a format the service does not make.
     static func extraFormats(_ names: [String]? = nil, query: String?) throws -> [OutputFormat] {
         var extras: [OutputFormat] = []
-        for name in names ?? query.map({ $0.split(separator: ",").map(String.init) }) ?? [] {
+        // Every entry of the list counts: an empty one (`webp,,avif`, a trailing comma) is a mistake, not nothing.
+        for name in names ?? query.map({ $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) })
+            ?? []
+        {
             guard let format = self.requestableFormats.first(where: { $0.name == name }) else {
                 let known = self.requestableFormats.map(\.name).joined(separator: ", ")
                 throw ServiceError.badRequest("unknown format \"\(name)\"; the formats are \(known)")

@@ -89,7 +89,7 @@ final class ServiceMetrics: Sendable {
                 .seconds(2), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(120),
             ])
         // Exposed from the start (at 0), so that an operator's alert on it finds the family before the first fallback.
-        registry.makeCounter(
+        _ = registry.makeCounter(
             descriptor: .init(
                 namespace: "transcode", metricName: "auto_fallbacks", unitName: "total",
                 helpText: Self.autoFallbacksHelp),

@@ -169,6 +169,10 @@ struct TranscodeWork: JobPerformer {
             // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
             let scratch = try self.cache.objects.makeScratchDirectory("render")
             defer { try? FileManager.default.removeItem(atPath: scratch) }
+            #if canImport(Glibc)
+                // What the conversion freed goes back now, not at the next conversion on this thread.
+                defer { EncoderHeap.releaseFreedMemory() }
+            #endif
             let rendered = try Transcoder(options: renderOptions).render(gif, into: scratch, name: key.rawValue)
             try self.cache.objects.commit(key, rendered)
             return rendered.metadata
