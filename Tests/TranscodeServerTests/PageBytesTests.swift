@@ -12,7 +12,7 @@ import Testing
 /// On a first view, nothing waits on an expensive encode: Chromium's requests are answered at once (the GIF, while
 /// the upgrades are made behind them), and only a client whose `<img>` plays video has an MP4 made for it. After the
 /// background work has settled, the page weighs a fraction of the original.
-@Suite(.tags(.integration), .serialized, .timeLimit(.minutes(20))) struct PageBytesTests {
+@Suite(.tags(.system), .serialized, .timeLimit(.minutes(20))) struct PageBytesTests {
     static let engines: [(name: String, accept: String)] = [
         ("Chromium 156", "image/jxl,image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8"),
         ("Firefox ESR 153", "image/avif,image/webp,image/png,image/svg+xml,image/*;q=0.8,*/*;q=0.5"),
@@ -72,7 +72,7 @@ import Testing
     }
 
     @Test func aRewrittenArticleWeighsAFractionOfTheOriginal() async throws {
-        try await withHarness(configure: RewriteTests.configure) { harness in
+        try await withHarness(configure: NegotiatedImageTests.configure) { harness in
             let original = PageFidelityTests.article(origin: harness.originURL(""))
             let originalURLs = Set(Self.imageURLs(original).filter { $0.hasSuffix(".gif") })
             let originalBytes = try originalURLs.reduce(0) {

@@ -150,7 +150,7 @@ import Testing
         _ argumentSets: [[String]], query: String, settle: Bool = true,
         check: @escaping @Sendable ([[String: Any]]) throws -> Void
     ) async throws {
-        try await withHarness(configure: RewriteTests.configure) { harness in
+        try await withHarness(configure: NegotiatedImageTests.configure) { harness in
             let original = Self.article(origin: harness.originURL(""))
             let reply = try await harness.rewrite(original, query: query, timeout: .seconds(120))
             #expect(reply.status == 200, "\(reply.text)")

@@ -7,7 +7,7 @@ import Testing
 /// The animated AVIF's file, byte for byte: libavif writes the clock into its `mvhd`, `tkhd` and `mdhd` boxes,
 /// which the encoder zeroes (`AnimatedAVIFEncoder.clearTimestamps`), so the same GIF and options make the same
 /// bytes on every node and every day. (Chromium's reading of the pictures: `AnimatedWebPOutputTests`.)
-@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct AnimatedAVIFFileTests {
+@Suite(.tags(.system), .timeLimit(.minutes(10))) struct AnimatedAVIFFileTests {
     /// Each `mvhd`/`tkhd`/`mdhd` box's creation and modification times, read on their own here.
     static func boxTimes(_ file: [UInt8]) -> [(type: String, times: [UInt8])] {
         var found: [(String, [UInt8])] = []

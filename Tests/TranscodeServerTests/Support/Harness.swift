@@ -108,6 +108,10 @@ func withHarness(
         // once took longer than 10 s to serve a 1 MB GIF. Tests of the deadline set their own.
         configuration.download.timeoutSeconds = 60
         configuration.transcode.workers = 2
+        // Format upgrades only where a test asks for them (`NegotiatedImageTests.configure`): a lazy rewrite queues its
+        // GIFs' AVIFs, tens of CPU-seconds each in a debug build, and the rewrite tests' upgrades left the whole tier
+        // so short of CPU that other tests' POSTs outlasted their wait (202 for 200).
+        configuration.transcode.upgradeQueueLength = 0
         configuration.log.level = .warning
         configure(&configuration)
         // The client lets idle connections go well before the server closes them (tests shorten its idle
