@@ -26,7 +26,7 @@ lint:
 # They run after the unit and integration tiers, in a `swift test` of their own, so that browsers timing a
 # video do not share the two cores with every other test (TierTests keeps this list equal to the tags). A test's
 # id is `Target.Suite/test()/File.swift:line`: the pattern names suites, not the files they are in.
-SYSTEM_SUITES = AlphaVideoEnginesTests|AlphaVideoOutputTests|AnimatedAVIFFileTests|AnimatedFormatsTests|AnimatedWebPOutputTests|BrowserTimingTests|ChildProcessTests|ConvertCommandTests|CorpusTests|DemoPageTests|NegotiatedImageTests|OperationsTests|PageBytesTests|PageFidelityTests|PlayerScriptTests|PostgresBatchTests|PostgresQueueTests|S3StoreTests|ThreadedEncodeTests
+SYSTEM_SUITES = AlphaVideoEnginesTests|AlphaVideoOutputTests|AnimatedAVIFFileTests|AnimatedFormatsTests|AnimatedWebPOutputTests|BatchTests|BrowserTimingTests|ChildProcessTests|ConvertCommandTests|CorpusTests|DemoPageTests|NegotiatedImageTests|OperationsTests|PageBytesTests|PageFidelityTests|PlayerScriptTests|PostgresBatchTests|PostgresQueueTests|S3StoreTests|ThreadedEncodeTests
 
 test: test-deps lint
 	swift build --build-tests

@@ -31,6 +31,10 @@
         /// (`malloc_trim(0)`). Without it each pool thread's arena kept its last conversion's freed small blocks: 8
         /// `.avif` requests of a 1080x1080 GIF, run one at a time by the memory budget on two threads, peaked at
         /// 1,155 MiB where one takes 620 (`scripts/bench-avif-admission`).
+        /// The predicted peak from which a conversion gives its memory back (`releaseFreedMemory`): the AVIF of a
+        /// canvas of about 400x400 and more.
+        static let trimAfterBytes = 128 << 20
+
         static func releaseFreedMemory() {
             _ = mallocTrim(0)
         }

@@ -8,7 +8,7 @@ import Testing
 
 /// Backfill batches: every URL accounted for, paged NDJSON results, a restart mid-way, and interactive
 /// requests never refused because of a batch.
-@Suite(.serialized, .tags(.integration), .timeLimit(.minutes(10))) struct BatchTests {
+@Suite(.serialized, .tags(.system), .timeLimit(.minutes(15))) struct BatchTests {
     /// The 50 smallest animated GIFs of the corpus that convert.
     static let gifs: [String] = {
         let manifest = (try? String(contentsOfFile: corpusDirectory + "/MANIFEST.tsv", encoding: .utf8)) ?? ""

@@ -170,8 +170,10 @@ struct TranscodeWork: JobPerformer {
             let scratch = try self.cache.objects.makeScratchDirectory("render")
             defer { try? FileManager.default.removeItem(atPath: scratch) }
             #if canImport(Glibc)
-                // What the conversion freed goes back now, not at the next conversion on this thread.
-                defer { EncoderHeap.releaseFreedMemory() }
+                // What a large conversion freed goes back now, not at the next conversion on this thread. Only after
+                // large ones: `malloc_trim` walks every arena under its lock, which every other thread's allocation
+                // then waits for.
+                defer { if memory >= EncoderHeap.trimAfterBytes { EncoderHeap.releaseFreedMemory() } }
             #endif
             let rendered = try Transcoder(options: renderOptions).render(gif, into: scratch, name: key.rawValue)
             try self.cache.objects.commit(key, rendered)
