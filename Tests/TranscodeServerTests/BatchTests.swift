@@ -41,16 +41,24 @@ import Testing
         return urls
     }
 
-    static func submitReply(_ harness: Harness, _ urls: [String], callbackURL: String? = nil) async throws -> Reply {
+    /// `POST /v1/batches` of `urls`. `output` is `mp4` unless given (nil: the service's default, `img`): the plain
+    /// objects, as these tests were written for; the `.auto` objects' AVIFs, tens of CPU-seconds each in a debug
+    /// build, are `aBatchPreparesWhatTheRewriteServes`' business.
+    static func submitReply(
+        _ harness: Harness, _ urls: [String], callbackURL: String? = nil, output: String? = "mp4"
+    ) async throws -> Reply {
         var object: [String: Any] = ["urls": urls]
         if let callbackURL { object["callbackURL"] = callbackURL }
+        if let output { object["output"] = output }
         return try await harness.request(
             .POST, "/v1/batches", headers: [("Content-Type", "application/json")],
             body: Array(try JSONSerialization.data(withJSONObject: object)))
     }
 
-    static func submit(_ harness: Harness, _ urls: [String], callbackURL: String? = nil) async throws -> String {
-        let reply = try await Self.submitReply(harness, urls, callbackURL: callbackURL)
+    static func submit(
+        _ harness: Harness, _ urls: [String], callbackURL: String? = nil, output: String? = "mp4"
+    ) async throws -> String {
+        let reply = try await Self.submitReply(harness, urls, callbackURL: callbackURL, output: output)
         #expect(reply.status == 202, "\(reply.text)")
         #expect(reply.headers.first(name: "Location")?.hasPrefix("/v1/batches/") == true)
         return try #require(try reply.json()["id"] as? String)
@@ -99,6 +107,29 @@ import Testing
             offset = next
         }
         return lines
+    }
+
+    /// By default a batch makes the object a rewritten page's `.auto` URLs answer from: its line carries that `.auto`
+    /// URL, which then answers Chromium the AVIF at once (final, no conversion), and its `.mp4` link names the one
+    /// object (`also:webp,avif`).
+    @Test func aBatchPreparesWhatTheRewriteServes() async throws {
+        try await withHarness(configure: NegotiatedImageTests.configure) { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            let id = try await Self.submit(harness, [url], output: nil)
+            _ = try await Self.wait(harness, id) { $0["complete"] as? Bool == true }
+            let line = try #require(try await Self.results(harness, id, limit: 10).first)
+            #expect(line["status"] as? String == "done", "\(line)")
+            let auto = try #require(line["auto"] as? String, "\(line)")
+            #expect((line["mp4"] as? String)?.contains("/also:webp,avif/") == true, "\(line)")
+            let transcodes = harness.services.transcodes.counters.transcodes
+            let path = String(auto[try #require(auto.range(of: "/v1/")).lowerBound...])
+            let answer = try await harness.request(.GET, path, headers: [("Accept", NegotiatedImageTests.chromium)])
+            #expect(answer.status == 200, "\(answer.text)")
+            #expect(answer.headers.first(name: "Content-Type") == "image/avif")
+            #expect(answer.headers.first(name: "Cache-Control") == "public, max-age=3600, immutable")
+            #expect(harness.services.transcodes.counters.transcodes == transcodes)
+            #expect(harness.services.transcodes.pool.startedByPriority[.backfill] == 1)
+        }
     }
 
     @Test func aBatchAccountsForEveryURL() async throws {

@@ -61,7 +61,7 @@ struct BatchController<Context: RequestContext>: Sendable {
         }
         _ = try TranscodeController<Context>.background(body.background)
         if let output = body.output, BatchOutput(rawValue: output) == nil {
-            throw ServiceError.badRequest("output must be img or video, got \(output)")
+            throw ServiceError.badRequest("output must be img, video or mp4, got \(output)")
         }
         if let callback = body.callbackURL { _ = try await self.webhooks.validate(callback) }
         let id = try await self.batches.submit(

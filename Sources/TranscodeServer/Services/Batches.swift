@@ -24,12 +24,15 @@ enum BatchOutput: String, Sendable {
     case img
     /// `output=video`: the `<video>`'s object (video, poster, the VP9 WebM and its still WebP poster).
     case video
+    /// The plain object of a signed `.mp4` URL (video and poster): what an app that plays the MP4 asks for.
+    case mp4
 
     /// The extras of the object its items make.
     var extras: [OutputFormat] {
         switch self {
         case .img: ImageNegotiation.objectFormats
         case .video: RewriteController<AppRequestContext>.videoExtras
+        case .mp4: []
         }
     }
 
