@@ -23,21 +23,20 @@ public enum MemoryPrediction {
     public static let video = Cost(fixedBytes: 24 << 20, bytesPerPixel: 60)
     /// The animated WebP (libwebp's animation encoder keeps a few canvases and its candidates).
     public static let webp = Cost(fixedBytes: 16 << 20, bytesPerPixel: 70)
-    /// The animated AVIF with an alpha plane (libaom good mode holds its whole lookahead, two images a picture).
-    public static let avifWithAlpha = Cost(fixedBytes: 48 << 20, bytesPerPixel: 540)
-    /// The animated AVIF of an opaque source (one image a picture).
-    public static let avifOpaque = Cost(fixedBytes: 48 << 20, bytesPerPixel: 200)
+    /// The animated AVIF with an alpha plane (libaom good mode holds its whole lookahead, two images a picture). An
+    /// opaque source's takes less than half (no alpha plane: 260 MiB at 1080x1080), but whether a GIF shows a
+    /// transparent pixel is known only once it is decoded: every AVIF is predicted with alpha.
+    public static let avif = Cost(fixedBytes: 48 << 20, bytesPerPixel: 540)
     /// VP9 with alpha in WebM (two libvpx encoders).
     public static let webm = Cost(fixedBytes: 40 << 20, bytesPerPixel: 120)
     /// A still (WebP or AVIF) of the first picture.
     public static let still = Cost(fixedBytes: 16 << 20, bytesPerPixel: 60)
 
     /// The cost of making `format` (an extra of `ObjectFiles.extras`, or the video).
-    /// - Parameter transparent: whether the source may show a transparent pixel (unknown before decoding: true).
-    public static func cost(of format: OutputFormat, transparent: Bool = true) -> Cost {
+    public static func cost(of format: OutputFormat) -> Cost {
         switch format {
         case .webp: self.webp
-        case .avif: transparent ? self.avifWithAlpha : self.avifOpaque
+        case .avif: self.avif
         case .webm: self.webm
         case .webpPoster, .avifPoster: self.still
         default: self.video

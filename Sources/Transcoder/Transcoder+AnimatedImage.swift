@@ -269,7 +269,7 @@ extension Transcoder {
     /// blurs them: cartoon_flag_delaware.gif read 29.6 at q32, 36.4 dB at q20 4:4:4). The earlier rungs started at
     /// q32 and never climbed: that, not libaom, made AVIFs of 0.165x the GIF where q40-q56 keep the floor
     /// (docs/benchmarks.md, "Animated AVIF").
-    static let avifStart: (quantizer: Int32, fullChroma: Bool) = (40, false)
+    static let avifStart: Int32 = 40
     static let avifUp: [Int32] = [48, 56]
     static let avifDown: [(quantizer: Int32, fullChroma: Bool)] = [(32, false), (24, false), (20, true)]
     /// What one rung down gains at most (q32 over q40, q24 over q32: 2.4-3.1 dB on cartoon_dancing_banana.gif and
@@ -319,53 +319,56 @@ extension Transcoder {
         }
         // From an encode at or above the floor, up the quantizers of its chroma while the floor holds and the file
         // shrinks; the last that did is kept.
-        func climb(from passed: (file: [UInt8], psnr: Double), fullChroma: Bool) throws -> (
-            bytes: [UInt8], width: Int, height: Int, psnr: Double
-        ) {
+        func climb(from passed: (file: [UInt8], psnr: Double), fullChroma: Bool) throws -> (file: [UInt8], psnr: Double)
+        {
             var kept = passed
             for quantizer in Self.avifUp {
                 let made = try encode(quantizer, fullChroma: fullChroma)
                 guard made.psnr >= Self.webpMinPSNR, made.file.count < kept.file.count else { break }
                 kept = made
             }
-            // Kept only when smaller than the source: a transparent, dithered 1080x1080 GIF's lossless alpha plane
-            // alone made its AVIF 2.3x the GIF (huge_1080_transparent_30f.gif), which no page is better off with.
-            guard still || kept.file.count < bytes.count else {
-                throw TranscodeError(
-                    .encodeFailed,
-                    "the AVIF at the quality floor is \(kept.file.count) bytes, not smaller than the source")
+            return kept
+        }
+        // The ladder: the file it keeps. - Throws: when no rung reaches the floor.
+        func ladder() throws -> (file: [UInt8], psnr: Double) {
+            let first = try encode(Self.avifStart, fullChroma: false)
+            if first.psnr >= Self.webpMinPSNR { return try climb(from: first, fullChroma: false) }
+            // Under the floor at 4:2:0: the same quantizer at 4:4:4 tells whether colour edges are what holds it there
+            // (a flat drawing gains 5-25 dB: cartoon_dancing_banana.gif, apng_red_blue_loop3.apng's poster) or the
+            // picture itself (a dithered photograph gains about 1).
+            let full = try encode(Self.avifStart, fullChroma: true)
+            if full.psnr >= Self.webpMinPSNR { return try climb(from: full, fullChroma: true) }
+            let fullChroma = full.psnr >= first.psnr + Self.avifChromaGain
+            var readings = [first.psnr, full.psnr]
+            var smallest = min(first.file.count, full.file.count)
+            let rungs = fullChroma ? Self.avifDown.map { ($0.quantizer, true) } : Self.avifDown
+            for (index, rung) in rungs.enumerated() {
+                // Down only while the rungs left could reach the floor, and while a file could still be kept: a lower
+                // quantizer only grows it (huge_1080_transparent_30f.gif went on to q20 4:4:4 and 4.2 MB for a GIF of
+                // 1.8, six encodes of a 1080x1080 canvas).
+                let left = Double(rungs.count - index)
+                guard Self.webpMinPSNR - (readings.max() ?? 0) <= Self.avifGainPerRung * left,
+                    still || smallest < bytes.count
+                else { break }
+                let made = try encode(rung.0, fullChroma: rung.1)
+                if made.psnr >= Self.webpMinPSNR { return made }
+                readings.append(made.psnr)
+                smallest = min(smallest, made.file.count)
             }
-            return (kept.file, size.width, size.height, kept.psnr)
+            throw TranscodeError(
+                .encodeFailed,
+                "no AVIF reaches \(Self.webpMinPSNR) dB: "
+                    + readings.map { String(format: "%.2f", $0) }.joined(separator: ", "))
         }
-        let first = try encode(Self.avifStart.quantizer, fullChroma: false)
-        if first.psnr >= Self.webpMinPSNR { return try climb(from: first, fullChroma: false) }
-        // Under the floor at 4:2:0: the same quantizer at 4:4:4 tells whether colour edges are what holds it there (a
-        // flat drawing gains 5-25 dB: cartoon_dancing_banana.gif, apng_red_blue_loop3.apng's poster) or the picture
-        // itself (a dithered photograph gains about 1).
-        let full = try encode(Self.avifStart.quantizer, fullChroma: true)
-        if full.psnr >= Self.webpMinPSNR { return try climb(from: full, fullChroma: true) }
-        if min(first.file.count, full.file.count) >= bytes.count {
-            throw TranscodeError(.encodeFailed, "an AVIF under the quality floor is already as large as the source")
+        let kept = try ladder()
+        // Kept only when smaller than the source: a transparent, dithered 1080x1080 GIF's lossless alpha plane alone
+        // made its AVIF 2.3x the GIF (huge_1080_transparent_30f.gif), which no page is better off with. (A still is
+        // one picture of it.)
+        guard still || kept.file.count < bytes.count else {
+            throw TranscodeError(
+                .encodeFailed, "the AVIF at the quality floor is \(kept.file.count) bytes, not smaller than the source")
         }
-        let fullChroma = full.psnr >= first.psnr + Self.avifChromaGain
-        var readings = [first.psnr, full.psnr]
-        let rungs = fullChroma ? Self.avifDown.map { ($0.quantizer, true) } : Self.avifDown
-        for (index, rung) in rungs.enumerated() {
-            // Down only while the rungs left could reach the floor.
-            let left = Double(rungs.count - index)
-            guard Self.webpMinPSNR - (readings.max() ?? 0) <= Self.avifGainPerRung * left else { break }
-            let made = try encode(rung.0, fullChroma: rung.1)
-            if made.psnr >= Self.webpMinPSNR { return (made.file, size.width, size.height, made.psnr) }
-            readings.append(made.psnr)
-            // A lower quantizer only grows the file: one already as large as the source is never kept (an `<img>`
-            // is better off with the GIF), so the descent ends (huge_1080_transparent_30f.gif went on to q20 4:4:4
-            // and 4.2 MB for a GIF of 1.8, six encodes of a 1080x1080 canvas).
-            if made.file.count >= bytes.count { break }
-        }
-        throw TranscodeError(
-            .encodeFailed,
-            "no AVIF reaches \(Self.webpMinPSNR) dB: "
-                + readings.map { String(format: "%.2f", $0) }.joined(separator: ", "))
+        return (kept.file, size.width, size.height, kept.psnr)
     }
 }
 

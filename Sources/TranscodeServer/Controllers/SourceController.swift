@@ -33,20 +33,6 @@ struct SourceController<Context: RequestContext>: Sendable {
     /// `MediaHitHandler`, which answers hits of the paths found here.
     let resolved: ResolvedPaths
 
-    init(
-        service: TranscodeService, signer: URLSigner, media: MediaController<Context>, links: PublicLinks,
-        answer: Answer, maxAgeSeconds: Int, interimMaxAgeSeconds: Int = 60, resolved: ResolvedPaths
-    ) {
-        self.service = service
-        self.signer = signer
-        self.media = media
-        self.links = links
-        self.answer = answer
-        self.maxAgeSeconds = maxAgeSeconds
-        self.interimMaxAgeSeconds = interimMaxAgeSeconds
-        self.resolved = resolved
-    }
-
     /// Where the signed paths start.
     static var prefix: String { "/v1/" }
 
@@ -145,7 +131,7 @@ extension SourceController {
         // A client whose <img> plays video: the MP4, made now (the reader waits as long as for a `.mp4` URL).
         let outcome: TranscodeOutcome
         do {
-            outcome = try await self.outcome(interimTarget)
+            outcome = try await self.outcome(url: target.url, options: interimTarget.options, keys: interimTarget.keys)
         } catch {
             let failure = ServiceError.from(error)
             guard failure.code != .takenDown else { throw failure }
@@ -234,10 +220,6 @@ extension SourceController {
         try await self.outcome(url: target.url, options: target.options, keys: target.keys)
     }
 
-    private func outcome(_ target: ResolvedPaths.Target.Interim) async throws -> TranscodeOutcome {
-        try await self.outcome(url: target.url, options: target.options, keys: target.keys)
-    }
-
     private func outcome(url: URL, options: TranscodeOptions, keys: SourceKeys) async throws -> TranscodeOutcome {
         guard
             case .done(let outcome, _) = try await self.service.transcode(
@@ -288,7 +270,7 @@ extension SourceController {
             let plain = self.service.options(
                 background: source.background, maxWidth: source.width, maxHeight: source.height,
                 previewSeconds: source.preview)
-            target.interim = .init(url: url, options: plain, keys: SourceKeys(url: url, options: plain))
+            target.interim = .init(options: plain, keys: SourceKeys(url: url, options: plain))
         }
         self.resolved.set(full, target)
         return target
@@ -330,7 +312,6 @@ final class ResolvedPaths: Sendable {
         var interim: ResolvedPaths.Target.Interim? = nil
 
         struct Interim: Sendable {
-            let url: URL
             let options: TranscodeOptions
             let keys: SourceKeys
         }

@@ -43,8 +43,10 @@ enum BatchOutput: String, Sendable {
 
     /// An item's result line's links and status from its outcome: the signed URLs of its object's files (the `.mp4`
     /// and poster of the one object, and, for `img`, the `.auto` URL a rewrite writes), or `/media` ones.
-    func fill(_ result: inout BatchResult, key: ObjectKey, recommendation: String?, links: PublicLinks) {
-        let background = result.background.flatMap(RGBColor.init(hex:))
+    func fill(
+        _ result: inout BatchResult, key: ObjectKey, recommendation: String?, background: String?, links: PublicLinks
+    ) {
+        let background = background.flatMap(RGBColor.init(hex:))
         let signed = links.signed(sourceURL: result.url, background: background, extras: self.extras)
         result.key = key
         result.mp4 = signed?[ObjectFiles.video.name] ?? links.absolute(key.mediaPath(ObjectFiles.video))
@@ -73,12 +75,6 @@ struct BatchResult: Codable, Sendable {
     var auto: String?
     var recommendation: String?
     var error: JobStatus.Failure?
-    /// The batch's background (not written: it fills the links).
-    var background: String? = nil
-
-    private enum CodingKeys: String, CodingKey {
-        case index, url, status, key, mp4, poster, auto, recommendation, error
-    }
 }
 
 /// The counts of `GET /v1/batches/{id}`.
@@ -349,9 +345,9 @@ final class BatchRunner: BatchStore, Service, Sendable {
             case .done(let done): outcome = done
             case .failed(let failure): throw failure
             }
-            result.background = request.background
             output.fill(
-                &result, key: outcome.key, recommendation: outcome.metadata.recommendation.rawValue, links: self.links)
+                &result, key: outcome.key, recommendation: outcome.metadata.recommendation.rawValue,
+                background: request.background, links: self.links)
             result.status = outcome.metadata.recommendation == .keepGIF ? "kept-gif" : "done"
         } catch {
             let failure = ServiceError.from(error)

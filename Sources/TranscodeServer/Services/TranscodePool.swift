@@ -134,10 +134,6 @@ final class TranscodePool: Service, Sendable {
     /// Jobs admitted and not yet finished (running or waiting), upgrades included.
     var load: Int { self.state.withLock { $0.admitted + $0.admittedUpgrades } }
 
-    /// Interactive and backfill jobs admitted and not yet finished: what a batch looks at before it starts an item
-    /// (upgrades wait behind batch items' classes only in order, not in room).
-    var interactiveLoad: Int { self.state.withLock { $0.admitted } }
-
     /// The sum of the predicted peaks running now, and the largest it has been (tests and the benchmark read them).
     var memoryInUse: (now: Int, peak: Int) { self.state.withLock { ($0.runningBytes, $0.peakRunningBytes) } }
 
@@ -186,8 +182,7 @@ final class TranscodePool: Service, Sendable {
         var index = 0
         while index < state.waiters.count, state.running < self.workers {
             let waiter = state.waiters[index]
-            let fits = self.conversionBytes.map { state.runningBytes + waiter.bytes <= $0 } ?? true
-            if fits {
+            if self.conversionBytes.map({ state.runningBytes + waiter.bytes <= $0 }) ?? true {
                 state.waiters.remove(at: index)
                 state.running += 1
                 state.runningBytes += waiter.bytes

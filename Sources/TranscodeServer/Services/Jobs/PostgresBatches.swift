@@ -238,8 +238,9 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                     var line = BatchResult(index: position, url: url, status: ended.status)
                     line.error = ended.error
                     if let key = ended.key {
-                        line.background = found ?? nil
-                        output.fill(&line, key: key, recommendation: ended.recommendation, links: self.links)
+                        output.fill(
+                            &line, key: key, recommendation: ended.recommendation, background: found ?? nil,
+                            links: self.links)
                     }
                     lines.append(Array(try encoder.encode(line)))
                 }
