@@ -108,6 +108,10 @@ func withHarness(
         // once took longer than 10 s to serve a 1 MB GIF. Tests of the deadline set their own.
         configuration.download.timeoutSeconds = 60
         configuration.transcode.workers = 2
+        // A POST answered 200 once its conversion ends, however loaded the machine: beside two busy loops a full tier 1
+        // took longer than the default 30 s on one GIF, and DedupeTests got 202 for 200. Tests of the 202 path set
+        // their own (JobTests: 0.1 s).
+        configuration.transcode.syncWaitSeconds = 300
         // Format upgrades only where a test asks for them (`NegotiatedImageTests.configure`): a lazy rewrite queues its
         // GIFs' AVIFs, tens of CPU-seconds each in a debug build, and the rewrite tests' upgrades left the whole tier
         // so short of CPU that other tests' POSTs outlasted their wait (202 for 200).
