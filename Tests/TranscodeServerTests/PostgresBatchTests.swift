@@ -11,9 +11,10 @@ import Testing
 /// restart loses no item.
 @Suite(.serialized, .tags(.system), .timeLimit(.minutes(10))) struct PostgresBatchTests {
     /// `timeoutSeconds` bounds each database call: long enough for the first call (the migrations and a batch's
-    /// rows) on two cores shared with the whole system tier (2 s once failed there), short where a test waits on it.
+    /// rows) on two cores shared with the whole system tier (2 s once failed there, and 10 s in CI beside fourteen
+    /// other suites), short where a test waits on it.
     static func configure(
-        _ server: PostgresServer, workers: Int = 2, timeoutSeconds: Double = 10
+        _ server: PostgresServer, workers: Int = 2, timeoutSeconds: Double = 30
     ) -> (inout ServerConfiguration) -> Void {
         let port = server.port
         return {
