@@ -141,6 +141,34 @@ import Transcoder
         #expect(unsigned.stderr.contains("sign URL --signing-keys $KEY --signing-salts $SALT"), "\(unsigned.stderr)")
     }
 
+    /// `sign -` signs each line of standard input as `sign URL` signs one, in order; one bad line refuses the list.
+    @Test func signCommandReadsALineList() async throws {
+        let binary = try OperationsTests.debugBinary()
+        let key = String(repeating: "7f", count: 20), salt = "00ff"
+        let sources = ["https://example.com/a.gif", "http://127.0.0.1:8080/b.gif?x=1&y=%20"]
+        let flags = "--option w:480 --extension webp --signing-keys \(key) --signing-salts \(salt)"
+        let run = try await runProcess(
+            "/bin/sh",
+            [
+                "-c",
+                "printf 'https://example.com/a.gif\\r\\n\\nhttp://127.0.0.1:8080/b.gif?x=1&y=%%20\\n' | \"$0\" sign - \(flags)",
+                binary,
+            ],
+            timeout: .seconds(30))
+        #expect(run.status == 0, "\(run.stderr)")
+        let signer = try #require(URLSigner(hexKeys: [key], hexSalts: [salt]))
+        let expected = sources.map {
+            signer.signedPath(SourcePath(sourceURL: $0, width: 480, format: .webp).path)
+        }
+        #expect(run.stdout == expected.joined(separator: "\n") + "\n")
+        let bad = try await runProcess(
+            "/bin/sh",
+            ["-c", "printf 'https://example.com/a.gif\\nftp://example.com/b.gif\\n' | \"$0\" sign - \(flags)", binary],
+            timeout: .seconds(30))
+        #expect(bad.status != 0 && bad.stdout.isEmpty, "\(bad.stdout)")
+        #expect(bad.stderr.contains("ftp://example.com/b.gif: only http and https"), "\(bad.stderr)")
+    }
+
     @Test func pathsRoundTrip() throws {
         let source = SourcePath(sourceURL: "https://example.com/a b.gif?x=1", background: .init(hex: "#00ff7f"))
         #expect(source.path.hasPrefix("/bg:00ff7f/"))

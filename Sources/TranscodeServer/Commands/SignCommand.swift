@@ -3,18 +3,19 @@ import Foundation
 import Transcoder
 
 /// `transcode-server sign URL [--option bg:000000] [--extension jpg]`: prints the signed `GET /v1/...` path
-/// of a GIF's URL, with the keys of the configuration the server reads.
+/// of a GIF's URL, with the keys of the configuration the server reads. `sign -` signs each line of standard input
+/// (a CMS's list, a client's test vectors), one path per line, in order.
 struct SignCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sign",
-        abstract: "Print the signed GET path (/v1/...) of a GIF's URL.",
+        abstract: "Print the signed GET path (/v1/...) of a GIF's URL (-: of each line of standard input).",
         discussion: """
             Signs with the first of signing.keys / signing.salts, read like the server reads them \
             (config/transcode-server.json or --config, TRANSCODE_SIGNING_KEYS, --signing-keys). Prints the path \
             alone; prefix your public base URL.
             """)
 
-    @Argument(help: "The GIF's URL.")
+    @Argument(help: "The GIF's URL, or - for one URL per line of standard input (one path per line out).")
     var url: String
 
     @Option(name: .customLong("option"), help: "An output option, name:value (bg:000000); repeatable.")
@@ -55,15 +56,29 @@ struct SignCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data(Self.noKeysMessage.utf8))
             throw ExitCode(78)
         }
-        let source: SourcePath
-        do {
-            _ = try Downloader.validate(self.url)
-            // Written as a path and read back: the options are checked exactly as the server checks them.
-            let written = (self.options + [URLSigner.base64URL(Array(self.url.utf8)) + "." + self.fileExtension])
-            source = try SourcePath.parse("/" + written.joined(separator: "/"))
-        } catch let error as ServiceError {
-            throw ValidationError(error.message)
+        // Every URL checked before any is printed: a list is signed whole or not at all.
+        var paths: [String] = []
+        let urls = self.url == "-" ? Self.standardInputLines() : [self.url]
+        for url in urls {
+            do {
+                _ = try Downloader.validate(url)
+                // Written as a path and read back: the options are checked exactly as the server checks them.
+                let written = (self.options + [URLSigner.base64URL(Array(url.utf8)) + "." + self.fileExtension])
+                paths.append(signer.signedPath(try SourcePath.parse("/" + written.joined(separator: "/")).path))
+            } catch let error as ServiceError {
+                throw ValidationError(self.url == "-" ? "\(url): \(error.message)" : error.message)
+            }
         }
-        print(signer.signedPath(source.path))
+        print(paths.joined(separator: "\n"))
+    }
+
+    /// The lines of standard input, without their line ends; blank lines skipped.
+    static func standardInputLines() -> [String] {
+        var lines: [String] = []
+        while let line = readLine(strippingNewline: true) {
+            let text = line.hasSuffix("\r") ? String(line.dropLast()) : line
+            if !text.isEmpty { lines.append(text) }
+        }
+        return lines
     }
 }
