@@ -20,7 +20,7 @@ run: build
 	.build/release/transcode-server serve --host $(HOST) --port $(PORT) --cache-directory $(CACHE_DIR)
 
 lint:
-	swift format lint --strict -r Sources Tests Package.swift
+	swift format lint --strict -r Sources Tests Package.swift Client/Sources Client/Tests Client/Package.swift
 
 # The system tier: suites tagged `.system` (headless Chromium, SeaweedFS, the built binary as a child process).
 # They run after the unit and integration tiers, in a `swift test` of their own, so that browsers timing a
@@ -38,6 +38,9 @@ test: test-deps lint
 	swift test --skip-build --skip '\.($(SYSTEM_SUITES))/'
 	swift test --skip-build --filter '\.($(SYSTEM_SUITES))/' --skip '\.($(HEAVY_SUITES))/'
 	swift test --skip-build --filter '\.($(HEAVY_SUITES))/'
+	# The client package (Client/, a package of its own: an app that adds it resolves swift-crypto alone); its tests
+	# start the server binary built above.
+	cd Client && swift build --build-tests && swift test --skip-build
 	# Fuzz smoke: each libFuzzer target under AddressSanitizer; a crash on the seeds fails the run.
 	scripts/fuzz-coverage gif-prescan 60
 	scripts/fuzz-coverage gif-path 60
