@@ -71,14 +71,10 @@ struct RewriteController<Context: RequestContext>: Sendable {
         let body = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
         let html = Array(body.readableBytesView)
         // Parsing is CPU work: on threads of its own, not the executor or the shared I/O pool; never of a
-        // document nested so deep that the parser's quadratic cost would hold a thread for minutes; and not
-        // waited for beyond its deadline.
+        // document whose shape would make the parser's cost quadratic (nested too deep, an element with too many
+        // attributes) and hold a thread for minutes; and not waited for beyond its deadline, counted from now.
         let scan = try await HTMLGIFScanner.parse(within: self.parseTimeoutSeconds, admittedBy: self.parses) {
-            if HTMLGIFScanner.nestsDeeper(html, than: HTMLGIFScanner.maxDepth) {
-                throw ServiceError(
-                    .tooDeep,
-                    "the document nests elements more than \(HTMLGIFScanner.maxDepth) deep (browsers stop at 512)")
-            }
+            if let refusal = HTMLGIFScanner.refusal(html) { throw refusal }
             return HTMLGIFScanner.scan(html)
         }
         guard scan.elements.count <= self.maxGIFs else {

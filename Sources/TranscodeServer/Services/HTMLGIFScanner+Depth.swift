@@ -8,9 +8,52 @@ extension HTMLGIFScanner {
     /// took 34 s; 1,024 deep, 3 ms); Chromium's own parser stops nesting at 512.
     static var maxDepth: Int { 1024 }
 
+    /// Most attributes one element may have. gumbo looks for a duplicate of each attribute among the element's
+    /// earlier ones: its cost grows with the square of the count (one `<div>` of 80,000 attributes, 560 KB, held a
+    /// parser thread for minutes), and the depth bound cannot see it (the document is one level deep). Real pages
+    /// stay far below (a framework's `data-` attributes: tens).
+    static var maxAttributes: Int { 500 }
+    /// Most tags (start and end) one document may have: a bound on the parser's linear work, well above what a
+    /// page of `rewrite.maxBodyBytes` holds (a 16 MB document of paragraphs and links: 1.6 million).
+    static var maxTags: Int { 2_000_000 }
+
+    /// What the linear pre-scan found, each count stopped just past its limit.
+    struct Shape: Equatable {
+        /// An upper bound of the parsed depth (`depthBound`).
+        var deepest = 0
+        /// The most attributes of one start tag.
+        var mostAttributes = 0
+        /// Start and end tags, outside comments and raw text.
+        var tags = 0
+    }
+
+    /// Why `html` must not reach gumbo, or nil: nesting deeper than `maxDepth` (`too-deep`), an element with more
+    /// than `maxAttributes` attributes or more than `maxTags` tags (`too-complex`). One linear scan.
+    static func refusal(_ html: [UInt8]) -> ServiceError? {
+        let shape = self.shape(
+            html, depthLimit: self.maxDepth, attributeLimit: self.maxAttributes, tagLimit: self.maxTags)
+        if shape.deepest > self.maxDepth {
+            return ServiceError(
+                .tooDeep, "the document nests elements more than \(self.maxDepth) deep (browsers stop at 512)")
+        }
+        if shape.mostAttributes > self.maxAttributes {
+            return ServiceError(
+                .tooComplex, "an element of the document has more than \(self.maxAttributes) attributes")
+        }
+        if shape.tags > self.maxTags {
+            return ServiceError(.tooComplex, "the document has more than \(self.maxTags) tags")
+        }
+        return nil
+    }
+
     /// Whether `html` may nest deeper than `limit` elements (`depthBound`).
     static func nestsDeeper(_ html: [UInt8], than limit: Int) -> Bool {
         self.depthBound(html, stoppingAbove: limit) > limit
+    }
+
+    /// The deepest nesting of `html` (`shape`), stopping as soon as it passes `limit`.
+    static func depthBound(_ html: [UInt8], stoppingAbove limit: Int) -> Int {
+        self.shape(html, depthLimit: limit, attributeLimit: .max, tagLimit: .max).deepest
     }
 
     /// The deepest nesting of `html` by one linear scan of its tags as the HTML tokenizer reads them (stopping as
@@ -23,8 +66,9 @@ extension HTMLGIFScanner {
     /// and the contents of `script`, `style`, `textarea`, `title`… (up to a real end tag of theirs, outside SVG
     /// and MathML) do not count; quotes count only around attribute values. An upper bound of the parser's
     /// depth, except for markup it would nest on its own (`html`, `body`, a table's implied rows, formatting
-    /// elements it reopens). Each element is pushed and popped once: linear in the document.
-    static func depthBound(_ html: [UInt8], stoppingAbove limit: Int) -> Int {
+    /// elements it reopens). Each element is pushed and popped once: linear in the document. The same pass counts
+    /// the attributes of each start tag and the tags; it stops once any count passes its limit.
+    static func shape(_ html: [UInt8], depthLimit limit: Int, attributeLimit: Int, tagLimit: Int) -> Shape {
         let lt = UInt8(ascii: "<"), gt = UInt8(ascii: ">"), slash = UInt8(ascii: "/"), bang = UInt8(ascii: "!")
         let dash = UInt8(ascii: "-"), question = UInt8(ascii: "?")
         let flat: Set<String> = [
@@ -78,6 +122,9 @@ extension HTMLGIFScanner {
             "a", "b", "big", "code", "em", "font", "i", "nobr", "s", "small", "strike", "strong", "tt", "u",
         ]
         var deepest = 0
+        var mostAttributes = 0
+        var tags = 0
+        var shape: Shape { Shape(deepest: deepest, mostAttributes: mostAttributes, tags: tags) }
         var index = 0
         let count = html.count
         func lower(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte | 0x20 : byte }
@@ -180,6 +227,9 @@ extension HTMLGIFScanner {
             var afterEquals = false
             var unquoted = false
             var selfClosing = false
+            // Attributes: a name starts at a character that is none of these after a space, a `/` or a value.
+            var inName = false
+            var attributes = 0
             while end < count, html[end] != gt {
                 let byte = html[end]
                 selfClosing = false
@@ -187,6 +237,7 @@ extension HTMLGIFScanner {
                     if isSpace(byte) { unquoted = false }
                 } else if byte == UInt8(ascii: "=") {
                     afterEquals = true
+                    inName = false
                 } else if afterEquals, byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "'") {
                     afterEquals = false
                     end = html[(end + 1)...].firstIndex(of: byte) ?? count
@@ -196,12 +247,22 @@ extension HTMLGIFScanner {
                     unquoted = true
                 } else if byte == slash {
                     selfClosing = true
+                    inName = false
                 } else if !isSpace(byte) {
                     afterEquals = false
+                    if !inName {
+                        inName = true
+                        attributes += 1
+                    }
+                } else {
+                    inName = false
                 }
                 end += 1
             }
             index = end + 1
+            tags += 1
+            mostAttributes = max(mostAttributes, closing ? 0 : attributes)
+            if mostAttributes > attributeLimit || tags > tagLimit { return shape }
             var inForeign = foreignContent.last ?? false
             if inForeign, !closing, breakout.contains(name) {
                 // Out of SVG or MathML: their elements close, and the tag is read as HTML.
@@ -231,7 +292,7 @@ extension HTMLGIFScanner {
                 // are, in a frameset none is (the others are ignored there, and what follows is markup).
                 if positions["frameset"]?.isEmpty == false { continue }
                 if positions["select"]?.isEmpty == false, name != "script", name != "textarea" { continue }
-                if name == "plaintext" { return deepest }  // the rest is text
+                if name == "plaintext" { return shape }  // the rest is text
                 // To its real end tag: `</title` followed by a space, `/` or `>` (`</titlex>` is text). Without one,
                 // what follows is counted as markup (more than the parser nests, never less).
                 let needle = Array("</\(name)".utf8)
@@ -259,10 +320,10 @@ extension HTMLGIFScanner {
                     }
                 }
                 push(name, foreignInside: inForeign ? !integrationPoints.contains(name) : foreign.contains(name))
-                if stack.count > limit { return deepest }
+                if stack.count > limit { return shape }
             }
         }
-        return deepest
+        return shape
     }
 
     /// The depth of the elements of the tree gumbo builds for `html` (`html` is 1, the implied `body` 2): what

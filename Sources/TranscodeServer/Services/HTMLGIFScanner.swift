@@ -2,6 +2,7 @@ import CGumbo
 import Foundation
 import NIOCore
 import NIOPosix
+import Synchronization
 
 /// A GIF a document shows: an `<img>` whose source is a GIF, or a `<picture>` with a GIF among its sources.
 struct GIFElement: Sendable, Equatable {
@@ -82,10 +83,11 @@ enum HTMLGIFScanner {
         CountingLimit(limit: limit > 0 ? limit : max(16, 8 * Self.parsingThreads))
     }
 
-    /// Runs `work` on `parsing` and answers with its result, or with 422 `too-complex` once it has run for
-    /// `seconds` (counted from when a thread takes it: a document waiting behind others is not charged for
-    /// them). The thread goes on until the parse ends (which the depth bound keeps finite); the request does
-    /// not wait for it.
+    /// Runs `work` on `parsing` and answers with its result, or once `seconds` have passed since the call (the
+    /// request's arrival, give or take its body): 422 `too-complex` when its parse had begun, 503 `overloaded` when
+    /// it was still waiting for a thread behind other documents (it is then never parsed). A small document behind
+    /// slow ones is answered within the deadline either way. A parse that began goes on until it ends (the
+    /// pre-scan's bounds on depth, attributes and tags keep that short); the request does not wait for it.
     static func parse<Result: Sendable>(
         within seconds: Double, admittedBy admission: CountingLimit, _ work: @escaping @Sendable () throws -> Result
     ) async throws -> Result {
@@ -95,19 +97,41 @@ enum HTMLGIFScanner {
         let loop = MultiThreadedEventLoopGroup.singleton.any()
         // Whichever comes first answers, the parse or its deadline; the other finds it done.
         let answer = ResumeOnce<Swift.Result<Result, any Error>>()
+        // Whether a thread took the document (`started`) or its deadline passed first (`expired`): one or the other.
+        let state = Mutex<(started: Bool, expired: Bool)>((false, false))
         return try await withCheckedContinuation { continuation in
             answer.set(continuation)
-            let tooComplex = ServiceError(
-                .tooComplex, "the document took more than \(seconds) s to parse (rewrite.parseTimeoutSeconds)")
-            Self.parsing.runIfActive(eventLoop: loop) {
-                let deadline = loop.scheduleTask(in: .nanoseconds(Int64(seconds * 1_000_000_000))) {
-                    answer.resume(returning: .failure(tooComplex))
+            let deadline = loop.scheduleTask(in: .nanoseconds(Int64(seconds * 1_000_000_000))) {
+                let started = state.withLock { state in
+                    if !state.started { state.expired = true }
+                    return state.started
                 }
-                defer { deadline.cancel() }
+                answer.resume(
+                    returning: .failure(
+                        started
+                            ? ServiceError(
+                                .tooComplex,
+                                "the document took more than \(seconds) s to parse (rewrite.parseTimeoutSeconds)")
+                            : ServiceError.overloaded(
+                                "no parser was free within \(seconds) s (rewrite.parseTimeoutSeconds); try again shortly"
+                            )
+                    ))
+            }
+            Self.parsing.runIfActive(eventLoop: loop) { () throws -> Result? in
+                let begin = state.withLock { state in
+                    if !state.expired { state.started = true }
+                    return !state.expired
+                }
+                guard begin else { return nil }
                 return try work()
             }.whenComplete { result in
+                deadline.cancel()
                 admission.give()
-                answer.resume(returning: result)
+                switch result {
+                case .success(let value?): answer.resume(returning: .success(value))
+                case .success(nil): break  // answered 503 by its deadline, never parsed
+                case .failure(let error): answer.resume(returning: .failure(error))
+                }
             }
         }.get()
     }
