@@ -477,6 +477,37 @@ import Transcoder
         }
     }
 
+    /// A takedown by URL that follows a purge of the same URL buries the bytes it was fetched as: the purge once
+    /// removed the URL's whole index, and the same bytes then answered 200 by upload, from another URL, and by a
+    /// signed GET of another URL (issue 56).
+    @Test func urlTakedownAfterAPurgeOfTheURL() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
+            #expect(try await harness.request(.GET, Self.signed(url)).status == 200)
+            let encoded = url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let purge = try await harness.request(.DELETE, "/v1/sources?url=\(encoded)", headers: self.auth)
+            #expect(purge.status == 200, "\(purge.text)")
+            let takedown = try await harness.request(
+                .DELETE, "/v1/sources?url=\(encoded)&takedown=true", headers: self.auth)
+            #expect(takedown.status == 200, "\(takedown.text)")
+            let digest = ObjectKey.derive(source: try corpusBytes("cartoon_hotdog.gif"), options: TranscodeOptions())
+                .source
+            #expect((try takedown.json()["tombstones"] as? [String] ?? []).contains("gif-\(digest)"))
+            let other = harness.originURL("/copy/cartoon_hotdog.gif")
+            var answers: [String: Int] = [:]
+            answers["upload"] = try await harness.upload(try corpusBytes("cartoon_hotdog.gif"), headers: self.auth)
+                .status
+            answers["POST other URL"] = try await harness.transcode(url: other, headers: self.auth).status
+            answers["the URL itself"] = try await harness.request(.GET, Self.signed(url)).status
+            for file in ["mp4", "jpg", "json", "webp"] {
+                answers["signed other URL .\(file)"] = try await harness.request(
+                    .GET, Self.signed(other, file)
+                ).status
+            }
+            #expect(answers.values.allSatisfy { $0 == 451 }, "\(answers)")
+        }
+    }
+
     /// A takedown by object key after the object is gone still buries the bytes it was made from (the ledger of
     /// sources): the same GIF uploaded again, with other options too, answers 451.
     @Test func objectTakedownAfterTheObjectIsGone() async throws {

@@ -108,7 +108,8 @@ final class DiskCache: Sendable {
 
     /// Deletes every link of the URL (whatever the options) and the objects they point to; other URLs
     /// that led to the same objects find them gone and convert again. With a takedown `reason`, also buries
-    /// the URL, the objects and their GIFs' SHA-256.
+    /// the URL, the objects and their GIFs' SHA-256: also those of an earlier purge of the URL, whose index keeps
+    /// what the URL led to and was fetched as.
     func purge(url: NormalizedURL, takedown reason: String? = nil) throws -> PurgeReport {
         var report = PurgeReport()
         let indexed = self.links.indexed(url: url)
@@ -131,7 +132,7 @@ final class DiskCache: Sendable {
             }
             for hash in removed.gifHashes where !report.gifHashes.contains(hash) { report.gifHashes.append(hash) }
         }
-        self.links.removeIndex(url: url)
+        self.links.removeLinks(fromIndexOf: url)
         if let reason {
             // Every object the URL led to, stored now or not (an evicted one could be converted again).
             let tombstones: [Tombstone] =

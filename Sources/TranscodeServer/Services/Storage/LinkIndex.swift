@@ -199,8 +199,13 @@ final class LinkIndex: Sendable {
         return (links, objects, gifHashes)
     }
 
-    /// Removes the index of `url` (after its links were removed).
-    func removeIndex(url: NormalizedURL) {
-        try? FileManager.default.removeItem(atPath: self.sourceIndexDirectory(SourceHash(url)))
+    /// Removes the links from the index of `url` (after the links themselves were removed). The records of the
+    /// objects it led to and of the bytes it was fetched as stay: a takedown of the URL after a purge still buries
+    /// those bytes (uploaded, or found at another URL), where removing the whole index once lost them.
+    func removeLinks(fromIndexOf url: NormalizedURL) {
+        let index = self.sourceIndexDirectory(SourceHash(url))
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: index)) ?? [] where URLKey(name) != nil {
+            unlink("\(index)/\(name)")
+        }
     }
 }
