@@ -77,8 +77,8 @@ import Transcoder
         }
     }
 
-    /// A rendition by box (`w:`, `h:`): fits inside, aspect kept, even sizes, never upscaled; a box no smaller than
-    /// the configured one is the plain result (the same key, converted once).
+    /// A rendition by box (`w:`, `h:`): fits inside, aspect kept, even sizes, never upscaled; a box the GIF fits in,
+    /// or no smaller than the configured one, is the plain result (the same key, converted once).
     @Test func renditionsByBox() async throws {
         try await withSigningHarness { harness in
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")  // 200 x 150
@@ -97,14 +97,22 @@ import Transcoder
             #expect(size(try await metadata(100, nil)) == [100, 76])  // 75, to even
             #expect(size(try await metadata(nil, 60)) == [80, 60])
             #expect(size(try await metadata(161, 1000)) == [160, 120])  // an odd box: even inside it
-            // Larger than the GIF: never upscaled, a result of its own (another box), the same pictures.
-            #expect(size(try await metadata(400, nil)) == [200, 150])
-            #expect(harness.services.transcodes.counters.transcodes == 5)
+            #expect(harness.services.transcodes.counters.transcodes == 4)
+            #expect(harness.origin.count("/corpus/cartoon_hotdog.gif") == 4)
+            // At or above the GIF's size: never upscaled, so the plain object itself, with no download and no
+            // conversion while the plain URL is fresh (each such box was once a download, a conversion and a copy).
+            for (width, height) in [(400, nil), (600, nil), (601, 602), (200, 150)] as [(Int?, Int?)] {
+                let same = try await metadata(width, height)
+                #expect(same["mp4Sha256"] as? String == plain["mp4Sha256"] as? String, "\(width ?? 0)")
+            }
             // Larger than the configured box (1920 x 1080): the plain result itself.
             let huge = try await metadata(5000, 5000)
             #expect(huge["mp4Sha256"] as? String == plain["mp4Sha256"] as? String)
+            #expect(harness.services.transcodes.counters.transcodes == 4)
+            #expect(harness.origin.count("/corpus/cartoon_hotdog.gif") == 4)
+            // A box odd by one pixel is not held (the video pads 199 to 200): its own rendition.
+            #expect(size(try await metadata(199, nil)) != [200, 150])
             #expect(harness.services.transcodes.counters.transcodes == 5)
-            #expect(harness.origin.count("/corpus/cartoon_hotdog.gif") == 5)
         }
     }
 
@@ -474,6 +482,28 @@ import Transcoder
             #expect(
                 try await harness.request(.GET, Self.signed(harness.originURL("/copy/cartoon_hotdog.gif"))).status
                     == 451)
+        }
+    }
+
+    /// A box the GIF fits in, asked first of a URL never seen: one download and the plain object's key, so the
+    /// plain URL and every such box afterwards convert nothing more (issue 56: `w:600`, `w:601` and `w:602` of a
+    /// 366-px GIF were three downloads, three conversions and three copies of the same bytes).
+    @Test func aBoxTheGIFFitsInIsThePlainObject() async throws {
+        try await withSigningHarness { harness in
+            let url = harness.originURL("/corpus/cartoon_dancing_banana.gif")  // 365 x 360
+            var keys: Set<String> = []
+            for width in [600, 601, 602] {
+                let path = Self.signer.signedPath(SourcePath(sourceURL: url, width: width).path)
+                let reply = try await harness.request(.GET, path)
+                #expect(reply.status == 200)
+                keys.insert(String(try #require(reply.headers.first(name: "ETag")).dropFirst().prefix(64)))
+            }
+            let plain = try await harness.request(.GET, Self.signed(url))
+            keys.insert(String(try #require(plain.headers.first(name: "ETag")).dropFirst().prefix(64)))
+            #expect(keys.count == 1, "\(keys)")
+            #expect(harness.services.transcodes.counters.transcodes == 1)
+            // The first box downloaded it; the others and the plain URL found the plain object.
+            #expect(harness.origin.count("/corpus/cartoon_dancing_banana.gif") == 1)
         }
     }
 

@@ -120,7 +120,8 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .dimensionsTooLarge: "the canvas or a frame is larger than `limits.maxWidth` x `limits.maxHeight`"
         case .tooManyPixels: "decoding would produce more than `limits.maxTotalPixels` pixels"
         case .tooDeep: "a rewrite's HTML nests deeper than the parser allows"
-        case .tooComplex: "a rewrite's HTML took longer than `rewrite.parseTimeoutSeconds` to parse"
+        case .tooComplex:
+            "a rewrite's HTML took longer than `rewrite.parseTimeoutSeconds` to parse, or has an element with more than 500 attributes or more than 2,000,000 tags"
         case .tooManyGIFs: "a rewrite's HTML has more GIFs than `rewrite.maxGifs`"
         case .queueFull: "every transcode worker is busy and the queue is full"
         case .takenDown: "the URL, object or GIF was taken down"

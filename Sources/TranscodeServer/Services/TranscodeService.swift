@@ -110,7 +110,9 @@ final class TranscodeService: Sendable {
             logger: logger)
         let work = TranscodeWork(
             results: self.results, downloader: downloader, pool: pool, resolver: self.resolver,
-            contentLocks: contentLocks, metrics: metrics, logger: logger)
+            contentLocks: contentLocks,
+            defaultBox: (defaultOptions.maxOutputWidth, defaultOptions.maxOutputHeight), metrics: metrics,
+            logger: logger)
         self.jobs = makeJobs(InProcessJobs(pool: pool, performer: work, metrics: metrics))
     }
 

@@ -18,10 +18,15 @@ struct TranscodeWork: JobPerformer {
     let contentLocks: (any ContentLocks)?
     private let contents = SingleFlight<String, TranscodeMetadata>()
 
+    /// The configured box (`transcode.maxOutputWidth` x `maxOutputHeight`): the box of a URL without `w:` or `h:`.
+    let defaultBox: (width: Int, height: Int)
+
     init(
         results: ReadThroughResults, downloader: Downloader, pool: TranscodePool, resolver: SourceResolver,
-        contentLocks: (any ContentLocks)? = nil, metrics: ServiceMetrics, logger: Logger
+        contentLocks: (any ContentLocks)? = nil, defaultBox: (width: Int, height: Int) = (1920, 1080),
+        metrics: ServiceMetrics, logger: Logger
     ) {
+        self.defaultBox = defaultBox
         self.contentLocks = contentLocks
         self.results = results
         self.downloader = downloader
@@ -64,6 +69,19 @@ struct TranscodeWork: JobPerformer {
             case .miss: break
             }
         }
+        // A box at or above the GIF's size changes nothing: when the plain URL's object is fresh and fits it, that
+        // object is this URL's, with no download and no conversion (a leaked key once made thousands of copies).
+        if stale == nil, let plain = self.plainOptions(options) {
+            let plainKeys = SourceKeys(url: url, options: plain)
+            if case .fresh(let outcome) = try await self.resolver.resolve(url, keys: plainKeys),
+                Self.box(of: options, holds: outcome.metadata.sourceWidth, outcome.metadata.sourceHeight)
+            {
+                if let record = self.cache.links.sourceRecord(urlKey: plainKeys.urlKey) {
+                    try await self.results.link(urlKey: urlKey, to: outcome.key, source: record)
+                }
+                return outcome.withoutFiles
+            }
+        }
         let record = stale == nil ? nil : self.cache.links.sourceRecord(urlKey: urlKey)
         let fetched: Fetched
         do {
@@ -84,18 +102,26 @@ struct TranscodeWork: JobPerformer {
         self.metrics.downloaded(bytes: file.byteCount)
         // Reading and hashing up to 50 MB is blocking work: off the async executor, on the shared I/O
         // pool (not the transcode pool, where it would queue behind running transcodes).
-        let (gif, content) = try await NIOThreadPool.singleton.runIfActive {
+        let plain = self.plainOptions(options)
+        let (gif, content, effective) = try await NIOThreadPool.singleton.runIfActive {
             guard let data = FileManager.default.contents(atPath: file.path) else {
                 throw ServiceError.internal("the downloaded file vanished")
             }
             let gif = [UInt8](data)
-            return (gif, ObjectKey.derive(source: gif, options: options))
+            // The same for a box the GIF fits in: the plain object's options, key and files.
+            var effective = options
+            if let plain, let canvas = MemoryPrediction.canvasSize(of: gif),
+                Self.box(of: options, holds: canvas.width, canvas.height)
+            {
+                effective = plain
+            }
+            return (gif, ObjectKey.derive(source: gif, options: effective), effective)
         }
         if try await self.takedowns.isBuried([.gif(content.source), .object(content.key)]) {
             throw ServiceError.takenDown("this GIF was taken down")
         }
         let outcome = try await self.store(
-            gif, key: content.key, options: options, requestKey: urlKey.rawValue, priority: priority)
+            gif, key: content.key, options: effective, requestKey: urlKey.rawValue, priority: priority)
         if stale != nil { self.metrics.revalidated(outcome.key == stale?.key ? .sameBytes : .changed) }
         // A takedown of the URL that arrived while this job downloaded and converted: what it made goes
         // too, and is refused from now on.
@@ -108,7 +134,29 @@ struct TranscodeWork: JobPerformer {
             url: keys.normalized.text, etag: file.etag, lastModified: file.lastModified,
             validatedAt: Date().timeIntervalSince1970, sourceSha256: content.source.rawValue)
         try await self.results.link(urlKey: urlKey, to: outcome.key, source: source)
+        if let plain, effective.maxOutputWidth == plain.maxOutputWidth,
+            effective.maxOutputHeight == plain.maxOutputHeight
+        {
+            // The plain URL is this object too: the next box of the URL finds it without downloading.
+            try await self.results.link(
+                urlKey: SourceKeys(url: url, options: plain).urlKey, to: outcome.key, source: source)
+        }
         return outcome
+    }
+
+    /// `options` with the configured box instead of its own (`w:`, `h:`); nil when it has the configured box.
+    private func plainOptions(_ options: TranscodeOptions) -> TranscodeOptions? {
+        guard options.maxOutputWidth != self.defaultBox.width || options.maxOutputHeight != self.defaultBox.height
+        else { return nil }
+        var plain = options
+        (plain.maxOutputWidth, plain.maxOutputHeight) = self.defaultBox
+        return plain
+    }
+
+    /// Whether `options`' box holds a `width` x `height` GIF unscaled, padding to even sizes included: its video is
+    /// then the plain one (a box is never larger than the configured one, which then holds it too).
+    static func box(of options: TranscodeOptions, holds width: Int, _ height: Int) -> Bool {
+        options.maxOutputWidth >= width + width % 2 && options.maxOutputHeight >= height + height % 2
     }
 
     /// Converts `gif` into its content-addressed object, once per content key however many requests
