@@ -19,6 +19,10 @@ public struct TranscodeClient: Sendable {
     public var maxRetries = 3
     /// The longest wait between two tries, whatever `Retry-After` says, in seconds.
     public var maxRetryDelay = 30.0
+    /// How long one request may take, in seconds. A signed GET of a GIF not yet converted waits for its conversion
+    /// (an AVIF's can take minutes): URLSession's default of 60 s cut such manifests short (seen in the chooser's
+    /// test over the corpus).
+    public var requestTimeout = 600.0
     let session: URLSession
 
     public init(baseURL: URL, token: String? = nil, signer: TranscodeURLSigner? = nil, session: URLSession = .shared) {
@@ -266,6 +270,7 @@ public struct TranscodeClient: Sendable {
     /// - Throws: `.service` for an error answer (after the retries), or what URLSession threw.
     func send(_ request: URLRequest, purpose: String) async throws -> (Data, HTTPURLResponse) {
         var request = request
+        request.timeoutInterval = self.requestTimeout
         if request.value(forHTTPHeaderField: "X-Request-Id") == nil {
             request.setValue(purpose + "-" + UUID().uuidString.lowercased(), forHTTPHeaderField: "X-Request-Id")
         }

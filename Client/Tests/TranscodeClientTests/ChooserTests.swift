@@ -71,6 +71,84 @@ import Testing
         }
     }
 
+    /// Every corpus GIF of up to 30 KB (99 of the 143; the larger ones' AVIFs would add minutes to the suite): the
+    /// chooser's pick for each profile is the smallest the table allows, or the GIF itself when the service refuses
+    /// the file (a corrupt or hostile GIF: an app keeps its `<img>`, and a profile without the GIF shows nothing).
+    @Test func picksForEveryCorpusGIFOfUpTo30KB() async throws {
+        try Paths.requireCorpus()
+        let manifest = try String(
+            contentsOf: Paths.corpus.appendingPathComponent("MANIFEST.tsv"), encoding: .utf8)
+        let gifs = manifest.split(separator: "\n").dropFirst().compactMap { line -> String? in
+            let fields = line.split(separator: "\t", omittingEmptySubsequences: false)
+            guard fields.count > 1, fields[0].hasSuffix(".gif"), let bytes = Int(fields[1]), bytes <= 30_000 else {
+                return nil
+            }
+            return String(fields[0])
+        }
+        #expect(gifs.count >= 90)
+        var files: [String: String] = [:]
+        for gif in gifs { files[gif] = gif }
+        try await Service.with(files: files) { service in
+            let client = service.client
+            let outcomes = try await withThrowingTaskGroup(of: (String, Manifest?, Manifest?, String?).self) { group in
+                var next = 0
+                func add() {
+                    guard next < gifs.count else { return }
+                    let gif = gifs[next]
+                    next += 1
+                    group.addTask {
+                        let url = service.origin(gif)
+                        do {
+                            let object = try await client.manifest(
+                                of: url, options: RenditionOptions(also: [.webp, .avif]))
+                            let preview = try await client.manifest(of: url, options: RenditionOptions(preview: 1))
+                            return (gif, object, preview, nil)
+                        } catch let error as TranscodeClientError {
+                            return (gif, nil, nil, error.code?.rawValue ?? "\(error)")
+                        }
+                    }
+                }
+                for _ in 0..<4 { add() }
+                var outcomes: [(String, Manifest?, Manifest?, String?)] = []
+                while let outcome = try await group.next() {
+                    outcomes.append(outcome)
+                    add()
+                }
+                return outcomes
+            }
+            var checked = 0
+            var refused: [String: String] = [:]
+            for (gif, object, preview, failure) in outcomes {
+                guard let object, let preview else {
+                    // Refused: the GIF's own fault, never the service's (a 5xx would be a failure here).
+                    let code = ServiceErrorCode(rawValue: failure ?? "")
+                    #expect(code?.isTheSource == true || code == .badRequest, "\(gif): \(failure ?? "")")
+                    refused[gif] = failure
+                    continue
+                }
+                for profile in PlaybackProfile.all {
+                    var sizes: [Int] = []
+                    for name in Self.table[profile.name] ?? [] {
+                        switch name {
+                        case "gif": sizes.append(object.sourceBytes)
+                        case "preview": sizes.append(preview.mp4Bytes)
+                        default:
+                            if let entry = object.artifacts?.first(where: { $0.role == name }) {
+                                sizes.append(entry.bytes)
+                            }
+                        }
+                    }
+                    let pick = RenditionChooser.choose(for: profile, manifest: object, preview: preview)
+                    #expect(
+                        pick?.bytes == sizes.min(), "\(gif) \(profile.name): \(String(describing: pick)) of \(sizes)")
+                    checked += 1
+                }
+            }
+            #expect(checked + refused.count * PlaybackProfile.all.count == gifs.count * PlaybackProfile.all.count)
+            #expect(checked > 200, "\(checked) picks; refused: \(refused)")
+        }
+    }
+
     @Test func aProfileWithoutWhatTheObjectHasPicksNothing() throws {
         let manifest = try JSONDecoder().decode(
             Manifest.self,
