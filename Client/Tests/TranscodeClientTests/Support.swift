@@ -19,10 +19,10 @@ enum Paths {
     static let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
 
     /// The server's debug binary, which `make test` builds first (`swift build --build-tests` at the root), or
-    /// `TRANSCODE_SERVER_BINARY`.
+    /// `GIF2MP4_SERVER_BINARY` (not `TRANSCODE_…`: the server it starts would read that as a setting, and refuse it).
     static func serverBinary() throws -> String {
         let path =
-            ProcessInfo.processInfo.environment["TRANSCODE_SERVER_BINARY"]
+            ProcessInfo.processInfo.environment["GIF2MP4_SERVER_BINARY"]
             ?? repository.appendingPathComponent(".build/debug/transcode-server").path
         try #require(
             FileManager.default.isExecutableFile(atPath: path),
