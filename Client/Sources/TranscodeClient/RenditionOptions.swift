@@ -66,6 +66,8 @@ public struct RenditionOptions: Sendable, Hashable {
     ///   or a value out of range.
     public init(parsing segments: [String]) throws {
         var values: [String: String] = [:]
+        // Each option as the segment spelled it (`width` or `w`): the server's messages name it so.
+        var spelling: [String: String] = [:]
         for segment in segments {
             guard let colon = segment.firstIndex(of: ":") else {
                 throw TranscodeClientError.badRequest("an option is name:value, got \(segment)")
@@ -81,6 +83,7 @@ public struct RenditionOptions: Sendable, Hashable {
                 throw TranscodeClientError.badRequest("option \(option) is given twice")
             }
             values[option] = value
+            spelling[option] = name
         }
         var also: [MediaFile] = []
         if let text = values["also"] {
@@ -93,27 +96,23 @@ public struct RenditionOptions: Sendable, Hashable {
             }
             also = files
         }
-        func number(_ option: String, unit: String, range: ClosedRange<Int>, name: String) throws -> Int? {
+        func number(_ option: String, unit: String, range: ClosedRange<Int>) throws -> Int? {
             guard let text = values[option] else { return nil }
             guard let value = Self.number(text), range.contains(value) else {
                 throw TranscodeClientError.badRequest(
-                    "\(name) must be a number of \(unit), \(range.lowerBound)-\(range.upperBound), got \(text)")
+                    "\(spelling[option] ?? option) must be a number of \(unit), \(range.lowerBound)-\(range.upperBound), got \(text)"
+                )
             }
             return value
         }
-        let spelled = { (option: String) in
-            segments.first { Self.optionNames[String($0.prefix { $0 != ":" })] == option }.map {
-                String($0.prefix { $0 != ":" })
-            } ?? option
-        }
         if let text = values["bg"], Self.color(text) == nil {
-            throw TranscodeClientError.badRequest("\(spelled("bg")) must be RRGGBB, got \(text)")
+            throw TranscodeClientError.badRequest("\(spelling["bg"] ?? "bg") must be RRGGBB, got \(text)")
         }
         try self.init(
             background: values["bg"],
-            width: number("w", unit: "pixels", range: Self.boxRange, name: spelled("w")),
-            height: number("h", unit: "pixels", range: Self.boxRange, name: spelled("h")),
-            preview: number("preview", unit: "seconds", range: Self.previewRange, name: "preview"),
+            width: number("w", unit: "pixels", range: Self.boxRange),
+            height: number("h", unit: "pixels", range: Self.boxRange),
+            preview: number("preview", unit: "seconds", range: Self.previewRange),
             also: also)
     }
 
