@@ -234,6 +234,49 @@ import Testing
         }
     }
 
+    /// Batches cost the server no memory for their URLs: 4 batches of 10,000 URLs of 2,000 characters (80 MB of URLs)
+    /// leave the serving binary's resident memory within 20 MiB of what it was before them (issue 56: it held every
+    /// URL of every batch for the batch's whole retention, +86 MiB here and as much after a restart).
+    @Test func batchesKeepTheirURLsOnDisk() async throws {
+        func residentMiB(_ process: ChildProcess) throws -> Double {
+            let status = try String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8)
+            let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") })
+            return try #require(Double(line.split(separator: " ")[1])) / 1024
+        }
+        try await OperationsTests.withServingBinary { process, client, _, directory in
+            func submit(_ urls: [String]) async throws -> String {
+                let body = try JSONSerialization.data(withJSONObject: ["urls": urls, "output": "mp4"])
+                let (status, reply) = try await client.post(
+                    "/v1/batches", contentType: "application/json", body: Array(body))
+                #expect(status == 202, "\(String(decoding: reply, as: UTF8.self))")
+                let object = try #require(try JSONSerialization.jsonObject(with: Data(reply)) as? [String: Any])
+                return try #require(object["id"] as? String)
+            }
+            // Each URL is refused at once when its item runs (loopback is not a destination by default): no item
+            // downloads or converts anything that would weigh on the reading.
+            let pad = String(repeating: "p", count: 1960)
+            _ = try await submit(["http://127.0.0.1:9/warm-up.gif"])
+            try await Task.sleep(for: .seconds(1))
+            let atRest = try residentMiB(process)
+            var ids: [String] = []
+            for batch in 0..<4 {
+                ids.append(try await submit((0..<10_000).map { "http://127.0.0.1:9/\(batch)/\($0)/\(pad).gif" }))
+            }
+            try await Task.sleep(for: .seconds(2))
+            let after = try residentMiB(process)
+            #expect(after - atRest <= 20, "resident memory \(atRest) MiB before the batches, \(after) MiB after")
+            // Each URL is still there to run, read from disk: the first items of the last batch ran and failed on
+            // their own URL.
+            let (_, page) = try await client.fetch("/v1/batches/\(ids[0])/results?limit=1")
+            let line = try #require(
+                try JSONSerialization.jsonObject(with: Data(page.split(separator: UInt8(ascii: "\n")).first ?? []))
+                    as? [String: Any])
+            #expect(line["url"] as? String == "http://127.0.0.1:9/0/\(line["index"] as? Int ?? -1)/\(pad).gif")
+            #expect((line["error"] as? [String: Any])?["code"] as? String == "destination-not-allowed", "\(line)")
+            try OperationsTests.requireRunning(process, directory)
+        }
+    }
+
     /// Submits the batch and stops the service once some (not all) of it is done.
     static func first(cache: String, urls: [String]) async throws -> String {
         let result = ResultBox()

@@ -32,6 +32,34 @@ struct BatchController<Context: RequestContext>: Sendable {
         let background: String?
         let callbackURL: String?
         let output: String?
+
+        static var fields: [String] { ["urls", "background", "callbackURL", "output"] }
+
+        private struct AnyKey: CodingKey {
+            let stringValue: String
+            init(stringValue: String) { self.stringValue = stringValue }
+            var intValue: Int? { nil }
+            init?(intValue: Int) { nil }
+        }
+
+        private enum CodingKeys: String, CodingKey {
+            case urls, background, callbackURL, output
+        }
+
+        /// Refuses a field it does not know, in the same pass (the body is read once: a batch of 10,000 URLs is
+        /// megabytes of strings).
+        init(from decoder: any Decoder) throws {
+            let names = try decoder.container(keyedBy: AnyKey.self).allKeys.map(\.stringValue)
+            if let unknown = names.sorted().first(where: { !Self.fields.contains($0) }) {
+                throw ServiceError.badRequest(
+                    "unknown field \"\(unknown)\"; the fields are \(Self.fields.joined(separator: ", "))")
+            }
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            self.urls = try container.decode([String].self, forKey: .urls)
+            self.background = try container.decodeIfPresent(String.self, forKey: .background)
+            self.callbackURL = try container.decodeIfPresent(String.self, forKey: .callbackURL)
+            self.output = try container.decodeIfPresent(String.self, forKey: .output)
+        }
     }
 
     @Sendable func create(_ request: Request, context: Context) async throws -> Response {
@@ -40,16 +68,27 @@ struct BatchController<Context: RequestContext>: Sendable {
                 .unsupportedMediaType,
                 #"send JSON (application/json): {"urls": ["https://..."], "callbackURL": "https://..."}"#)
         }
+        let (id, bodyBytes) = try await self.submit(request)
+        #if canImport(Glibc)
+            // The body's URLs were read into memory and are on disk now: what they took goes back to the kernel, so
+            // that batches cost no resident memory for their URLs (without this, 4 batches of 10,000 URLs of 2,000
+            // characters left the process 86 MiB larger).
+            if bodyBytes >= 256 << 10 { EncoderHeap.releaseFreedMemory() }
+        #endif
+        guard let status = try await self.batches.status(id) else { throw ServiceError.internal("the batch vanished") }
+        var response = try TranscodeController<Context>.json(status, status: .accepted)
+        response.headers[.location] = self.links.absolute("/v1/batches/\(id)")
+        return response
+    }
+
+    /// Reads, checks and records a new batch. - Returns: its id and the body's size.
+    private func submit(_ request: Request) async throws -> (id: String, bodyBytes: Int) {
         let buffer = try await TranscodeController<Context>.collect(request, upTo: self.maxBodyBytes)
-        let fields = (try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView))) as? [String: Any]
-        let known = ["urls", "background", "callbackURL", "output"]
-        if let unknown = fields?.keys.sorted().first(where: { !known.contains($0) }) {
-            throw ServiceError.badRequest(
-                "unknown field \"\(unknown)\"; the fields are \(known.joined(separator: ", "))")
-        }
         let body: Body
         do {
             body = try JSONDecoder().decode(Body.self, from: buffer)
+        } catch let error as ServiceError {
+            throw error
         } catch {
             throw ServiceError.badRequest(#"expected JSON {"urls": ["https://..."]}"#)
         }
@@ -67,10 +106,7 @@ struct BatchController<Context: RequestContext>: Sendable {
         let id = try await self.batches.submit(
             BatchRequest(
                 urls: body.urls, background: body.background, callbackURL: body.callbackURL, output: body.output))
-        guard let status = try await self.batches.status(id) else { throw ServiceError.internal("the batch vanished") }
-        var response = try TranscodeController<Context>.json(status, status: .accepted)
-        response.headers[.location] = self.links.absolute("/v1/batches/\(id)")
-        return response
+        return (id, buffer.readableBytes)
     }
 
     @Sendable func status(_ request: Request, context: Context) async throws -> Response {

@@ -4,7 +4,8 @@ import ServiceLifecycle
 import Synchronization
 import Transcoder
 
-/// What a batch was asked to do: `POST /v1/batches`' body, kept as `batches/<id>/request.json`.
+/// What a batch was asked to do: `POST /v1/batches`' body, kept in a `BatchFolder` (`BatchRunner`) or the database
+/// (`PostgresBatches`).
 struct BatchRequest: Codable, Sendable {
     var urls: [String]
     var background: String?
@@ -117,14 +118,15 @@ enum BatchID {
 /// Backfill batches on this node: many URLs converted through the same queue as interactive requests, without starving
 /// them, and surviving a restart.
 ///
-/// A batch lives in `<cache>/batches/<id>/`: `request.json` (its URLs and options, written once) and
+/// A batch lives in `<cache>/batches/<id>/` (`BatchFolder`): its URLs, its options (written once) and
 /// `results.ndjson` (one line per finished URL, appended). At startup every batch is read back and its URLs
 /// without a result line are queued again; a line cut short by a crash is ignored (that URL runs again, and
 /// its result comes from the cache).
 ///
 /// A complete batch is kept `retentionSeconds` after it was created, then deleted; `delete` removes one at once.
-/// In memory a complete batch is its counts only (its URLs and item set are dropped), so memory does not grow
-/// with the batches kept on disk.
+/// In memory a batch is its options and counts, and while unfinished a bit per URL: its URLs are read from disk one
+/// at a time as items start, and its results a page at a time, so memory grows with neither the batches kept on
+/// disk nor their URLs' length.
 ///
 /// Batch jobs take only idle workers: an item starts only while fewer jobs are admitted than there are
 /// workers, and batches hold at most `workers - 1` of them (one, with a single worker), so an interactive
@@ -141,37 +143,34 @@ final class BatchRunner: BatchStore, Service, Sendable {
     private let pendingNotifications: [String]
 
     private struct Batch {
-        /// Its URLs are dropped once it is complete (`compact`).
-        var request: BatchRequest
-        let total: Int
-        /// The items recorded; emptied once all are (`finishedCount` goes on counting).
-        var finished: Set<Int> = []
+        let record: BatchRecord
+        var total: Int { self.record.total }
+        /// A bit per item recorded; emptied once all are (`finishedCount` goes on counting).
+        var finished: [UInt64]
         var finishedCount = 0
         var running: Set<Int> = []
         var counts: [String: Int] = [:]
         var next = 0
         var complete: Bool { self.finishedCount == self.total }
 
-        init(request: BatchRequest) {
-            self.request = request
-            self.total = request.urls.count
+        init(record: BatchRecord) {
+            self.record = record
+            self.finished = [UInt64](repeating: 0, count: (record.total + 63) / 64)
         }
 
         /// Records item `index` with `status`. - Returns: false when it was recorded before.
         mutating func finish(_ index: Int, status: String) -> Bool {
-            guard !self.complete, self.finished.insert(index).inserted else { return false }
+            guard !self.isFinished(index) else { return false }
+            self.finished[index / 64] |= 1 << UInt64(index % 64)
             self.finishedCount += 1
             self.counts[status, default: 0] += 1
-            if self.complete { self.compact() }
+            // A complete batch keeps its counts only.
+            if self.complete { self.finished = [] }
             return true
         }
 
-        func isFinished(_ index: Int) -> Bool { self.complete || self.finished.contains(index) }
-
-        /// A complete batch keeps its counts only.
-        mutating func compact() {
-            self.request.urls = []
-            self.finished = []
+        func isFinished(_ index: Int) -> Bool {
+            self.complete || self.finished[index / 64] & (1 << UInt64(index % 64)) != 0
         }
     }
 
@@ -198,20 +197,19 @@ final class BatchRunner: BatchStore, Service, Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var loaded: [(String, Batch)] = []
         for id in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where BatchID.isValid(id) {
-            guard let data = FileManager.default.contents(atPath: "\(directory)/\(id)/request.json"),
-                let request = try? JSONDecoder().decode(BatchRequest.self, from: data)
-            else { continue }
-            var batch = Batch(request: request)
-            Self.dropPartialLine("\(directory)/\(id)/results.ndjson")
-            for result in Self.readResults("\(directory)/\(id)/results.ndjson") where result.index < batch.total {
-                _ = batch.finish(result.index, status: result.status)
+            let folder = BatchFolder(path: "\(directory)/\(id)")
+            guard let record = folder.load() else { continue }
+            var batch = Batch(record: record)
+            folder.dropPartialLine()
+            folder.forEachResult { index, status in
+                if (0..<batch.total).contains(index) { _ = batch.finish(index, status: status) }
             }
             loaded.append((id, batch))
         }
-        loaded.sort { $0.1.request.createdAt < $1.1.request.createdAt }
+        loaded.sort { $0.1.record.createdAt < $1.1.record.createdAt }
         // A batch that completed but whose batch.done was not delivered (the process stopped first).
         self.pendingNotifications = loaded.filter { id, batch in
-            batch.complete && batch.request.callbackURL != nil
+            batch.complete && batch.record.callbackURL != nil
                 && !FileManager.default.fileExists(atPath: "\(directory)/\(id)/notified")
         }.map(\.0)
         self.state.withLock { state in
@@ -228,15 +226,16 @@ final class BatchRunner: BatchStore, Service, Sendable {
     /// Records a new batch and queues its URLs. - Returns: its id.
     func submit(_ request: BatchRequest) throws -> String {
         let id = BatchID.random()
-        let folder = "\(self.directory)/\(id)"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        let data = try JSONEncoder().encode(request)
-        let temporary = "\(folder)/.request.json.tmp"
-        guard FileManager.default.createFile(atPath: temporary, contents: data),
-            rename(temporary, "\(folder)/request.json") == 0
-        else { throw ServiceError.insufficientStorage("cannot record the batch in \(folder)") }
+        let folder = self.folder(id)
+        let record: BatchRecord
+        do {
+            record = try folder.create(request)
+        } catch {
+            try? FileManager.default.removeItem(atPath: folder.path)
+            throw error
+        }
         self.state.withLock { state in
-            state.batches[id] = Batch(request: request)
+            state.batches[id] = Batch(record: record)
             state.order.append(id)
         }
         return id
@@ -250,20 +249,17 @@ final class BatchRunner: BatchStore, Service, Sendable {
                 id: id, total: batch.total, pending: batch.total - batch.finishedCount,
                 done: batch.counts["done"] ?? 0, failed: batch.counts["failed"] ?? 0,
                 keptGif: batch.counts["kept-gif"] ?? 0, complete: batch.complete,
-                createdAt: formatter.string(from: Date(timeIntervalSince1970: batch.request.createdAt)))
+                createdAt: formatter.string(from: Date(timeIntervalSince1970: batch.record.createdAt)))
         }
     }
 
     /// Result lines `offset..<offset+limit` in the order they finished. - Returns: nil for an unknown batch.
     func results(_ id: String, offset: Int, limit: Int) -> (lines: [[UInt8]], total: Int)? {
         guard self.state.withLock({ $0.batches[id] != nil }) else { return nil }
-        let data = FileManager.default.contents(atPath: "\(self.directory)/\(id)/results.ndjson") ?? Data()
-        // Complete lines only (a line being appended has no newline yet).
-        let lines = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true)
-        let complete = data.last == UInt8(ascii: "\n") ? lines : lines.dropLast()
-        let slice = complete.dropFirst(offset).prefix(limit).map { [UInt8]($0) }
-        return (slice, complete.count)
+        return self.folder(id).results(offset: offset, limit: limit)
     }
+
+    private func folder(_ id: String) -> BatchFolder { BatchFolder(path: "\(self.directory)/\(id)") }
 
     // MARK: Running
 
@@ -320,12 +316,12 @@ final class BatchRunner: BatchStore, Service, Sendable {
     }
 
     private func runItem(id: String, index: Int) async {
-        guard let request = self.state.withLock({ $0.batches[id]?.request }), index < request.urls.count else {
+        guard let request = self.state.withLock({ $0.batches[id]?.record }), let text = self.folder(id).url(at: index)
+        else {
             // Deleted since it was claimed: its place is given back.
             self.release(id: id, index: index)
             return
         }
-        let text = request.urls[index]
         var result = BatchResult(index: index, url: text, status: "failed")
         do {
             let url = try Downloader.validate(text)
@@ -379,34 +375,32 @@ final class BatchRunner: BatchStore, Service, Sendable {
         encoder.outputFormatting = [.sortedKeys]
         if var line = try? encoder.encode(result) {
             line.append(UInt8(ascii: "\n"))
-            let path = "\(self.directory)/\(id)/results.ndjson"
-            let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
-            let written = descriptor < 0 ? -1 : line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-            if descriptor >= 0 { close(descriptor) }
-            guard written == line.count else {
+            let folder = self.folder(id)
+            guard folder.append(result: [UInt8](line)) else {
                 // Not recorded (a full disk): the item runs again, here or after a restart; a partial line is
                 // cut off at startup.
-                self.logger.error("cannot record a batch result", metadata: ["batch.id": "\(id)", "file": "\(path)"])
+                self.logger.error(
+                    "cannot record a batch result", metadata: ["batch.id": "\(id)", "file": "\(folder.resultsPath)"])
                 self.release(id: id, index: result.index)
                 self.state.withLock { $0.pausedUntil = ContinuousClock.now + .seconds(5) }
                 return
             }
         }
-        let completed = self.state.withLock { state -> BatchRequest? in
+        let completed = self.state.withLock { state -> Bool in
             state.running -= 1
-            guard var batch = state.batches[id] else { return nil }
+            guard var batch = state.batches[id] else { return false }
             batch.running.remove(result.index)
             let recorded = batch.finish(result.index, status: result.status)
             state.batches[id] = batch
-            return recorded && batch.complete ? batch.request : nil
+            return recorded && batch.complete
         }
-        if completed != nil { self.notify(id) }
+        if completed { self.notify(id) }
     }
 
     /// Queues the `batch.done` webhook of a complete batch; `notified` is written once it is over, so a
     /// restart before then sends it again.
     private func notify(_ id: String) {
-        guard let request = self.state.withLock({ $0.batches[id]?.request }), let callback = request.callbackURL,
+        guard let record = self.state.withLock({ $0.batches[id]?.record }), let callback = record.callbackURL,
             let url = URL(string: callback), let status = self.status(id)
         else { return }
         let marker = "\(self.directory)/\(id)/notified"
@@ -434,7 +428,7 @@ final class BatchRunner: BatchStore, Service, Sendable {
     func deleteExpired(now: Date = Date()) {
         let expired = self.state.withLock { state in
             state.batches.filter { _, batch in
-                batch.complete && now.timeIntervalSince1970 - batch.request.createdAt > self.retentionSeconds
+                batch.complete && now.timeIntervalSince1970 - batch.record.createdAt > self.retentionSeconds
             }.map(\.key)
         }
         for id in expired {
@@ -451,22 +445,6 @@ final class BatchRunner: BatchStore, Service, Sendable {
             batch.running.remove(index)
             batch.next = min(batch.next, index)
             state.batches[id] = batch
-        }
-    }
-
-    /// Cuts a line left without its newline (a crash mid-write) off the end of `path`: the next append must
-    /// start a line of its own.
-    private static func dropPartialLine(_ path: String) {
-        guard let data = FileManager.default.contents(atPath: path), let last = data.last, last != UInt8(ascii: "\n")
-        else { return }
-        let keep = data.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0
-        truncate(path, off_t(keep))
-    }
-
-    private static func readResults(_ path: String) -> [BatchResult] {
-        guard let data = FileManager.default.contents(atPath: path) else { return [] }
-        return data.split(separator: UInt8(ascii: "\n")).compactMap {
-            try? JSONDecoder().decode(BatchResult.self, from: Data($0))
         }
     }
 }
