@@ -131,7 +131,8 @@ func buildApplication(
         additionalChannelHandlers: [
             ConnectionTimeoutHandler(
                 headTimeout: .milliseconds(Int64(configuration.http.headerTimeoutSeconds * 1000)),
-                idleTimeout: .milliseconds(Int64(configuration.http.idleTimeoutSeconds * 1000)))
+                idleTimeout: .milliseconds(Int64(configuration.http.idleTimeoutSeconds * 1000))),
+            ParseErrorAnswer(),
         ],
         idleTimeout: nil)
     let hits = MediaHitHandler.Source(

@@ -159,6 +159,32 @@ import Testing
         }
     }
 
+    /// A head the decoder refuses (a folded field, a NUL in a field, an unknown method) gets the service's JSON
+    /// `bad-request`, never cached, after the hit before it, and the connection closes (issue 56: Hummingbird's bare
+    /// 400 had no `Cache-Control`).
+    @Test func aHeadTheDecoderRefusesGetsItsErrorInJSON() async throws {
+        try await MediaHitHandlerTests.withWarmObject { harness, key in
+            let hit = "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\n\r\n"
+            for refused in [
+                "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n",
+                "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\nX-A: a\u{0}b\r\n\r\n",
+                "FOO /media/\(key).jpg HTTP/1.1\r\nHost: x\r\n\r\n",
+            ] {
+                let (answers, closed) = try await MediaHitHandlerTests.exchange(
+                    port: harness.appPort, hit + refused, bodiless: [false, false], awaitingClose: true)
+                #expect(answers.map(\.status) == [200, 400], "\(refused.debugDescription)")
+                #expect(closed)
+                let error = try #require(answers.last)
+                #expect(error.header("Cache-Control") == "no-store", "\(refused.debugDescription)")
+                #expect(error.header("X-Error-Code") == "bad-request")
+                #expect(error.header("Content-Type") == "application/json; charset=utf-8")
+                #expect(String(decoding: error.body, as: UTF8.self).contains(#""code":"bad-request""#))
+                #expect(answers.first?.header("Content-Type") == "image/jpeg")
+            }
+            #expect(try await harness.request(.GET, "/media/\(key).jpg").status == 200)
+        }
+    }
+
     /// A head over the bound, on a live server: a hit first, then a request line (or a field) too long gets its
     /// JSON error, never cached, and the connection closes; the server goes on serving. Past 80 KB the decoder
     /// alone would have answered a bare 400.
