@@ -30,6 +30,8 @@ import Transcoder
             defer { unlink(secret) }
 
             let video = cache.objects.objectPath(key, "mp4")
+            let moved = cache.root + "/../moved-\(UUID().uuidString)"
+            defer { try? FileManager.default.removeItem(atPath: moved) }
             switch tampering {
             case .videoSymlink:
                 unlink(video)
@@ -49,7 +51,6 @@ import Transcoder
             case .shardSymlink:
                 // The whole shard directory swapped for a link to a copy elsewhere.
                 let shard = cache.objects.directory + "/" + key.shard
-                let moved = cache.root + "/../moved-\(UUID().uuidString)"
                 #expect(rename(shard, moved) == 0)
                 #expect(symlink(moved, shard) == 0)
             }
@@ -67,13 +68,16 @@ import Transcoder
             let quarantined = try FileManager.default.contentsOfDirectory(atPath: cache.objects.quarantineDirectory)
             if tampering != .shardSymlink {
                 #expect(quarantined.contains { $0.hasPrefix("\(key).json.") }, "\(quarantined)")
+            } else {
+                // The link itself is set aside, not followed: what it pointed at, outside the cache, is untouched.
+                #expect(quarantined.contains { $0.hasPrefix("shard-\(key.shard).") }, "\(quarantined)")
+                #expect(FileManager.default.fileExists(atPath: moved + "/\(key).json"))
+                var info = stat()
+                #expect(lstat(cache.objects.directory + "/" + key.shard, &info) != 0, "the link is still in place")
             }
 
-            // The next request is a miss that converts again, and the result is served whole.
-            if tampering == .shardSymlink {
-                let shard = cache.objects.directory + "/" + key.shard
-                unlink(shard)
-            }
+            // The next request is a miss that converts again (into a fresh shard directory after a link), and the
+            // result is served whole (issue 56: a shard replaced by a link left its objects 404 for good).
             let again = try await harness.transcode(url: url)
             #expect(again.status == 200)
             #expect(again.headers.first(name: "X-Cache") == "miss", "\(tampering)")
@@ -101,6 +105,26 @@ import Transcoder
             let reopened = try DiskCache(root: directory, maxBytes: 1 << 30)
             #expect(reopened.objects.usage.objects == 0)
             #expect(try reopened.objects.verifiedObject(key)?.file("mp4") == nil)
+
+            // A shard that is a link to a directory elsewhere: neither indexed nor swept (its leftover-looking
+            // file is not the cache's to remove), and set aside by the server.
+            let elsewhere = directory + "/elsewhere"
+            let other = ObjectKey(String(repeating: "cd", count: 32))!
+            let stored = try CacheTests.store(["loop_1.gif"], in: reopened)
+            try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+            for name in ["\(other).json", "\(other).mp4", "\(other).jpg", "x.tmp-1"] {
+                #expect(FileManager.default.createFile(atPath: elsewhere + "/" + name, contents: Data("x".utf8)))
+            }
+            #expect(symlink(elsewhere, cache.objects.directory + "/cd") == 0)
+            let reader = try DiskCache(root: directory, maxBytes: 1 << 30, cleanUp: false)
+            #expect(reader.objects.indexedKeys == stored)
+            let server = try DiskCache(root: directory, maxBytes: 1 << 30)
+            #expect(server.objects.indexedKeys == stored)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere).count == 4)
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: server.objects.quarantineDirectory).contains {
+                    $0.hasPrefix("shard-cd.")
+                })
         }
     }
 }

@@ -97,6 +97,12 @@ final class LocalObjects: Sendable {
     /// it; the next request for it converts it again.
     func quarantine(_ key: ObjectKey) {
         let stamp = Int(Date().timeIntervalSince1970)
+        // A shard directory that is not one (a link to a directory elsewhere): the link goes aside, never followed.
+        if self.setShardAside(key.shard) {
+            self.memory.forget(key)
+            self.onQuarantine(key)
+            return
+        }
         for fileExtension in ObjectFiles.deleteOrder.map(\.fileExtension) {
             rename(self.objectPath(key, fileExtension), "\(self.quarantineDirectory)/\(key).\(fileExtension).\(stamp)")
         }
@@ -105,6 +111,32 @@ final class LocalObjects: Sendable {
         }
         self.memory.forget(key)
         self.onQuarantine(key)
+    }
+
+    /// Moves what stands at `objects/<shard>` when it is not a directory of its own (a symbolic link to one
+    /// elsewhere, a file) into `quarantine/` as `shard-<shard>.<unix time>`, without following it, and forgets the
+    /// objects indexed under it. Objects are read without following a link (`openObjectFiles`), so that every object
+    /// under such a shard was a miss that converted again into the link's target and was never served: this makes
+    /// the next conversion write into a fresh directory, and nothing outside the cache is moved or written.
+    /// - Returns: whether something was moved aside.
+    @discardableResult
+    func setShardAside(_ shard: Substring) -> Bool {
+        let path = "\(self.directory)/\(shard)"
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFDIR else { return false }
+        let aside =
+            "\(self.quarantineDirectory)/shard-\(shard).\(Int(Date().timeIntervalSince1970))-\(UInt32.random(in: 0...UInt32.max))"
+        // Another thread may have moved it first: then what is there now is looked at again by the caller.
+        guard rename(path, aside) == 0 else { return false }
+        let forgotten = self.state.withLock { state -> [ObjectKey] in
+            let keys = state.objects.keys.filter { $0.shard == shard }
+            for key in keys {
+                if let object = state.objects.removeValue(forKey: key) { state.totalBytes -= object.bytes }
+            }
+            return keys
+        }
+        for key in forgotten { self.memory.forget(key) }
+        return true
     }
 
     /// Deletes the object's files (the JSON first, so it is a miss from then on) and forgets it. A response
@@ -150,6 +182,7 @@ final class LocalObjects: Sendable {
                 .io, "object \(key): the .\(artifact.format.fileExtension) is not the size its metadata says")
         }
         let shard = "\(self.directory)/\(key.shard)"
+        self.setShardAside(key.shard)
         do {
             try FileManager.default.createDirectory(atPath: shard, withIntermediateDirectories: true)
         } catch {
@@ -308,6 +341,13 @@ final class LocalObjects: Sendable {
         var objects: [ObjectKey: Object] = [:]
         for shard in (try? fileManager.contentsOfDirectory(atPath: self.directory)) ?? [] {
             let directory = "\(self.directory)/\(shard)"
+            var shardInfo = stat()
+            guard lstat(directory, &shardInfo) == 0, shardInfo.st_mode & S_IFMT == S_IFDIR else {
+                // Not a directory the cache made (a link to one elsewhere, a file): never followed, nor indexed; the
+                // server sets it aside.
+                if cleanUp { self.setShardAside(Substring(shard)) }
+                continue
+            }
             let names = (try? fileManager.contentsOfDirectory(atPath: directory)) ?? []
             var groups: [String: [String]] = [:]
             for name in names {
