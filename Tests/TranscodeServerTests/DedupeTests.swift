@@ -31,6 +31,27 @@ import Testing
         }
     }
 
+    /// Variants of one URL asked at once (four backgrounds: four objects) share one download (issue 56: each
+    /// variant's job asked the origin for the GIF again).
+    @Test func variantsOfOneURLInFlightShareOneDownload() async throws {
+        try await withHarness { harness in
+            let path = "/delayed/800/cartoon_hotdog.gif"
+            let url = harness.originURL(path)
+            let replies = try await withThrowingTaskGroup(of: Reply.self) { group in
+                for background in ["#00ff00", "#ffffff", "#000000", "#ff0000"] {
+                    group.addTask { try await harness.transcode(url: url, background: background) }
+                }
+                var replies: [Reply] = []
+                for try await reply in group { replies.append(reply) }
+                return replies
+            }
+            #expect(replies.allSatisfy { $0.status == 200 }, "\(replies.map(\.status))")
+            #expect(Set(replies.compactMap { try? $0.json()["key"] as? String }).count == 4)
+            #expect(harness.origin.count(path) == 1)
+            #expect(harness.services.transcodes.counters.downloads == 1)
+        }
+    }
+
     /// Every waiter gets the same error too, from one attempt.
     @Test func concurrentRequestsShareTheError() async throws {
         try await withHarness { harness in

@@ -17,6 +17,16 @@ struct TranscodeWork: JobPerformer {
     /// Across a fleet, one conversion of the same bytes at a time (`queue.kind: postgres`); nil on one node.
     let contentLocks: (any ContentLocks)?
     private let contents = SingleFlight<String, TranscodeMetadata>()
+    /// One download of a URL however many of its variants (`w:`, `h:`, background, formats) are converting it at
+    /// once: keyed by the normalized URL and the conditions of the request.
+    private let downloads = SingleFlight<String, SharedDownload>()
+
+    /// A download as every job in flight for the URL sees it: the GIF's bytes in memory (its file removed), or the
+    /// origin's 304.
+    enum SharedDownload: Sendable {
+        case notModified
+        case gif(bytes: [UInt8], etag: String?, lastModified: String?)
+    }
 
     /// The configured box (`transcode.maxOutputWidth` x `maxOutputHeight`): the box of a URL without `w:` or `h:`.
     let defaultBox: (width: Int, height: Int)
@@ -83,31 +93,25 @@ struct TranscodeWork: JobPerformer {
             }
         }
         let record = stale == nil ? nil : self.cache.links.sourceRecord(urlKey: urlKey)
-        let fetched: Fetched
+        let downloaded: SharedDownload
         do {
-            fetched = try await self.downloader.fetch(url, etag: record?.etag, lastModified: record?.lastModified)
+            downloaded = try await self.download(url, normalized: keys.normalized.text, record: record)
         } catch let error as ServiceError where stale != nil {
             return try await self.resolver.revalidationFailed(error, stale: stale!, urlKey: urlKey, record: record)
         }
-        let file: DownloadedFile
-        switch fetched {
+        let (gif, etag, lastModified): ([UInt8], String?, String?)
+        switch downloaded {
         case .notModified:
             guard let stale else { throw ServiceError.originError("the origin answered 304 to a plain GET") }
             await self.resolver.notModified(stale, urlKey: urlKey, record: record)
             return stale
-        case .file(let downloaded):
-            file = downloaded
+        case .gif(let bytes, let tag, let modified):
+            (gif, etag, lastModified) = (bytes, tag, modified)
         }
-        defer { unlink(file.path) }
-        self.metrics.downloaded(bytes: file.byteCount)
-        // Reading and hashing up to 50 MB is blocking work: off the async executor, on the shared I/O
-        // pool (not the transcode pool, where it would queue behind running transcodes).
+        // Hashing up to 50 MB is blocking work: off the async executor, on the shared I/O pool (not the transcode
+        // pool, where it would queue behind running transcodes).
         let plain = self.plainOptions(options)
-        let (gif, content, effective) = try await NIOThreadPool.singleton.runIfActive {
-            guard let data = FileManager.default.contents(atPath: file.path) else {
-                throw ServiceError.internal("the downloaded file vanished")
-            }
-            let gif = [UInt8](data)
+        let (content, effective) = try await NIOThreadPool.singleton.runIfActive {
             // The same for a box the GIF fits in: the plain object's options, key and files.
             var effective = options
             if let plain, let canvas = MemoryPrediction.canvasSize(of: gif),
@@ -115,7 +119,7 @@ struct TranscodeWork: JobPerformer {
             {
                 effective = plain
             }
-            return (gif, ObjectKey.derive(source: gif, options: effective), effective)
+            return (ObjectKey.derive(source: gif, options: effective), effective)
         }
         if try await self.takedowns.isBuried([.gif(content.source), .object(content.key)]) {
             throw ServiceError.takenDown("this GIF was taken down")
@@ -131,7 +135,7 @@ struct TranscodeWork: JobPerformer {
             throw ServiceError.takenDown("this URL was taken down")
         }
         let source = SourceRecord(
-            url: keys.normalized.text, etag: file.etag, lastModified: file.lastModified,
+            url: keys.normalized.text, etag: etag, lastModified: lastModified,
             validatedAt: Date().timeIntervalSince1970, sourceSha256: content.source.rawValue)
         try await self.results.link(urlKey: urlKey, to: outcome.key, source: source)
         if let plain, effective.maxOutputWidth == plain.maxOutputWidth,
@@ -142,6 +146,30 @@ struct TranscodeWork: JobPerformer {
                 urlKey: SourceKeys(url: url, options: plain).urlKey, to: outcome.key, source: source)
         }
         return outcome
+    }
+
+    /// Downloads `url` (with `record`'s conditions, to revalidate), once for every job in flight for it with the
+    /// same conditions: the variants of one URL asked together share one origin request and one read of the file.
+    private func download(_ url: URL, normalized: String, record: SourceRecord?) async throws -> SharedDownload {
+        let key = [normalized, record?.etag ?? "", record?.lastModified ?? ""].joined(separator: "\n")
+        let (task, _) = try await self.downloads.task(for: key, admit: {}) { _ in
+            switch try await self.downloader.fetch(url, etag: record?.etag, lastModified: record?.lastModified) {
+            case .notModified:
+                return .notModified
+            case .file(let file):
+                defer { unlink(file.path) }
+                self.metrics.downloaded(bytes: file.byteCount)
+                // Reading up to 50 MB is blocking work: on the shared I/O pool.
+                let bytes = try await NIOThreadPool.singleton.runIfActive {
+                    guard let data = FileManager.default.contents(atPath: file.path) else {
+                        throw ServiceError.internal("the downloaded file vanished")
+                    }
+                    return [UInt8](data)
+                }
+                return .gif(bytes: bytes, etag: file.etag, lastModified: file.lastModified)
+            }
+        }
+        return try await task.value
     }
 
     /// `options` with the configured box instead of its own (`w:`, `h:`); nil when it has the configured box.
