@@ -44,6 +44,8 @@ let package = Package(
             pkgConfig: "gumbo",
             providers: [.apt(["libgumbo-dev"])]
         ),
+        // gumbo parses that stop at a deadline (its allocator looks at the clock): POST /v1/rewrite's bound.
+        .target(name: "CGumboDeadline", dependencies: ["CGumbo"]),
         .target(
             name: "Transcoder",
             dependencies: ["CFFmpeg"],
@@ -54,6 +56,7 @@ let package = Package(
             dependencies: [
                 "Transcoder",
                 "CGumbo",
+                "CGumboDeadline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Hummingbird", package: "hummingbird"),

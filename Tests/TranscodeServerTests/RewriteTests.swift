@@ -1,3 +1,5 @@
+import CGumbo
+import CGumboDeadline
 import Foundation
 import Synchronization
 import TestSupport
@@ -44,7 +46,7 @@ import Transcoder
     /// A `src` surrounded by spaces (or tabs, newlines) is the GIF browsers show: found, its URL without them.
     @Test func aSourceSurroundedBySpacesIsAGIF() throws {
         let html = Array("<p><img src=\" /a/spaced.gif \" alt=a><img src=\"\n\t/b/tabbed.gif\t\"></p>".utf8)
-        #expect(HTMLGIFScanner.scan(html).elements.map(\.source) == ["/a/spaced.gif", "/b/tabbed.gif"])
+        #expect(try HTMLGIFScanner.scan(html).elements.map(\.source) == ["/a/spaced.gif", "/b/tabbed.gif"])
     }
 
     /// The browser chooses a `<picture>`'s source by what a `<video>` cannot weigh when a `<source>` is typed as
@@ -61,14 +63,14 @@ import Transcoder
     ])
     func aPictureOffersOtherFormats(source: String, offers: Bool) throws {
         let html = Array("<picture>\(source)<img src=\"/b.gif\"></picture>".utf8)
-        let elements = HTMLGIFScanner.scan(html).elements
+        let elements = try HTMLGIFScanner.scan(html).elements
         try #require(elements.count == 1)
         #expect(elements[0].browserChoosesSource == offers, "\(source)")
     }
 
     @Test func theScannerFindsTheGIFsAndOnlyThem() throws {
         let html = Array(Self.document.utf8)
-        let scan = HTMLGIFScanner.scan(html)
+        let scan = try HTMLGIFScanner.scan(html)
         #expect(
             scan.elements.map(\.source) == [
                 "/corpus/cartoon_hotdog.gif", "/b/split.gif", "/c/anim.gif", "/e/marked", "/f/anim.gif",
@@ -168,7 +170,7 @@ import Transcoder
 
             // The output parses, and the parser finds no GIF left outside <template> and <noscript> but the picture's
             // `image/gif` source, now the service's `.auto` URL.
-            let left = HTMLGIFScanner.scan(Array(output.utf8)).elements
+            let left = try HTMLGIFScanner.scan(Array(output.utf8)).elements
             #expect(left.count == 1 && left.first?.source.hasSuffix(".auto") == true, "\(left)")
         }
     }
@@ -229,7 +231,7 @@ import Transcoder
             var stripped = reply.text
             for video in videos { stripped = stripped.replacingOccurrences(of: video, with: "") }
             var original = document
-            for element in HTMLGIFScanner.scan(Array(document.utf8)).elements.reversed() {
+            for element in try HTMLGIFScanner.scan(Array(document.utf8)).elements.reversed() {
                 let bytes = Array(original.utf8)
                 original = String(
                     decoding: bytes[..<element.range.lowerBound] + bytes[element.range.upperBound...], as: UTF8.self)
@@ -609,7 +611,7 @@ import Transcoder
             for _ in 0...HTMLGIFScanner.parsingThreads {
                 group.addTask {
                     do {
-                        _ = try await HTMLGIFScanner.parse(within: 0.3, admittedBy: admission) {
+                        _ = try await HTMLGIFScanner.parse(within: 0.3, admittedBy: admission) { _ in
                             ran.value.withLock { $0 += 1 }
                             Thread.sleep(forTimeInterval: 1.5)
                             return 0
@@ -628,6 +630,55 @@ import Transcoder
         // The waiting ones never ran (the others did): wait for the threads to be free again.
         try await Task.sleep(for: .seconds(2))
         #expect(ran.value.withLock { $0 } == results.filter { $0 == "too-complex" }.count, "\(results)")
+    }
+
+    /// A parse past its deadline is stopped where it is, not left to run (issue 56: a timed-out parse of one
+    /// `<div>` with 80,000 attributes went on holding a parser thread for minutes after its 422). Stopped, it
+    /// throws `too-complex` a moment after the deadline; the same document with time enough parses to the end, in
+    /// many times as long (25,000 attributes: gumbo's duplicate check makes it quadratic, about 2 s here).
+    @Test func aParsePastItsDeadlineIsStopped() throws {
+        let document = Array(
+            ("<div " + (0..<25_000).map { "a\($0)" }.joined(separator: " ") + #"><img src="x.gif"></div>"#).utf8)
+        let started = ContinuousClock.now
+        var code: ErrorCode?
+        do {
+            _ = try HTMLGIFScanner.scan(document, until: .now + .milliseconds(50))
+        } catch let error as ServiceError {
+            code = error.code
+        }
+        let stopped = ContinuousClock.now - started
+        #expect(code == .tooComplex)
+        let whole = ContinuousClock.now
+        let found = try HTMLGIFScanner.scan(document)
+        let parsed = ContinuousClock.now - whole
+        #expect(found.elements.map(\.source) == ["x.gif"])
+        #expect(stopped * 4 < parsed, "stopped after \(stopped) with a 0.05 s deadline; a whole parse takes \(parsed)")
+    }
+
+    /// Every block gumbo allocates goes through the parse's list: a whole parse's output, destroyed by gumbo, leaves
+    /// it empty; a stopped parse leaves its blocks there, for `gumbo_deadline_destroy` to free.
+    @Test func aParseKeepsTrackOfEveryBlock() throws {
+        let text = Array(String(repeating: "<p><b>bold</b> <img src=a.gif>", count: 20_000).utf8)
+        func parse(_ seconds: Double, _ body: (OpaquePointer, UnsafeMutablePointer<GumboOutput>?) -> Void) throws {
+            let parse = try #require(gumbo_deadline_create(seconds))
+            defer { gumbo_deadline_destroy(parse) }
+            let output = text.withUnsafeBufferPointer { buffer in
+                buffer.withMemoryRebound(to: CChar.self) {
+                    gumbo_deadline_parse(parse, kGumboDefaultOptions, $0.baseAddress, $0.count)
+                }
+            }
+            body(parse, output)
+        }
+        try parse(3600) { parse, output in
+            #expect(gumbo_deadline_live_blocks(parse) > 100_000)
+            gumbo_deadline_destroy_output(parse, output)
+            #expect(gumbo_deadline_live_blocks(parse) == 0)
+        }
+        try parse(0) { parse, output in
+            #expect(output == nil)
+            #expect(gumbo_deadline_expired(parse) != 0)
+            #expect(gumbo_deadline_live_blocks(parse) > 0)
+        }
     }
 
     /// The depth scan reads tags as the HTML tokenizer does: spellings that once hid 4,000 levels from it (a

@@ -74,8 +74,9 @@ struct RewriteController<Context: RequestContext>: Sendable {
         // document whose shape would make the parser's cost quadratic (nested too deep, an element with too many
         // attributes) and hold a thread for minutes; and not waited for beyond its deadline, counted from now.
         let scan = try await HTMLGIFScanner.parse(within: self.parseTimeoutSeconds, admittedBy: self.parses) {
+            deadline in
             if let refusal = HTMLGIFScanner.refusal(html) { throw refusal }
-            return HTMLGIFScanner.scan(html)
+            return try HTMLGIFScanner.scan(html, until: deadline)
         }
         guard scan.elements.count <= self.maxGIFs else {
             throw ServiceError(

@@ -1,4 +1,5 @@
 import CGumbo
+import CGumboDeadline
 import Foundation
 import NIOCore
 import NIOPosix
@@ -86,15 +87,17 @@ enum HTMLGIFScanner {
     /// Runs `work` on `parsing` and answers with its result, or once `seconds` have passed since the call (the
     /// request's arrival, give or take its body): 422 `too-complex` when its parse had begun, 503 `overloaded` when
     /// it was still waiting for a thread behind other documents (it is then never parsed). A small document behind
-    /// slow ones is answered within the deadline either way. A parse that began goes on until it ends (the
-    /// pre-scan's bounds on depth, attributes and tags keep that short); the request does not wait for it.
+    /// slow ones is answered within the deadline either way. `work` gets the deadline: a parse that began is stopped
+    /// there (`scan(_:until:)`), so the thread is free again a moment after the answer.
     static func parse<Result: Sendable>(
-        within seconds: Double, admittedBy admission: CountingLimit, _ work: @escaping @Sendable () throws -> Result
+        within seconds: Double, admittedBy admission: CountingLimit,
+        _ work: @escaping @Sendable (_ deadline: ContinuousClock.Instant) throws -> Result
     ) async throws -> Result {
         guard admission.take() else {
             throw ServiceError.overloaded("\(admission.limit) documents are being parsed already; try again shortly")
         }
         let loop = MultiThreadedEventLoopGroup.singleton.any()
+        let parseEnd = ContinuousClock.now + .nanoseconds(Int64(seconds * 1_000_000_000))
         // Whichever comes first answers, the parse or its deadline; the other finds it done.
         let answer = ResumeOnce<Swift.Result<Result, any Error>>()
         // Whether a thread took the document (`started`) or its deadline passed first (`expired`): one or the other.
@@ -123,7 +126,7 @@ enum HTMLGIFScanner {
                     return !state.expired
                 }
                 guard begin else { return nil }
-                return try work()
+                return try work(parseEnd)
             }.whenComplete { result in
                 deadline.cancel()
                 admission.give()
@@ -137,17 +140,33 @@ enum HTMLGIFScanner {
     }
 
     /// The GIF elements of `html`, in document order, and the document's `<base href>` if any.
-    static func scan(_ html: [UInt8]) -> (elements: [GIFElement], baseHref: String?) {
-        html.withUnsafeBufferPointer { buffer -> ([GIFElement], String?) in
+    /// - Parameter deadline: when the parse must have ended (`CGumboDeadline`): past it gumbo is stopped where it is
+    ///   and everything it allocated is freed, so a document answered 422 `too-complex` stops using its thread.
+    /// - Throws: `too-complex` when the parse did not end by `deadline`; `overloaded` when memory ran out.
+    static func scan(
+        _ html: [UInt8], until deadline: ContinuousClock.Instant = .now + .seconds(3600)
+    ) throws -> (elements: [GIFElement], baseHref: String?) {
+        let remaining = ContinuousClock.now.duration(to: deadline)
+        let seconds = Double(remaining.components.seconds) + Double(remaining.components.attoseconds) / 1e18
+        guard let parse = gumbo_deadline_create(seconds) else {
+            throw ServiceError.overloaded("no memory to parse the document")
+        }
+        defer { gumbo_deadline_destroy(parse) }
+        return try html.withUnsafeBufferPointer { buffer -> ([GIFElement], String?) in
             guard let start = buffer.baseAddress else { return ([], nil) }
             let base = UnsafeRawPointer(start)
-            return start.withMemoryRebound(to: CChar.self, capacity: buffer.count) { text in
+            return try start.withMemoryRebound(to: CChar.self, capacity: buffer.count) { text in
                 var options = kGumboDefaultOptions
                 // No error records: gumbo copies the stack of open elements into each, which made a stray end
                 // tag cost as much as the nesting is deep (`<div></x>` x 32,000 took 42 s); none is read here.
                 options.max_errors = 0
-                guard let output = gumbo_parse_with_options(&options, text, buffer.count) else { return ([], nil) }
-                defer { gumbo_destroy_output(&options, output) }
+                guard let output = gumbo_deadline_parse(parse, options, text, buffer.count) else {
+                    if gumbo_deadline_expired(parse) != 0 {
+                        throw ServiceError(.tooComplex, "the document's parse was stopped at its deadline")
+                    }
+                    throw ServiceError.overloaded("no memory to parse the document")
+                }
+                // Its blocks are freed with the parse (`gumbo_deadline_destroy`).
                 var scanner = Walker(base: base, count: buffer.count)
                 scanner.walk(output.pointee.root)
                 return (scanner.found, scanner.baseHref)
