@@ -102,6 +102,14 @@ enum ResultStoreContract {
         let unknown = ObjectKey.derive(source: [1, 2, 3], options: TranscodeOptions()).key
         #expect(try await store.recordedSource(of: unknown) == nil)
 
+        // What a URL was fetched as: added to, never lost.
+        let url = SourceHash(NormalizedURL(normalized: "https://e.example/\(UUID().uuidString).gif"))
+        let other = ObjectKey.derive(source: [4, 5, 6], options: TranscodeOptions()).source
+        #expect(try await store.recordedURLSources(url) == [])
+        try await store.recordURLSources(url, [digest])
+        try await store.recordURLSources(url, [other, digest])
+        #expect(try await store.recordedURLSources(url).sorted() == [digest, other].sorted())
+
         // A newer node's object: its manifest lists a file of a format this build does not know and a second
         // file of a known one. This store keeps the files it can name (the video, the poster) and the whole
         // manifest, and serves them; nothing collides with the video.
@@ -167,6 +175,12 @@ final class CopyingDiskStore: ResultStore, @unchecked Sendable {
         self.disk.objects.recordSource(of: key, digest)
     }
     func recordedSource(of key: ObjectKey) async throws -> ContentDigest? { self.disk.objects.recordedSource(of: key) }
+    func recordURLSources(_ source: SourceHash, _ digests: [ContentDigest]) async throws {
+        try await self.disk.recordURLSources(source, digests)
+    }
+    func recordedURLSources(_ source: SourceHash) async throws -> [ContentDigest] {
+        try await self.disk.recordedURLSources(source)
+    }
 }
 
 /// A store that hands every call to `inner`: the test doubles below override what they change.
@@ -201,6 +215,12 @@ class ForwardingStore: ResultStore, @unchecked Sendable {
     func recordedSource(of key: ObjectKey) async throws -> ContentDigest? {
         try await self.inner.recordedSource(of: key)
     }
+    func recordURLSources(_ source: SourceHash, _ digests: [ContentDigest]) async throws {
+        try await self.inner.recordURLSources(source, digests)
+    }
+    func recordedURLSources(_ source: SourceHash) async throws -> [ContentDigest] {
+        try await self.inner.recordedURLSources(source)
+    }
 }
 
 /// A store whose ledger of sources is a table of its own; everything else is `inner`'s.
@@ -213,6 +233,19 @@ final class OwnLedger: ForwardingStore, @unchecked Sendable {
     }
     override func recordedSource(of key: ObjectKey) async throws -> ContentDigest? {
         self.lock.withLock { self.ledger[key] }
+    }
+}
+
+/// A store whose URL records (`recordURLSources`) are a table of its own; everything else is `inner`'s.
+final class OwnURLRecords: ForwardingStore, @unchecked Sendable {
+    private let lock = NSLock()
+    private var records: [String: Set<ContentDigest>] = [:]
+
+    override func recordURLSources(_ source: SourceHash, _ digests: [ContentDigest]) async throws {
+        self.lock.withLock { self.records[source.rawValue, default: []].formUnion(digests) }
+    }
+    override func recordedURLSources(_ source: SourceHash) async throws -> [ContentDigest] {
+        self.lock.withLock { Array(self.records[source.rawValue] ?? []) }
     }
 }
 
@@ -265,6 +298,41 @@ final class FailingPuts: ForwardingStore, @unchecked Sendable {
                 let other = try await harness.request(
                     .POST, "/transcode?background=%23102030", headers: [("Content-Type", "image/gif")], body: gif)
                 #expect(other.status == 451)
+            }
+        }
+    }
+
+    /// A takedown by URL on a third node, after a second node purged the URL the first converted: the shared
+    /// store keeps what the URL was fetched as past the purge (S3: `url-sources/`), so the takedown buries the
+    /// GIF's bytes everywhere; no node's own index ever saw the URL (issue 56: the bucket's record went with the
+    /// purge, and the same bytes then answered 200).
+    @Test func aURLTakedownAfterAPurgeOnOtherNodesBuriesTheBytes() async throws {
+        try await withTemporaryDirectory { directory in
+            let sharedDisk = try DiskCache(root: directory + "/shared", maxBytes: 1 << 30)
+            // The store's URL records are its own, apart from the disk's link index (which keeps its `gif-`
+            // records when a link goes, where an S3 bucket kept them inside the link).
+            let shared = OwnURLRecords(CopyingDiskStore(sharedDisk))
+            let gif = try corpusBytes("loop_1.gif")
+            let digest = ObjectKey.derive(source: gif, options: TranscodeOptions()).source
+            let converted = ResultBox()
+            try await withHarness(cacheDirectory: directory + "/a", sharedStore: shared) { harness in
+                let url = harness.originURL("/corpus/loop_1.gif")
+                let reply = try await harness.transcode(url: url)
+                #expect(reply.status == 200)
+                converted.set(url)
+            }
+            let url = try #require(converted.value)
+            let query = "url=" + (url.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? url)
+            try await withHarness(cacheDirectory: directory + "/b", sharedStore: shared) { harness in
+                let purge = try await harness.request(.DELETE, "/v1/sources?\(query)")
+                #expect(purge.status == 200, "\(purge.text)")
+            }
+            try await withHarness(cacheDirectory: directory + "/c", sharedStore: shared) { harness in
+                let takedown = try await harness.request(.DELETE, "/v1/sources?\(query)&takedown=true")
+                #expect(takedown.status == 200, "\(takedown.text)")
+                #expect((try takedown.json()["tombstones"] as? [String] ?? []).contains("gif-\(digest)"))
+                let upload = try await harness.upload(gif)
+                #expect(upload.status == 451)
             }
         }
     }

@@ -245,6 +245,19 @@ final class SharedResults: Service, Sendable {
             stored.append(key)
             if let hash = metadata.sourceSha256.flatMap(ContentDigest.init(rawValue:)) { gifHashes.insert(hash) }
         }
+        if let source {
+            // What the URL was fetched as, kept in the store past this purge: a takedown of the URL after it (on
+            // any node, whose own index never saw the URL) still buries those bytes. Written before the links go.
+            if reason != nil {
+                for hash in try await self.guarded({ try await self.store.recordedURLSources(source) }) {
+                    gifHashes.insert(hash)
+                }
+            }
+            let found = gifHashes.sorted()
+            if !found.isEmpty {
+                try await self.guarded { try await self.store.recordURLSources(source, found) }
+            }
+        }
         if let reason {
             var tombstones: [Tombstone] = source.map { [.source($0)] } ?? []
             tombstones +=

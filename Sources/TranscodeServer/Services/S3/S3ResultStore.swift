@@ -168,6 +168,27 @@ struct S3ResultStore: ResultStore {
         return ContentDigest(String(decoding: object.bytes, as: UTF8.self))
     }
 
+    static func urlSourcesName(_ source: SourceHash) -> String {
+        "url-sources/\(source.shard)/\(source.rawValue)"
+    }
+
+    /// One digest per line, the ones recorded before kept (read, merged, written: two purges of one URL at the same
+    /// moment could lose one's additions, which the next purge writes again).
+    func recordURLSources(_ source: SourceHash, _ digests: [ContentDigest]) async throws {
+        let recorded = try await self.recordedURLSources(source)
+        let merged = Set(recorded + digests).map(\.rawValue).sorted()
+        guard merged.count > recorded.count else { return }
+        try await self.client.put(
+            Self.urlSourcesName(source), Array(merged.joined(separator: "\n").utf8), contentType: "text/plain")
+    }
+
+    func recordedURLSources(_ source: SourceHash) async throws -> [ContentDigest] {
+        guard let object = try await self.client.get(Self.urlSourcesName(source)) else { return [] }
+        return String(decoding: object.bytes, as: UTF8.self).split(separator: "\n").compactMap {
+            ContentDigest(String($0))
+        }
+    }
+
     private static func decodeMetadata(_ key: ObjectKey, _ bytes: [UInt8]) throws -> TranscodeMetadata {
         do {
             return try JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))

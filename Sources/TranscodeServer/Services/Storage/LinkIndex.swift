@@ -199,6 +199,26 @@ final class LinkIndex: Sendable {
         return (links, objects, gifHashes)
     }
 
+    /// The digests of the bytes the URL whose hash is `source` was fetched as (its index's `gif-` records).
+    func gifHashes(source: SourceHash) -> [ContentDigest] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: self.sourceIndexDirectory(source))) ?? []
+        return names.compactMap { $0.hasPrefix("gif-") ? ContentDigest(String($0.dropFirst(4))) : nil }.sorted()
+    }
+
+    /// Adds `digests` to the bytes the URL whose hash is `source` was fetched as (`gif-` records of its index).
+    /// - Throws: when a record cannot be written.
+    func recordGIFs(_ digests: [ContentDigest], source: SourceHash) throws {
+        let index = self.sourceIndexDirectory(source)
+        try? FileManager.default.createDirectory(atPath: index, withIntermediateDirectories: true)
+        for digest in digests {
+            let descriptor = open("\(index)/gif-\(digest)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+            guard descriptor >= 0 else {
+                throw TranscodeError(.io, "cannot index \(index)/gif-\(digest): \(String(cString: strerror(errno)))")
+            }
+            close(descriptor)
+        }
+    }
+
     /// Removes the links from the index of `url` (after the links themselves were removed). The records of the
     /// objects it led to and of the bytes it was fetched as stay: a takedown of the URL after a purge still buries
     /// those bytes (uploaded, or found at another URL), where removing the whole index once lost them.

@@ -83,6 +83,13 @@ protocol SourceLedger: Sendable {
 
     /// The GIF digest recorded for `key`, nil when none was.
     func recordedSource(of key: ObjectKey) async throws -> ContentDigest?
+
+    /// Records that the URL whose hash is `source` was fetched as the GIFs `digests` (added to what was recorded):
+    /// kept when the URL's links are purged, so that a later takedown of the URL, on any node, still buries them.
+    func recordURLSources(_ source: SourceHash, _ digests: [ContentDigest]) async throws
+
+    /// The GIF digests recorded for the URL `source`; empty when none were.
+    func recordedURLSources(_ source: SourceHash) async throws -> [ContentDigest]
 }
 
 /// A URL key's link: the object it leads to and how the URL was last fetched.
@@ -154,5 +161,13 @@ extension DiskCache: ResultStore {
 
     func recordedSource(of key: ObjectKey) async throws -> ContentDigest? {
         self.objects.recordedSource(of: key)
+    }
+
+    func recordURLSources(_ source: SourceHash, _ digests: [ContentDigest]) async throws {
+        try self.links.recordGIFs(digests, source: source)
+    }
+
+    func recordedURLSources(_ source: SourceHash) async throws -> [ContentDigest] {
+        self.links.gifHashes(source: source)
     }
 }
