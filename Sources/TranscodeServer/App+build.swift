@@ -23,6 +23,8 @@ struct AppServices: Sendable {
     /// `MediaHitHandler`).
     let resolvedBodies = ResolvedBodies()
     let encodedResults = EncodedResults()
+    /// What SIGTERM does first (`serve` runs it beside the application).
+    let drain: ShutdownDrain
 }
 
 typealias AppRequestContext = BasicRequestContext
@@ -123,7 +125,7 @@ func buildApplication(
     }
     let services = AppServices(
         cache: cache, pool: pool, transcodes: transcodes, webhooks: webhooks, batches: batches,
-        configuration: configuration)
+        configuration: configuration, drain: ShutdownDrain(seconds: configuration.shutdownDrainSeconds, logger: logger))
     let router = buildRouter(services: services)
     // The idle timeout is ConnectionTimeoutHandler's, not Hummingbird's (which does not see the requests
     // answered ahead of the HTTP codec).

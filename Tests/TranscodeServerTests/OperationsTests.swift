@@ -195,7 +195,8 @@ import Transcoder
     /// SIGTERM: the running binary stops accepting, finishes the transcode in flight (its client gets
     /// the result), and exits 0.
     @Test func sigtermDrainsInFlightWorkAndExitsZero() async throws {
-        try await Self.withServingBinary { process, client, _, _ in
+        // No readiness drain: the stop itself (`sigtermDrainsReadinessFirst` has the drain).
+        try await Self.withServingBinary(arguments: ["--shutdown-drain-seconds", "0"]) { process, client, _, _ in
             // A job that lasts (1080x1080 pictures and an AVIF poster: about 3 s in the debug binary alone): with a
             // shorter one (screenrec_terminal_thefuck.gif, 0.7 s) the polls below once missed the whole job, beside
             // the suite. many_380f_terminal.gif, used before, takes 0.7 s too since the size guard stops its first
@@ -221,11 +222,42 @@ import Transcoder
         }
     }
 
+    /// SIGTERM with `shutdown.drainSeconds`: `/readyz` answers 503 `shutting-down` at once while every route keeps
+    /// serving on new connections (a health check, a conversion), then the listener closes and the process exits 0
+    /// (issue 55: readiness and the listener went at once, and a balancer still routing to the node saw refused
+    /// connections).
+    @Test func sigtermDrainsReadinessFirst() async throws {
+        try await Self.withServingBinary(arguments: ["--shutdown-drain-seconds", "8"]) {
+            process, client, _, directory in
+            #expect(try await client.get("/readyz") == 200)
+            let signalled = ContinuousClock.now
+            kill(process.processIdentifier, SIGTERM)
+            var (status, body) = try await client.fetch("/readyz")
+            for _ in 0..<100 where status == 200 {
+                try await Task.sleep(for: .milliseconds(20))
+                (status, body) = try await client.fetch("/readyz")
+            }
+            #expect(status == 503)
+            #expect(String(decoding: body, as: UTF8.self).contains("shutting-down"))
+            // Still serving, each request on a connection of its own.
+            #expect(try await client.get("/healthz") == 200)
+            let (converted, reply) = try await client.post(
+                "/transcode", contentType: "image/gif", body: try corpusBytes("loop_1.gif"))
+            #expect(converted == 200, "\(String(decoding: reply, as: UTF8.self))")
+            try Self.requireRunning(process, directory)
+            #expect(ContinuousClock.now - signalled < .seconds(8), "the checks outlasted the drain: nothing was shown")
+            for _ in 0..<600 where process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(process.exit == .exited(0))
+            #expect(ContinuousClock.now - signalled >= .seconds(8), "it stopped before the drain was over")
+        }
+    }
+
     /// SIGTERM while a large file goes out ahead of the HTTP codec to a client that has not read it yet: the
     /// client still gets all of it (a close at shutdown would fail the writes still queued), then the process
     /// exits 0.
     @Test func sigtermLetsAFileBeingSentFinish() async throws {
-        try await Self.withServingBinary { process, client, port, directory in
+        try await Self.withServingBinary(arguments: ["--shutdown-drain-seconds", "0"]) {
+            process, client, port, directory in
             let (status, body) = try await client.post(
                 "/transcode", contentType: "image/gif", body: try corpusBytes("photo_cats_4frames.gif"))
             try #require(status == 200)

@@ -5,6 +5,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import NIOPosix
+import ServiceLifecycle
 import Transcoder
 
 /// `transcode-server serve` (also what runs with no subcommand): the HTTP service.
@@ -66,8 +67,13 @@ struct ServeCommand: AsyncParsableCommand {
             ?? (FileManager.default.fileExists(atPath: ServerConfiguration.defaultFilePath)
                 ? ServerConfiguration.defaultFilePath : nil)
         logger.info("starting", metadata: configuration.startupSummary(configFile: configFile))
-        let (application, _) = try buildApplication(configuration: configuration, logger: logger)
-        try await application.runService()
+        let (application, services) = try buildApplication(configuration: configuration, logger: logger)
+        // On SIGTERM the group shuts its services down in reverse: the drain first (`/readyz` 503 while everything
+        // serves), then the application (the listener closed, work in flight finished).
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [application, services.drain], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
     }
 
     /// Makes SwiftNIO's event loops (`MultiThreadedEventLoopGroup.singleton`, which downloads and the S3 and

@@ -40,6 +40,9 @@ struct ServerConfiguration: Sendable, Equatable {
     var corsAllowedOrigins: [String] = []
     /// Grace period for in-flight transcodes on SIGTERM. `shutdown.graceSeconds`, default 30.
     var shutdownGraceSeconds: Double = 30
+    /// How long `/readyz` answers 503 after SIGTERM while every route keeps serving, before the listener closes
+    /// (`ShutdownDrain`). `shutdown.drainSeconds`, default 5.
+    var shutdownDrainSeconds: Double = 5
     /// Most URLs in one `POST /v1/batches`. `batch.maxUrls`, default 10000.
     var batchMaxURLs = 10_000
     /// A complete batch (its results, its status) is deleted this long after it was created.

@@ -2,14 +2,16 @@ import Foundation
 import Hummingbird
 
 /// `GET /healthz` (the process answers), `GET /readyz` (the cache is writable, has `cache.minFreeBytes`
-/// free, and the service is not shutting down), `GET /metrics` (Prometheus text format) and `GET /openapi.yaml` (the API description).
+/// free, and the service is not shutting down nor draining, `ShutdownDrain`), `GET /metrics` (Prometheus text format) and `GET /openapi.yaml` (the API description).
 struct OperationsController<Context: RequestContext>: Sendable {
     let services: AppServices
 
     func addRoutes(to router: Router<Context>) {
         router.get("healthz") { _, _ in Self.text("ok\n") }
         router.get("readyz") { _, _ in
-            guard self.services.pool.isAccepting else { throw ServiceError.shuttingDown }
+            guard self.services.pool.isAccepting, !self.services.drain.isDraining else {
+                throw ServiceError.shuttingDown
+            }
             guard self.services.cache.isWritable else {
                 throw ServiceError.notReady(.cacheNotWritable, "the cache directory is not writable")
             }
