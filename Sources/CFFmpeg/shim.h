@@ -37,6 +37,10 @@ static inline int CFFmpeg_AVERROR_EOF(void) { return AVERROR_EOF; }
 /// `AVERROR(EAGAIN)`: the send/receive API's "call the other side first".
 static inline int CFFmpeg_AVERROR_EAGAIN(void) { return AVERROR(EAGAIN); }
 
+/// `AVERROR_ENCODER_NOT_FOUND` and `AVERROR_DECODER_NOT_FOUND`: FFmpeg was built without the codec asked for.
+static inline int CFFmpeg_AVERROR_ENCODER_NOT_FOUND(void) { return AVERROR_ENCODER_NOT_FOUND; }
+static inline int CFFmpeg_AVERROR_DECODER_NOT_FOUND(void) { return AVERROR_DECODER_NOT_FOUND; }
+
 /// `AV_NOPTS_VALUE`: a timestamp that is not set. The macro is a 64-bit constant that Swift sees as
 /// unsigned, so it is re-exported with its real type.
 static inline int64_t CFFmpeg_AV_NOPTS_VALUE(void) { return AV_NOPTS_VALUE; }

@@ -13,6 +13,20 @@ import Testing
         return gif
     }
 
+    /// A codec FFmpeg lacks is FFmpeg's own "not found" error, from libavutil's constants through the shim (a
+    /// hand-written constant, -0x434E4510, once named no error at all: av_strerror had no text for it).
+    @Test func aMissingEncoderIsFFmpegsEncoderNotFound() throws {
+        do {
+            _ = try CodecContext(encoderNamed: "no-such-encoder")
+            Issue.record("an encoder FFmpeg does not have was found")
+        } catch let error as FFmpegError {
+            #expect(error.code == CFFmpeg_AVERROR_ENCODER_NOT_FOUND())
+            #expect(error.code == -0x434E_45F8)
+            #expect(error.description.contains("Encoder not found"), "\(error)")
+        }
+        #expect(CFFmpeg_AVERROR_DECODER_NOT_FOUND() == -0x4345_44F8)
+    }
+
     @Test func unsupportedFormat() async throws {
         try await expectFailure([], .unsupportedFormat)
         try await expectFailure(Array("GIF90a".utf8) + [UInt8](repeating: 0, count: 20), .unsupportedFormat)

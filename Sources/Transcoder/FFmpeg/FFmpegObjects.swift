@@ -74,7 +74,8 @@ final class CodecContext {
     /// - Throws: `FFmpegError` with `AVERROR_ENCODER_NOT_FOUND` when FFmpeg was built without `name`.
     init(encoderNamed name: String) throws {
         guard let codec = avcodec_find_encoder_by_name(name) else {
-            throw FFmpegError(code: -0x434E_4510, function: "avcodec_find_encoder_by_name(\(name))")
+            throw FFmpegError(
+                code: CFFmpeg_AVERROR_ENCODER_NOT_FOUND(), function: "avcodec_find_encoder_by_name(\(name))")
         }
         guard let context = avcodec_alloc_context3(codec) else {
             throw FFmpegError(code: CFFmpeg_AVERROR(ENOMEM), function: "avcodec_alloc_context3")
@@ -83,14 +84,14 @@ final class CodecContext {
     }
 
     /// A decoder for a demuxed stream, set up from its parameters and opened.
-    /// - Throws: `FFmpegError` when FFmpeg has no decoder for the stream.
+    /// - Throws: `FFmpegError` with `AVERROR_DECODER_NOT_FOUND` when FFmpeg has no decoder for the stream.
     /// - Parameter name: this decoder (nil: FFmpeg's first for the stream's codec).
     init(decoderFor parameters: UnsafePointer<AVCodecParameters>, named name: String? = nil) throws {
         guard
             let codec = name.map({ avcodec_find_decoder_by_name($0) })
                 ?? avcodec_find_decoder(parameters.pointee.codec_id)
         else {
-            throw FFmpegError(code: -0x434E_4510, function: "avcodec_find_decoder")
+            throw FFmpegError(code: CFFmpeg_AVERROR_DECODER_NOT_FOUND(), function: "avcodec_find_decoder")
         }
         guard let context = avcodec_alloc_context3(codec) else {
             throw FFmpegError(code: CFFmpeg_AVERROR(ENOMEM), function: "avcodec_alloc_context3")
