@@ -12,7 +12,7 @@ struct TranscodeServerCommand: AsyncParsableCommand {
         version: TranscodeServerCommand.version,
         subcommands: [
             ServeCommand.self, ConvertCommand.self, CacheCommand.self, SignCommand.self, BackfillCommand.self,
-            QueueCommand.self,
+            QueueCommand.self, ConfigCommand.self,
         ],
         defaultSubcommand: ServeCommand.self
     )

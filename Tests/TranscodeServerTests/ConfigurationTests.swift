@@ -80,6 +80,51 @@ import Transcoder
         #expect(checked >= 60)
     }
 
+    /// `transcode-server config` describes every key the server reads, and only those (issue 55: the 60-odd keys,
+    /// their environment names and defaults were only in docs/configuration.md); its descriptions are the table's
+    /// rows, key for key (`scripts/config-keys` writes them), and the binary prints them with each key's variable and
+    /// flag, as the server reads them.
+    @Test func theBinaryDescribesEveryKey() async throws {
+        let described = ConfigurationKeys.all.map(\.name)
+        #expect(Set(described).count == described.count)
+        #expect(
+            Set(described) == ServerConfiguration.allKeys,
+            "read but not described: \(ServerConfiguration.allKeys.subtracting(described).sorted()); described but not read: \(Set(described).subtracting(ServerConfiguration.allKeys).sorted())"
+        )
+        let script = ConfigurationTests.repositoryRoot.appendingPathComponent("scripts/config-keys").path
+        // The script's reading of the table, against the committed file it wrote.
+        let source = Self.repositoryRoot.appendingPathComponent(
+            "Sources/TranscodeServer/Configuration/ConfigurationKeys.swift"
+        ).path
+        let check = try await runProcess(
+            "/usr/bin/python3",
+            [
+                "-c",
+                "import importlib.machinery, json, sys; m = importlib.machinery.SourceFileLoader('k', sys.argv[1]).load_module(); print(json.dumps(list(m.rows())))",
+                script,
+            ], timeout: .seconds(60))
+        #expect(check.status == 0, "\(check.stderr)")
+        let rows = try #require(try JSONSerialization.jsonObject(with: Data(check.stdout.utf8)) as? [[String]])
+        #expect(
+            rows == ConfigurationKeys.all.map { [$0.name, $0.defaultValue, $0.meaning] },
+            "docs/configuration.md and \(source) differ: run scripts/config-keys")
+        let binary = try OperationsTests.debugBinary()
+        let listed = try await runProcess(binary, ["config", "--json"], timeout: .seconds(60))
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let lines = listed.stdout.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: String]
+        }
+        #expect(lines.map { $0["key"] ?? "" } == described)
+        let cacheBytes = try #require(lines.first { $0["key"] == "cache.maxBytes" })
+        #expect(cacheBytes["environment"] == "TRANSCODE_CACHE_MAX_BYTES")
+        #expect(cacheBytes["flag"] == "--cache-max-bytes")
+        #expect(cacheBytes["default"] == "10737418240")
+        let text = try await runProcess(binary, ["config", "storage.s3"], timeout: .seconds(60))
+        #expect(
+            text.stdout.contains("storage.s3.bucket  TRANSCODE_STORAGE_S3_BUCKET  --storage-s3-bucket  default \"\""))
+        #expect(!text.stdout.contains("cache.maxBytes"))
+    }
+
     /// The configuration table of docs/configuration.md lists every key of the committed file (which holds the defaults, above)
     /// with the same default, and no key the file lacks.
     @Test func readmeTableIsTheCommittedFile() throws {

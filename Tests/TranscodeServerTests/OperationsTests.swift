@@ -98,12 +98,13 @@ import Transcoder
         }
     }
 
-    /// A mistyped subcommand (`transcode-server config`) is refused with the list of subcommands and a usage exit
-    /// code (64), at once: it used to be read as a setting and start the server on the default port.
+    /// A mistyped subcommand (`transcode-server confg`) is refused with the list of subcommands and a usage exit
+    /// code (64), at once: one (`config`, before it was a command) used to be read as a setting and start the server
+    /// on the default port.
     @Test func anUnknownSubcommandStartsNothing() async throws {
-        let run = try await runProcess(try Self.debugBinary(), ["config"], timeout: .seconds(60))
+        let run = try await runProcess(try Self.debugBinary(), ["confg"], timeout: .seconds(60))
         #expect(run.status == 64, "\(run.status): \(run.stderr)")
-        #expect(run.stderr.contains("unknown subcommand or argument 'config'"), "\(run.stderr)")
+        #expect(run.stderr.contains("unknown subcommand or argument 'confg'"), "\(run.stderr)")
         #expect(run.stderr.contains("serve, convert"), "\(run.stderr)")
     }
 
