@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import TestSupport
 import Testing
+import Transcoder
 
 @testable import TranscodeServer
 
@@ -45,6 +46,23 @@ import Testing
                 routes == spec,
                 "only in the router: \(routes.subtracting(spec).sorted()); only in the spec: \(spec.subtracting(routes).sorted())"
             )
+        }
+    }
+
+    /// The formats the spec lists are the output-format registry's (every format but the manifest, which is not
+    /// asked for), and `sign --extension`'s help names every extension the signed route takes (issue 54: the help
+    /// lacked `poster.webp` and `poster.avif`, and nothing tied the spec's lists to the registry).
+    @Test func formatListsAreTheRegistrys() async throws {
+        let text = try String(contentsOfFile: Self.specPath, encoding: .utf8)
+        let asked = OutputFormat.all.filter { $0 != ObjectFiles.manifest }.map(\.name)
+        #expect(text.contains("enum: [\(asked.joined(separator: ", "))]"), "the formats' enum is not \(asked)")
+        #expect(text.contains("Its format's name: \(asked.joined(separator: ", "))."))
+        let help = try await runProcess(try OperationsTests.debugBinary(), ["sign", "--help"], timeout: .seconds(60))
+        let words = help.stdout.replacingOccurrences(of: "\n", with: " ").split(whereSeparator: \.isWhitespace)
+            .joined(separator: " ")
+        for fileExtension in SourcePath.extensions {
+            #expect(
+                words.contains(" \(fileExtension) ("), "sign --help does not name .\(fileExtension): \(help.stdout)")
         }
     }
 

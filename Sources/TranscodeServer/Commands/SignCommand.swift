@@ -21,13 +21,17 @@ struct SignCommand: AsyncParsableCommand {
     @Option(name: .customLong("option"), help: "An output option, name:value (bg:000000); repeatable.")
     var options: [String] = []
 
-    @Option(
-        name: .customLong("extension"),
-        help: """
-            mp4 (the video), jpg (the poster), json (the metadata), webp (an animated WebP with transparency) or \
-            avif (an animated AVIF with transparency) or webm (VP9 with alpha: a video with transparency).
-            """)
+    @Option(name: .customLong("extension"), help: ArgumentHelp(Self.extensionHelp))
     var fileExtension = ObjectFiles.video.fileExtension
+
+    /// The extensions the signed route takes (`SourcePath.extensions`, from the output-format registry), each with
+    /// its media type: a format added to the registry is listed here without an edit.
+    static var extensionHelp: String {
+        let formats = SourcePath.formats.map { "\($0.fileExtension) (\($0.mediaType.prefix { $0 != ";" }))" }
+        return "One of: "
+            + (formats + ["\(SourcePath.negotiated) (the file the client shows best)"]).joined(separator: ", ")
+            + "."
+    }
 
     @Option(name: .long, help: "JSON configuration file (default: config/transcode-server.json if present).")
     var config: String?
