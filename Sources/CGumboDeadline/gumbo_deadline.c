@@ -18,6 +18,8 @@ struct GumboDeadline {
     struct timespec deadline;
     unsigned allocations;
     int expired;
+    // Set while gumbo_deadline_parse runs: the only time there is a frame to jump back to.
+    int parsing;
 };
 
 static int past(const struct timespec *deadline) {
@@ -30,13 +32,19 @@ static void *allocate(void *userdata, size_t size) {
     GumboDeadline *parse = userdata;
     // The clock every 16 allocations: gumbo allocates several times per tag and attribute, so a parse stops within
     // microseconds of its deadline.
-    if ((++parse->allocations & 15) == 0 && past(&parse->deadline)) {
+    if (parse->parsing && (++parse->allocations & 15) == 0 && past(&parse->deadline)) {
         parse->expired = 1;
+        parse->parsing = 0;
         longjmp(parse->jump, 1);
     }
     Header *header = malloc(sizeof(Header) + size);
-    // gumbo does not check for NULL: a failed allocation ends the parse here rather than in a crash there.
-    if (header == NULL) longjmp(parse->jump, 1);
+    // gumbo does not check for NULL: a failed allocation ends the parse here rather than in a crash there (outside a
+    // parse there is nowhere to go back to: abort, as gumbo's own allocator would crash).
+    if (header == NULL) {
+        if (!parse->parsing) abort();
+        parse->parsing = 0;
+        longjmp(parse->jump, 1);
+    }
     header->previous = &parse->live;
     header->next = parse->live.next;
     parse->live.next->previous = header;
@@ -60,7 +68,9 @@ GumboDeadline *gumbo_deadline_create(double seconds) {
     if (parse == NULL) return NULL;
     parse->live.previous = parse->live.next = &parse->live;
     clock_gettime(CLOCK_MONOTONIC, &parse->deadline);
-    if (seconds < 0) seconds = 0;
+    // At most a day: the conversion below must stay in range (and no parse is given longer).
+    if (!(seconds > 0)) seconds = 0;
+    if (seconds > 86400) seconds = 86400;
     long long nanoseconds = (long long)(seconds * 1e9) + parse->deadline.tv_nsec;
     parse->deadline.tv_sec += nanoseconds / 1000000000LL;
     parse->deadline.tv_nsec = nanoseconds % 1000000000LL;
@@ -73,7 +83,10 @@ GumboOutput *gumbo_deadline_parse(GumboDeadline *parse, GumboOptions options, co
     options.userdata = parse;
     // Stopped: what the parse allocated stays on the list, for gumbo_deadline_destroy.
     if (setjmp(parse->jump) != 0) return NULL;
-    return gumbo_parse_with_options(&options, text, length);
+    parse->parsing = 1;
+    GumboOutput *output = gumbo_parse_with_options(&options, text, length);
+    parse->parsing = 0;
+    return output;
 }
 
 void gumbo_deadline_destroy_output(GumboDeadline *parse, GumboOutput *output) {

@@ -29,6 +29,11 @@ import Testing
             let stored = try #require(FileManager.default.contents(atPath: folder.requestPath))
             #expect(stored.count < 200, "\(stored.count) bytes")
             #expect(folder.load()?.total == urls.count)
+            // A `urls` file cut short is not read back (every URL must read, or its item would never run).
+            let urlsSize = try #require(
+                try FileManager.default.attributesOfItem(atPath: folder.urlsPath)[.size] as? Int)
+            #expect(truncate(folder.urlsPath, off_t(urlsSize - 1)) == 0)
+            #expect(folder.load() == nil)
             try FileManager.default.removeItem(atPath: folder.path)
             #expect(folder.url(at: 0) == nil)
         }

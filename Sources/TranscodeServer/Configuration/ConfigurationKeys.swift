@@ -163,7 +163,7 @@ enum ConfigurationKeys {
         Key(
             name: "shutdown.drainSeconds", defaultValue: "5",
             meaning:
-                "after SIGTERM, how long `/readyz` answers 503 `shutting-down` while every route keeps serving and new connections are accepted, so a balancer stops sending before the listener closes; 0: close at once. Kubernetes: at least the readiness probe's period times its failure threshold, and `terminationGracePeriodSeconds` above this plus `shutdown.graceSeconds`"
+                "after SIGTERM, how long `/readyz` answers 503 `shutting-down` while every route keeps serving and new connections are accepted, so a balancer stops sending before the listener closes; 0: close at once; at most 3600. Kubernetes: at least the readiness probe's period times its failure threshold, and `terminationGracePeriodSeconds` above this plus `shutdown.graceSeconds`"
         ),
         Key(
             name: "webhooks.secrets", defaultValue: "[]",

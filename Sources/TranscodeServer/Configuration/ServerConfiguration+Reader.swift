@@ -227,7 +227,7 @@ extension ServerConfiguration {
         self.shutdownGraceSeconds = reader.double(forKey: "shutdown.graceSeconds", default: self.shutdownGraceSeconds)
         root.check("shutdown.graceSeconds", self.shutdownGraceSeconds >= 0, "0 or more")
         self.shutdownDrainSeconds = reader.double(forKey: "shutdown.drainSeconds", default: self.shutdownDrainSeconds)
-        root.check("shutdown.drainSeconds", self.shutdownDrainSeconds >= 0, "0 or more")
+        root.check("shutdown.drainSeconds", (0...3600).contains(self.shutdownDrainSeconds), "0 to 3600")
         self.webhooks = WebhookConfiguration(root.section("webhooks"))
         // A callback is a request the server makes to an address its client names: only for clients that
         // authenticated (the SSRF policy and the delivery cap bound the rest).

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// What `BatchRunner` keeps of a batch besides its URLs: `batches/<id>/request.json`, written last when the batch is
 /// recorded. Its URLs are in the folder's `urls` and `urls.index` (`BatchFolder`), read one at a time, so that a
@@ -54,12 +55,26 @@ struct BatchFolder: Sendable {
         guard let data = FileManager.default.contents(atPath: self.requestPath) else { return nil }
         if let record = try? JSONDecoder().decode(BatchRecord.self, from: data),
             let index = try? FileManager.default.attributesOfItem(atPath: self.indexPath)[.size] as? Int,
-            index == record.total * 8
+            index == record.total * 8, self.urlsAreWhole(count: record.total)
         {
             return record
         }
         guard let request = try? JSONDecoder().decode(BatchRequest.self, from: data) else { return nil }
         return try? self.create(request)
+    }
+
+    /// Whether `urls` is as long as `urls.index` says (its last entry), so that every URL reads.
+    private func urlsAreWhole(count: Int) -> Bool {
+        guard count > 0 else { return true }
+        guard let size = try? FileManager.default.attributesOfItem(atPath: self.urlsPath)[.size] as? Int else {
+            return false
+        }
+        let descriptor = open(self.indexPath, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var end: UInt64 = 0
+        let read = withUnsafeMutableBytes(of: &end) { pread(descriptor, $0.baseAddress, 8, off_t((count - 1) * 8)) }
+        return read == 8 && Int(UInt64(littleEndian: end)) == size
     }
 
     /// URL `index`, read from disk. - Returns: nil when the batch's files are gone (deleted meanwhile) or cut short.
@@ -137,13 +152,24 @@ struct BatchFolder: Sendable {
         if size > 0 { _ = ftruncate(descriptor, 0) }
     }
 
-    /// Appends one result line. - Returns: whether all of it was written.
+    /// Appends one result line, one append at a time in the process (items of a batch finish concurrently): a
+    /// short write (a full disk) is cut off again, so a line is whole or absent and never interleaved with another.
+    /// - Returns: whether all of it was written.
     func append(result line: [UInt8]) -> Bool {
-        let descriptor = open(self.resultsPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else { return false }
-        defer { close(descriptor) }
-        return Self.write(descriptor, line)
+        Self.appending.withLock { _ in
+            let descriptor = open(self.resultsPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+            guard descriptor >= 0 else { return false }
+            defer { close(descriptor) }
+            let before = lseek(descriptor, 0, SEEK_END)
+            guard Self.write(descriptor, line) else {
+                if before >= 0 { _ = ftruncate(descriptor, before) }
+                return false
+            }
+            return true
+        }
     }
+
+    private static let appending = Mutex(())
 
     // MARK: Files
 
@@ -156,6 +182,7 @@ struct BatchFolder: Sendable {
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
             let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
             guard count > 0 else { return }
             pending += chunk[0..<count]
             var start = pending.startIndex
@@ -212,6 +239,7 @@ struct BatchFolder: Sendable {
         var done = 0
         while done < bytes.count {
             let count = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress! + done, $0.count - done) }
+            if count < 0, errno == EINTR { continue }
             guard count > 0 else { return false }
             done += count
         }

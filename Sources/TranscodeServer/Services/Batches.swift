@@ -198,7 +198,15 @@ final class BatchRunner: BatchStore, Service, Sendable {
         var loaded: [(String, Batch)] = []
         for id in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where BatchID.isValid(id) {
             let folder = BatchFolder(path: "\(directory)/\(id)")
-            guard let record = folder.load() else { continue }
+            guard let record = folder.load() else {
+                // Never recorded whole (a crash before its request.json), damaged, or in the older form and not
+                // rewritten (a full disk): left on disk, said once.
+                if FileManager.default.fileExists(atPath: folder.requestPath) {
+                    logger.error(
+                        "a batch cannot be read back; its folder is left as it is", metadata: ["batch.id": "\(id)"])
+                }
+                continue
+            }
             var batch = Batch(record: record)
             folder.dropPartialLine()
             folder.forEachResult { index, status in
@@ -316,11 +324,21 @@ final class BatchRunner: BatchStore, Service, Sendable {
     }
 
     private func runItem(id: String, index: Int) async {
-        guard let request = self.state.withLock({ $0.batches[id]?.record }), let text = self.folder(id).url(at: index)
-        else {
+        guard let request = self.state.withLock({ $0.batches[id]?.record }) else {
             // Deleted since it was claimed: its place is given back.
             self.release(id: id, index: index)
             return
+        }
+        guard let text = self.folder(id).url(at: index) else {
+            // Deleted meanwhile, or its URL files damaged: a batch still here records the item failed, so that it is
+            // not taken again and again ahead of every later item.
+            guard self.state.withLock({ $0.batches[id] != nil }) else { return self.release(id: id, index: index) }
+            self.logger.error(
+                "a batch's URL cannot be read", metadata: ["batch.id": "\(id)", "batch.item": "\(index)"])
+            var result = BatchResult(index: index, url: "", status: "failed")
+            result.error = .init(
+                code: ErrorCode.internal.rawValue, message: "this item's URL could not be read from the batch's files")
+            return self.record(result, batch: id)
         }
         var result = BatchResult(index: index, url: text, status: "failed")
         do {

@@ -172,12 +172,13 @@ struct S3ResultStore: ResultStore {
         "url-sources/\(source.shard)/\(source.rawValue)"
     }
 
-    /// One digest per line, the ones recorded before kept (read, merged, written: two purges of one URL at the same
-    /// moment could lose one's additions, which the next purge writes again).
+    /// One digest per line, the ones recorded before kept: read, merged, written. The store has no conditional write
+    /// here, so two purges of one URL on two nodes in the same moment can lose one's additions (each purge records
+    /// what it found itself; a takedown then buries what the surviving record names).
     func recordURLSources(_ source: SourceHash, _ digests: [ContentDigest]) async throws {
-        let recorded = try await self.recordedURLSources(source)
-        let merged = Set(recorded + digests).map(\.rawValue).sorted()
-        guard merged.count > recorded.count else { return }
+        let recorded = Set(try await self.recordedURLSources(source))
+        guard !Set(digests).isSubset(of: recorded) else { return }
+        let merged = recorded.union(digests).map(\.rawValue).sorted()
         try await self.client.put(
             Self.urlSourcesName(source), Array(merged.joined(separator: "\n").utf8), contentType: "text/plain")
     }
