@@ -27,19 +27,15 @@ struct ConfigCommand: ParsableCommand {
         }
     }
 
-    static func environmentName(_ key: ConfigurationKeys.Key) -> String {
-        ServerConfiguration.environmentName(key.name)
-    }
-    static func flagName(_ key: ConfigurationKeys.Key) -> String { ServerConfiguration.flagName(key.name) }
-
     /// `cache.maxBytes  TRANSCODE_CACHE_MAX_BYTES  --cache-max-bytes  default 10737418240`, then the meaning indented.
     static func text(_ key: ConfigurationKeys.Key) -> String {
-        "\(key.name)  \(Self.environmentName(key))  \(Self.flagName(key))  default \(key.defaultValue)\n    \(key.meaning)\n"
+        "\(key.name)  \(ServerConfiguration.environmentName(key.name))  \(ServerConfiguration.flagName(key.name))  default \(key.defaultValue)\n    \(key.meaning)\n"
     }
 
     static func jsonLine(_ key: ConfigurationKeys.Key) -> String {
         let object = [
-            "key": key.name, "environment": Self.environmentName(key), "flag": Self.flagName(key),
+            "key": key.name, "environment": ServerConfiguration.environmentName(key.name),
+            "flag": ServerConfiguration.flagName(key.name),
             "default": key.defaultValue, "meaning": key.meaning,
         ]
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()

@@ -37,12 +37,10 @@ final class ParseErrorAnswer: ChannelDuplexHandler, RemovableChannelHandler {
         where self.parserFailed && !self.replacing && head.status == .badRequest
             && head.headerFields[.contentLength] == "0":
             self.replacing = true
-            let body = Self.failure.jsonBody
-            let fields: HTTPFields = [
-                .contentType: "application/json; charset=utf-8",
-                ServiceError.errorCodeField: Self.failure.code.rawValue,
-                .cacheControl: "no-store", .connection: "close", .contentLength: String(body.utf8.count),
-            ]
+            // The router's error answer (`ServiceError.response()`: its JSON, code and cache policy), closing.
+            var fields = Self.failure.response().headers
+            fields[.connection] = "close"
+            fields[.contentLength] = String(Self.failure.jsonBody.utf8.count)
             context.write(
                 self.wrapOutboundOut(.head(HTTPResponse(status: .badRequest, headerFields: fields))), promise: promise)
         case .end where self.replacing:

@@ -69,30 +69,37 @@ struct BatchFolder: Sendable {
         guard let size = try? FileManager.default.attributesOfItem(atPath: self.urlsPath)[.size] as? Int else {
             return false
         }
+        return self.withIndex { self.end(ofURL: count - 1, in: $0) } == size
+    }
+
+    /// `body` with `urls.index` open; nil when it cannot be opened.
+    private func withIndex<Result>(_ body: (Int32) -> Result?) -> Result? {
         let descriptor = open(self.indexPath, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return false }
+        guard descriptor >= 0 else { return nil }
         defer { close(descriptor) }
+        return body(descriptor)
+    }
+
+    /// Where URL `index` ends in `urls`: its entry of the index open as `descriptor`.
+    private func end(ofURL index: Int, in descriptor: Int32) -> Int? {
         var end: UInt64 = 0
-        let read = withUnsafeMutableBytes(of: &end) { pread(descriptor, $0.baseAddress, 8, off_t((count - 1) * 8)) }
-        return read == 8 && Int(UInt64(littleEndian: end)) == size
+        let read = withUnsafeMutableBytes(of: &end) { pread(descriptor, $0.baseAddress, 8, off_t(index * 8)) }
+        return read == 8 ? Int(UInt64(littleEndian: end)) : nil
     }
 
     /// URL `index`, read from disk. - Returns: nil when the batch's files are gone (deleted meanwhile) or cut short.
     func url(at index: Int) -> String? {
-        guard index >= 0 else { return nil }
-        let indexFile = open(self.indexPath, O_RDONLY | O_CLOEXEC)
-        guard indexFile >= 0 else { return nil }
-        defer { close(indexFile) }
-        // The end of the URL before (none for the first) and this one's.
-        var ends = [UInt64](repeating: 0, count: 2)
-        let count = index == 0 ? 1 : 2
-        let read = ends.withUnsafeMutableBytes {
-            pread(indexFile, $0.baseAddress, count * 8, off_t(max(0, index - 1) * 8))
-        }
-        guard read == count * 8 else { return nil }
-        let start = index == 0 ? 0 : Int(UInt64(littleEndian: ends[0]))
-        let end = Int(UInt64(littleEndian: ends[count - 1]))
-        guard end >= start, end - start <= 1 << 20 else { return nil }
+        guard index >= 0,
+            let span = self.withIndex({ descriptor -> Range<Int>? in
+                // It starts where the URL before ends (the first at 0).
+                guard let start = index == 0 ? 0 : self.end(ofURL: index - 1, in: descriptor),
+                    let end = self.end(ofURL: index, in: descriptor), end >= start
+                else { return nil }
+                return start..<end
+            }),
+            span.count <= 1 << 20
+        else { return nil }
+        let (start, end) = (span.lowerBound, span.upperBound)
         let urlsFile = open(self.urlsPath, O_RDONLY | O_CLOEXEC)
         guard urlsFile >= 0 else { return nil }
         defer { close(urlsFile) }

@@ -128,9 +128,16 @@ final class LinkIndex: Sendable {
             unlink(temporary)
             throw TranscodeError(.io, "cannot write \(path)")
         }
-        let index = self.sourceIndexDirectory(SourceHash(NormalizedURL(normalized: source.url)))
+        try self.addToIndex(
+            [urlKey.rawValue, "object-\(key)"] + (source.contentDigest.map { ["gif-\($0)"] } ?? []),
+            source: SourceHash(NormalizedURL(normalized: source.url)))
+    }
+
+    /// Adds the empty files `names` to the index of the URL whose hash is `source`. - Throws: when one cannot be made.
+    private func addToIndex(_ names: [String], source: SourceHash) throws {
+        let index = self.sourceIndexDirectory(source)
         try? FileManager.default.createDirectory(atPath: index, withIntermediateDirectories: true)
-        for name in [urlKey.rawValue, "object-\(key)"] + (source.contentDigest.map { ["gif-\($0)"] } ?? []) {
+        for name in names {
             let descriptor = open("\(index)/\(name)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             guard descriptor >= 0 else {
                 throw TranscodeError(.io, "cannot index \(index)/\(name): \(String(cString: strerror(errno)))")
@@ -181,12 +188,15 @@ final class LinkIndex: Sendable {
     /// What the index of `url` holds: its links (whatever the options), every object it led to (also through a
     /// link's current target, for links indexed before objects were) and the digests of the bytes fetched.
     func indexed(url: NormalizedURL) -> (links: [URLKey], objects: Set<ObjectKey>, gifHashes: [ContentDigest]) {
+        self.indexed(source: SourceHash(url))
+    }
+
+    /// `indexed(url:)` by the URL's hash.
+    func indexed(source: SourceHash) -> (links: [URLKey], objects: Set<ObjectKey>, gifHashes: [ContentDigest]) {
         var links: [URLKey] = []
         var objects: Set<ObjectKey> = []
         var gifHashes: [ContentDigest] = []
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: self.sourceIndexDirectory(SourceHash(url))))
-            ?? []
-        {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: self.sourceIndexDirectory(source))) ?? [] {
             if name.hasPrefix("object-"), let key = ObjectKey(name.dropFirst(7)) {
                 objects.insert(key)
             } else if name.hasPrefix("gif-"), let hash = ContentDigest(String(name.dropFirst(4))) {
@@ -199,24 +209,10 @@ final class LinkIndex: Sendable {
         return (links, objects, gifHashes)
     }
 
-    /// The digests of the bytes the URL whose hash is `source` was fetched as (its index's `gif-` records).
-    func gifHashes(source: SourceHash) -> [ContentDigest] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: self.sourceIndexDirectory(source))) ?? []
-        return names.compactMap { $0.hasPrefix("gif-") ? ContentDigest(String($0.dropFirst(4))) : nil }.sorted()
-    }
-
     /// Adds `digests` to the bytes the URL whose hash is `source` was fetched as (`gif-` records of its index).
     /// - Throws: when a record cannot be written.
     func recordGIFs(_ digests: [ContentDigest], source: SourceHash) throws {
-        let index = self.sourceIndexDirectory(source)
-        try? FileManager.default.createDirectory(atPath: index, withIntermediateDirectories: true)
-        for digest in digests {
-            let descriptor = open("\(index)/gif-\(digest)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
-            guard descriptor >= 0 else {
-                throw TranscodeError(.io, "cannot index \(index)/gif-\(digest): \(String(cString: strerror(errno)))")
-            }
-            close(descriptor)
-        }
+        try self.addToIndex(digests.map { "gif-\($0)" }, source: source)
     }
 
     /// Removes the links from the index of `url` (after the links themselves were removed). The records of the

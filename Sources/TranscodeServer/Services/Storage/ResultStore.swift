@@ -168,6 +168,6 @@ extension DiskCache: ResultStore {
     }
 
     func recordedURLSources(_ source: SourceHash) async throws -> [ContentDigest] {
-        self.links.gifHashes(source: source)
+        self.links.indexed(source: source).gifHashes
     }
 }
