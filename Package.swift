@@ -26,6 +26,10 @@ let package = Package(
         .package(
             url: "https://github.com/apple/swift-configuration.git", from: "1.0.0",
             traits: [.defaults, "CommandLineArguments"]),
+        // Spans (issue 55): the tracing API, and swift-otel's exporter over OTLP/HTTP only (its gRPC exporter
+        // would bring gRPC Swift for nothing).
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.1.0"),
+        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: [
         .systemLibrary(
@@ -73,6 +77,9 @@ let package = Package(
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Instrumentation", package: "swift-distributed-tracing"),
+                .product(name: "OTel", package: "swift-otel"),
             ],
             resources: [
                 .copy("Resources/openapi.yaml"), .copy("Resources/sample.gif"), .copy("Resources/favicon.ico"),

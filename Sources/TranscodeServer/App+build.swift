@@ -27,8 +27,6 @@ struct AppServices: Sendable {
     let drain: ShutdownDrain
 }
 
-typealias AppRequestContext = BasicRequestContext
-
 /// Builds the whole application: cache, downloader, transcode pool, router and server. Tests build the
 /// real thing with this same function (against a temporary cache directory and port 0).
 /// - Throws: when the cache directory cannot be created.
@@ -100,7 +98,7 @@ func buildApplication(
             fleetJobs.withLock { $0 = jobs }
             return jobs
         },
-        metrics: metrics, logger: logger)
+        quotas: ClientQuotas(policies: configuration.quota.limits), metrics: metrics, logger: logger)
     let webhooks = WebhookDispatcher(
         signer: WebhookSigner(secrets: configuration.webhooks.secrets) ?? WebhookSigner(decoded: []),
         downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhooks.firstRetrySeconds,
@@ -150,7 +148,8 @@ func buildApplication(
         transcodeRoute: MediaHitHandler.TranscodeRoute(
             resolved: services.resolvedBodies, encoded: services.encodedResults, service: transcodes,
             baseURL: links.baseURL,
-            tokens: BearerAuthenticator<AppRequestContext>(tokens: configuration.authTokens)))
+            tokens: BearerAuthenticator<AppRequestContext>(
+                tokens: configuration.authTokens, clients: configuration.authClients)))
     let connections = ConnectionLimit(
         limit: configuration.http.maxConnections > 0
             ? configuration.http.maxConnections
@@ -187,11 +186,15 @@ let connectionLoops = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCo
 func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     let configuration = services.configuration
     let router = Router(context: AppRequestContext.self)
+    // The server span of each request (continuing a W3C `traceparent`): only when spans are exported.
+    if Traces.isOn { router.add(middleware: TracingMiddleware()) }
     router.add(middleware: AccessLogMiddleware(metrics: services.transcodes.metrics))
     router.add(middleware: CORSPolicyMiddleware(allowedOrigins: configuration.corsAllowedOrigins))
+    router.add(middleware: ClientMiddleware(quotas: !configuration.quota.limits.isEmpty))
     let routes = RouteTable()
     router.add(middleware: ErrorMiddleware(metrics: services.transcodes.metrics, routes: routes))
-    let authenticator = BearerAuthenticator<AppRequestContext>(tokens: configuration.authTokens)
+    let authenticator = BearerAuthenticator<AppRequestContext>(
+        tokens: configuration.authTokens, clients: configuration.authClients)
     let links = PublicLinks(configuration: configuration)
     let signer = links.signer
     OperationsController<AppRequestContext>(services: services).addRoutes(to: router)

@@ -297,8 +297,10 @@ extension Transcoder {
                 path = mp4Path
                 firstPathTaken = true
             }
-            let encoded = try self.encode(
-                bytes, plan: plan, crf: crf, mp4Path: path, stop: stop, measure: measure, poster: &poster)
+            let encoded = try self.steps.record("encode.attempt", ["crf": String(crf)]) {
+                try self.encode(
+                    bytes, plan: plan, crf: crf, mp4Path: path, stop: stop, measure: measure, poster: &poster)
+            }
             return SizeGuardPolicy.Encoded(
                 output: (result: encoded.result, poster: encoded.poster, path: path),
                 bytes: try OutputFile.size(path), ssim: encoded.ssim)

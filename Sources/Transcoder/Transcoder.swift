@@ -12,6 +12,9 @@ public struct Transcoder: Sendable {
     /// Let x264 use the CPU's SIMD instructions (FFmpeg's are process-wide: `av_force_cpu_flags`). Off, only
     /// to check that the bytes do not depend on the CPU (`convert --without-simd`): the output is the same.
     public var x264UsesSIMD = true
+    /// Where the conversion's steps are timed (decoding's plan, each size-guard attempt, each extra format, the
+    /// commit), for a tracer; nil: none is.
+    public var steps: StepLog?
 
     /// The video's encoder and container: the object's video format (`ObjectFiles.video`).
     let video = VideoRecipe.h264MP4
@@ -48,7 +51,7 @@ public struct Transcoder: Sendable {
         }
         do {
             let (guarded, extras) = try gif.withUnsafeBytes { bytes in
-                var plan = try self.plan(bytes)
+                var plan = try self.steps.record("decode") { try self.plan(bytes) }
                 let guarded: (metadata: (result: TranscodeMetadata, poster: [UInt8]), mp4Path: String)
                 if let seconds = self.options.rendition.previewSeconds {
                     // A preview's budget, not the source's size, decides its encodes; its other files are made
@@ -61,9 +64,11 @@ public struct Transcoder: Sendable {
                     guarded = try self.encodeGuarded(
                         bytes, plan: plan, mp4Path: mp4Temporary, temporaries: &temporaries)
                 }
-                let extras = try self.encodeExtras(
-                    bytes, plan: plan, transparent: guarded.metadata.result.hasTransparency, beside: base,
-                    temporaries: &temporaries)
+                let extras = try self.steps.record("encode.extras") {
+                    try self.encodeExtras(
+                        bytes, plan: plan, transparent: guarded.metadata.result.hasTransparency, beside: base,
+                        temporaries: &temporaries)
+                }
                 return (guarded, extras)
             }
             var metadata = guarded.metadata
@@ -116,27 +121,14 @@ public struct Transcoder: Sendable {
             let path = base + "." + format.fileExtension
             let image: (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?, codecs: String?)
             do {
-                switch format {
-                case .webp:
-                    let webp = try self.encodeAnimatedWebPChoosing(bytes, plan: plan)
-                    image = (webp.bytes, webp.width, webp.height, webp.lossless, webp.psnr, nil)
-                case .avif:
-                    let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan, transparent: transparent)
-                    image = (avif.bytes, avif.width, avif.height, false, avif.psnr, nil)
-                case .webpPoster:
-                    let still = try self.encodeStillWebP(bytes, plan: plan)
-                    image = (still.bytes, still.width, still.height, still.lossless, still.psnr, nil)
-                case .avifPoster:
-                    let still = try self.encodeAnimatedAVIFChoosing(
-                        bytes, plan: plan, still: true, transparent: transparent)
-                    image = (still.bytes, still.width, still.height, false, still.psnr, nil)
-                case .webm:
-                    guard Self.webmShowsMore(transparent: transparent, size: self.imageSize(plan)) else { continue }
-                    let webm = try self.encodeAlphaVideoChoosing(
-                        bytes, plan: plan, scratch: OutputFile.temporaryPath(for: path))
-                    image = (webm.bytes, webm.width, webm.height, false, webm.psnr, webm.codecs)
-                default: continue
+                if format == .webm, !Self.webmShowsMore(transparent: transparent, size: self.imageSize(plan)) {
+                    continue
                 }
+                let encoded = try self.steps.record("encode." + format.name) {
+                    try self.encodeExtra(format, bytes, plan: plan, transparent: transparent, path: path)
+                }
+                guard let encoded else { continue }
+                image = encoded
             } catch let error as TranscodeError where error.code == .encodeFailed {
                 // The video and the poster are good: the object is kept without this file, and its manifest does
                 // not list it (`.auto` then answers another format or the source; `.<format>` finds no such file).
@@ -160,6 +152,32 @@ public struct Transcoder: Sendable {
             made.append((entry, temporary, path))
         }
         return made
+    }
+
+    /// One extra file's bytes, size, losslessness, PSNR and codecs string; nil for a format that is not an extra.
+    private func encodeExtra(
+        _ format: OutputFormat, _ bytes: UnsafeRawBufferPointer, plan: Plan, transparent: Bool, path: String
+    ) throws -> (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?, codecs: String?)? {
+        switch format {
+        case .webp:
+            let webp = try self.encodeAnimatedWebPChoosing(bytes, plan: plan)
+            return (webp.bytes, webp.width, webp.height, webp.lossless, webp.psnr, nil)
+        case .avif:
+            let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan, transparent: transparent)
+            return (avif.bytes, avif.width, avif.height, false, avif.psnr, nil)
+        case .webpPoster:
+            let still = try self.encodeStillWebP(bytes, plan: plan)
+            return (still.bytes, still.width, still.height, still.lossless, still.psnr, nil)
+        case .avifPoster:
+            let still = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan, still: true, transparent: transparent)
+            return (still.bytes, still.width, still.height, false, still.psnr, nil)
+        case .webm:
+            let webm = try self.encodeAlphaVideoChoosing(
+                bytes, plan: plan, scratch: OutputFile.temporaryPath(for: path))
+            return (webm.bytes, webm.width, webm.height, false, webm.psnr, webm.codecs)
+        default:
+            return nil
+        }
     }
 
     /// Whether a VP9 WebM shows what the MP4 cannot: transparency, or an odd width or height kept as it is (the MP4

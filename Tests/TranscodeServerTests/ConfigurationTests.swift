@@ -32,7 +32,9 @@ import Transcoder
             "webhooks.secrets": "whsec_" + Data(repeating: 7, count: 24).base64EncodedString(),
             "storage.s3.serve": "redirect", "storage.s3.endpoint": "http://127.0.0.1:2", "storage.s3.bucket": "other",
             "storage.s3.region": "eu-west-1", "download.allowLoopback": "true", "signing.disabled": "true",
-            "storage.s3.pathStyle": "false", "storage.s3.createBucket": "true",
+            "storage.s3.pathStyle": "false", "storage.s3.createBucket": "true", "tracing.enabled": "true",
+            "tracing.propagate": "true", "tracing.sampleRatio": "0.5", "tracing.endpoint": "http://127.0.0.1:9/v1/traces",
+            "tracing.batchDelaySeconds": "1",
         ]
         if key == "storage.kind" { return nil }
         if let text = special[key] { return text }

@@ -62,6 +62,22 @@ import Transcoder
         try await pool.stop()
     }
 
+    /// Upgrades and backfill run at nice 10 (their encoders' threads inherit it), so a reader's conversion gets the
+    /// cores first; a reader's runs at the process's own.
+    @Test func backgroundWorkRunsAtALowerCPUPriority() async throws {
+        let pool = TranscodePool(workers: 2, queueLength: 8, graceSeconds: 1)
+        let base = TranscodePool.thisThreadsNice()
+        let interactive = try await pool.run { TranscodePool.thisThreadsNice() }
+        let backfill = try await pool.run(priority: .backfill) { TranscodePool.thisThreadsNice() }
+        let upgrade = try await pool.run(priority: .upgrade) { TranscodePool.thisThreadsNice() }
+        #expect(interactive == base)
+        #expect(backfill == max(base, TranscodePool.backgroundNice))
+        #expect(upgrade == max(base, TranscodePool.backgroundNice))
+        // And a reader's still does not, after a thread ran background work.
+        for _ in 0..<8 { #expect(try await pool.run { TranscodePool.thisThreadsNice() } == base) }
+        try await pool.stop()
+    }
+
     /// A budget that leaves conversions 200 MiB: two jobs of 150 MiB never run at once, though two workers are
     /// free; a job of 40 MiB runs beside one of them; one of 300 MiB is refused `overloaded` before it waits.
     @Test func conversionsStartOnlyWithinTheMemoryBudget() async throws {

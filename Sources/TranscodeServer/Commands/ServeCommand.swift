@@ -67,12 +67,17 @@ struct ServeCommand: AsyncParsableCommand {
             ?? (FileManager.default.fileExists(atPath: ServerConfiguration.defaultFilePath)
                 ? ServerConfiguration.defaultFilePath : nil)
         logger.info("starting", metadata: configuration.startupSummary(configFile: configFile))
+        // The tracer is the process's: made before the application, whose requests it sees.
+        let traces =
+            try configuration.tracing.enabled ? [TraceExport.bootstrap(configuration.tracing, logger: logger)] : []
         let (application, services) = try buildApplication(configuration: configuration, logger: logger)
         // On SIGTERM the group shuts its services down in reverse: the drain first (`/readyz` 503 while everything
-        // serves), then the application (the listener closed, work in flight finished).
+        // serves), then the application (the listener closed, work in flight finished), then the exporter (the
+        // last spans sent).
         let group = ServiceGroup(
             configuration: .init(
-                services: [application, services.drain], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+                services: traces + [application, services.drain], gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger))
         try await group.run()
     }
 

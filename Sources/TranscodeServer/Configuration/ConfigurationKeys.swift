@@ -141,6 +141,11 @@ enum ConfigurationKeys {
             meaning:
                 "hex HMAC keys (16 bytes or more) and salts of the signed URLs, paired by position; the first signs"),
         Key(
+            name: "signing.clients", defaultValue: "[]",
+            meaning:
+                "the client each signing key's URLs count against, paired with `signing.keys` by position (`key-1`, `key-2`, ... where not named): the site whose pages carry them, whoever reads them; a name is 1-32 of `a-z`, `0-9`, `-`, `_`. Fair scheduling and quotas count by client ([Clients, fairness and quotas](operations.md#clients-fairness-and-quotas))"
+        ),
+        Key(
             name: "signing.disabled", defaultValue: "false",
             meaning: "accept unsigned `GET /v1/...` URLs: development only"),
         Key(
@@ -151,6 +156,33 @@ enum ConfigurationKeys {
             meaning:
                 "bearer tokens accepted on `POST /transcode`, `POST /v1/batches` (and its status and results), `POST /v1/rewrite` and the purge routes (several, for rotation); empty: those routes are open; placeholders, tokens under 16 characters, empty tokens and tokens with whitespace are refused"
         ),
+        Key(
+            name: "auth.clients", defaultValue: "[]",
+            meaning:
+                "the client each of `auth.tokens` belongs to, paired by position (`token-1`, `token-2`, ... where not named); tokens that share a name are one client (a rotated token keeps its quota)"
+        ),
+        Key(
+            name: "quota.limits", defaultValue: "[]",
+            meaning:
+                "token buckets per client, `<client>=<requests per second>/<burst>` (`cms=5/20`): each request that spends work (a URL that misses the cache at interactive priority, an upload) takes a token first; none left: 429 `quota-exceeded` with `Retry-After`, `RateLimit` and `RateLimit-Policy`. `open=<rate>/<burst>` gives each address of an open route its own bucket. A client without an entry has no quota; a name that is no client is refused"
+        ),
+        Key(
+            name: "tracing.enabled", defaultValue: "false",
+            meaning:
+                "export OpenTelemetry spans over OTLP/HTTP (protobuf): each request's server span (continuing a W3C `traceparent`), the queue wait, download, conversion steps, storage and webhook deliveries ([Tracing](operations.md#tracing)); off, no span is made"
+        ),
+        Key(
+            name: "tracing.endpoint", defaultValue: "http://127.0.0.1:4318/v1/traces",
+            meaning: "the collector's OTLP/HTTP traces URL (`OTEL_EXPORTER_OTLP_*` variables are read too)"),
+        Key(
+            name: "tracing.sampleRatio", defaultValue: "1",
+            meaning: "share of new traces kept, 0 to 1; a request continuing a sampled `traceparent` is kept"),
+        Key(
+            name: "tracing.propagate", defaultValue: "false",
+            meaning: "send `traceparent` to origins, S3 and webhook receivers (off: the trace stops at this service)"),
+        Key(
+            name: "tracing.batchDelaySeconds", defaultValue: "5",
+            meaning: "how long finished spans wait to be sent together, 0.01 to 60"),
         Key(name: "log.level", defaultValue: "info", meaning: "trace … critical"),
         Key(
             name: "log.format", defaultValue: "text",

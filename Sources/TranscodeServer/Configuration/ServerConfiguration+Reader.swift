@@ -220,10 +220,15 @@ extension ServerConfiguration {
                 "a placeholder token (\(token.prefix(4))...) is refused; use at least 16 random characters")
         }
 
+        self.authClients = root.clientNames(
+            "auth.clients", count: self.authTokens.count, credentials: "tokens", prefix: "token")
         self.signing = SigningConfiguration(root.section("signing"))
+        self.quota = QuotaConfiguration(
+            root.section("quota"), clients: Set(self.authClients + self.signing.clients))
         self.corsAllowedOrigins = reader.stringArray(forKey: "cors.allowedOrigins", default: self.corsAllowedOrigins)
             .filter { !$0.isEmpty }
         self.log = LogConfiguration(root.section("log"))
+        self.tracing = TracingConfiguration(root.section("tracing"))
         self.shutdownGraceSeconds = reader.double(forKey: "shutdown.graceSeconds", default: self.shutdownGraceSeconds)
         root.check("shutdown.graceSeconds", self.shutdownGraceSeconds >= 0, "0 or more")
         self.shutdownDrainSeconds = reader.double(forKey: "shutdown.drainSeconds", default: self.shutdownDrainSeconds)

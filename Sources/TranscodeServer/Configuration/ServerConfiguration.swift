@@ -35,6 +35,13 @@ struct ServerConfiguration: Sendable, Equatable {
     /// Bearer tokens accepted on `POST /transcode` and the purge routes; empty: no authentication.
     /// `auth.tokens`.
     var authTokens: [String] = []
+    /// The client each token belongs to, paired by position (`token-<n>` where not named): what fairness and
+    /// quotas count by (`RequestClient`). `auth.clients`.
+    var authClients: [String] = []
+    /// `quota.*` (`Services/Clients/ClientQuotas+Configuration.swift`).
+    var quota = QuotaConfiguration()
+    /// `tracing.*` (`Services/Tracing/TraceExport.swift`).
+    var tracing = TracingConfiguration()
     /// Origins allowed to call `POST /transcode` from a browser (CORS); `*` for any. `cors.allowedOrigins`.
     /// `/media` and `GET /v1/...` allow every origin: they are public.
     var corsAllowedOrigins: [String] = []
@@ -67,6 +74,8 @@ extension ServerConfiguration {
             "auth":
                 "\(self.authTokens.isEmpty ? "off: anyone may POST" : "on (\(Self.count(self.authTokens.count, "token")))")",
             "webhooks": "\(self.webhooks.secrets.isEmpty ? "off" : "on")",
+            "tracing": "\(self.tracing.enabled ? "on (\(self.tracing.endpoint))" : "off")",
+            "quota": "\(self.quota.limits.isEmpty ? "off" : self.quota.limits.keys.sorted().joined(separator: ", "))",
             "download.allowLoopback": "\(self.download.allowLoopback)",
         ]
     }

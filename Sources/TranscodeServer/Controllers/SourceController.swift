@@ -56,6 +56,16 @@ struct SourceController<Context: RequestContext>: Sendable {
         // The raw path, as signed: no percent-decoding (base64url and `:` need none).
         let full = request.uri.path
         let target = try self.resolved.get(full) ?? self.resolve(full)
+        // A signed URL counts against its key's client (the site that signed it); unsigned, the reader's address.
+        guard let client = target.client else { return try await self.serve(request, target, includeBody) }
+        return try await RequestClient.$current.withValue(client) {
+            try await self.serve(request, target, includeBody)
+        }
+    }
+
+    private func serve(
+        _ request: Request, _ target: ResolvedPaths.Target, _ includeBody: Bool
+    ) async throws -> Response {
         if target.source.fileExtension == SourcePath.negotiated {
             return try await self.serveNegotiated(request, target: target, includeBody: includeBody)
         }
@@ -254,7 +264,8 @@ extension SourceController {
         let signature = afterPrefix[..<slash]
         let path = String(afterPrefix[slash...])
         // Checked before anything else is read from the path: an unsigned path costs one HMAC per key.
-        guard self.signer.isValid(signature: signature, path: path) else { throw ServiceError.invalidSignature }
+        let pair = self.signer.signingPair(signature: signature, path: path)
+        guard pair != nil || self.signer.disabled else { throw ServiceError.invalidSignature }
         let source = try SourcePath.parse(path)
         let url = try Downloader.validate(source.sourceURL)
         // A `.webp`, `.avif` or `.webm` is an extra of its object: asked for, it is made (with the video and the poster) by
@@ -265,7 +276,8 @@ extension SourceController {
             background: source.background, maxWidth: source.width, maxHeight: source.height,
             previewSeconds: source.preview, extraFormats: extras)
         var target = ResolvedPaths.Target(
-            source: source, url: url, options: options, keys: SourceKeys(url: url, options: options))
+            source: source, url: url, options: options, keys: SourceKeys(url: url, options: options),
+            client: pair.map { RequestClient.named($0.client) })
         if source.fileExtension == SourcePath.negotiated {
             let plain = self.service.options(
                 background: source.background, maxWidth: source.width, maxHeight: source.height,
@@ -308,6 +320,8 @@ final class ResolvedPaths: Sendable {
         let url: URL
         let options: TranscodeOptions
         let keys: SourceKeys
+        /// The signing key's client; nil when the URL was not signed (signing disabled).
+        var client: RequestClient? = nil
         /// `.auto`'s interim object: the same without the extras (its MP4, made at once for a client that plays it).
         var interim: ResolvedPaths.Target.Interim? = nil
 
@@ -349,7 +363,7 @@ struct PublicLinks: Sendable {
         let signer =
             URLSigner(
                 hexKeys: configuration.signing.keys, hexSalts: configuration.signing.salts,
-                disabled: configuration.signing.disabled)
+                clients: configuration.signing.clients, disabled: configuration.signing.disabled)
             ?? URLSigner(pairs: [], disabled: configuration.signing.disabled)
         self.init(baseURL: configuration.http.publicBaseURL, signer: signer)
     }

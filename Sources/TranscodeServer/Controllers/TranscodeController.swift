@@ -86,8 +86,10 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             let callback = try await request.uri.queryParameters.get("callbackURL").asyncMap {
                 try await self.webhooks.validate($0)
             }
-            // Turned away before a byte of the body is read when no job could start now.
+            // Turned away before a byte of the body is read when no job could start now, or the client has no
+            // token left (an upload spends work whatever it turns out to be: the body's read and hashed).
             try self.service.pool.checkRoom()
+            try self.service.chargeQuota()
             let path = try await UploadReceiver.receive(
                 request.body, limit: limit, timeout: self.bodyTimeout, into: self.temporaryDirectory)
             defer { unlink(path) }

@@ -62,7 +62,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let encoded: EncodedResults
         let service: TranscodeService
         let baseURL: String
-        let tokens: BearerAuthenticator<BasicRequestContext>
+        let tokens: BearerAuthenticator<AppRequestContext>
     }
 
     /// What `GET /v1/...` hits need: the signed paths the route has verified and parsed (only those are
@@ -91,7 +91,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case closing
     }
 
-    private typealias AccessLog = AccessLogMiddleware<BasicRequestContext>
+    private typealias AccessLog = AccessLogMiddleware<AppRequestContext>
     fileprivate static let requestIDField = AccessLog.requestIDField
 
     private let source: Source
@@ -194,7 +194,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 .media($0)
             }
         }
-        guard let route = self.source.signedRoute, path.hasPrefix(SourceController<BasicRequestContext>.prefix)
+        guard let route = self.source.signedRoute, path.hasPrefix(SourceController<AppRequestContext>.prefix)
         else { return nil }
         // The raw path, as the route reads it (`uri.path`: no query, no percent-decoding).
         let signed = query == path.endIndex ? path : String(path[..<query])
@@ -352,7 +352,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
             sourceURL: target.sourceURL)
         guard
             let json = try? route.encoded.body(
-                for: result, encode: TranscodeController<BasicRequestContext>.jsonBytes)
+                for: result, encode: TranscodeController<AppRequestContext>.jsonBytes)
         else { return nil }
         self.source.metrics.cacheHit()
         return Answer(
@@ -451,7 +451,7 @@ struct HitFields: Equatable {
 
     /// The id to answer with: the client's when well formed, else a new one (each call makes another).
     func makeID() -> String {
-        self.requestID.flatMap(AccessLogMiddleware<BasicRequestContext>.wellFormed) ?? RequestID().description
+        self.requestID.flatMap(AccessLogMiddleware<AppRequestContext>.wellFormed) ?? RequestID().description
     }
 }
 

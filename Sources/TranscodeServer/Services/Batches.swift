@@ -282,7 +282,12 @@ final class BatchRunner: BatchStore, Service, Sendable {
                     swept = ContinuousClock.now
                 }
                 if let (id, index) = self.nextItem() {
-                    group.addTask { await self.runItem(id: id, index: index) }
+                    group.addTask {
+                        // One trace per item: its download, conversion and storage are the item's spans.
+                        await Traces.span("batch.item", attributes: ["batch.id": id, "batch.item": String(index)]) {
+                            await self.runItem(id: id, index: index)
+                        }
+                    }
                 }
                 // One item per tick, so that the pool's load counts the item just started (admitted within
                 // a millisecond) before the next is considered; interactive jobs come and go in between. With

@@ -186,7 +186,8 @@ struct Downloader: Sendable {
         // a fluke to retry until the connect timeout (a closed port answered only after 5 s, and a bad
         // certificate cost 12 connections).
         clientConfiguration.connectionPool.retryConnectionEstablishment = false
-        return HTTPClient(eventLoopGroup: self.eventLoopGroup, configuration: clientConfiguration)
+        return HTTPClient(
+            eventLoopGroup: self.eventLoopGroup, configuration: clientConfiguration.withoutClientTracing())
     }
 
     private func execute(
@@ -197,6 +198,7 @@ struct Downloader: Sendable {
         request.headers.add(name: "Accept", value: "image/gif, image/webp, image/apng, image/png;q=0.9, */*;q=0.5")
         request.headers.add(name: "Accept-Encoding", value: "identity")
         for (name, value) in conditions { request.headers.add(name: name, value: value) }
+        Traces.inject(into: &request.headers)
         let response = try await client.execute(request, deadline: deadline, logger: self.logger)
         switch response.status.code {
         case 200..<300:

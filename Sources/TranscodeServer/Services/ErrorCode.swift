@@ -33,6 +33,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
     case tooComplex = "too-complex"
     case tooManyGIFs = "too-many-gifs"
     case queueFull = "queue-full"
+    case quotaExceeded = "quota-exceeded"
     case takenDown = "taken-down"
     case `internal`
     case encodeFailed = "encode-failed"
@@ -71,7 +72,7 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
         case .unsupportedFormat, .notAnimated, .corrupt, .tooManyFrames, .dimensionsTooLarge, .tooManyPixels, .tooDeep,
             .tooComplex, .tooManyGIFs:
             .unprocessableContent
-        case .queueFull: .tooManyRequests
+        case .queueFull, .quotaExceeded: .tooManyRequests
         case .takenDown: .unavailableForLegalReasons
         case .internal, .encodeFailed, .io: .internalServerError
         case .signingNotConfigured, .webhooksNotConfigured: .notImplemented
@@ -124,6 +125,9 @@ enum ErrorCode: String, CaseIterable, Sendable, Codable, CustomStringConvertible
             "a rewrite's HTML took longer than `rewrite.parseTimeoutSeconds` to parse, or has an element with more than 500 attributes or more than 2,000,000 tags"
         case .tooManyGIFs: "a rewrite's HTML has more GIFs than `rewrite.maxGifs`"
         case .queueFull: "every transcode worker is busy and the queue is full"
+        case .quotaExceeded:
+            "the client's quota (`quota.limits`) has no token left; `Retry-After` gives the seconds until its next, "
+                + "`RateLimit` and `RateLimit-Policy` the bucket"
         case .takenDown: "the URL, object or GIF was taken down"
         case .internal: "the service failed unexpectedly"
         case .encodeFailed: "libavcodec or libavformat failed while encoding"

@@ -94,6 +94,10 @@ final class ServiceMetrics: Sendable {
                 namespace: "transcode", metricName: "auto_fallbacks", unitName: "total",
                 helpText: Self.autoFallbacksHelp),
             labels: [("reason", "upgrading")])
+        _ = registry.makeCounter(
+            descriptor: .init(
+                namespace: "transcode", metricName: "quota_refusals", unitName: "total", helpText: Self.quotaHelp),
+            labels: [("client", RequestClient.openLabel)])
         self.queueDepth = gauge("queue_depth", "", "Jobs admitted and not finished (running or waiting).")
         self.cacheBytes = gauge("cache", "bytes", "Bytes stored in the cache.")
         registry.makeGauge(
@@ -177,6 +181,13 @@ final class ServiceMetrics: Sendable {
             labels: labels
         ).increment()
     }
+
+    /// One request refused by its client's quota; `client` is a configured name or `open`, never an address.
+    func quotaRefused(client: String) {
+        self.increment("quota_refusals", Self.quotaHelp, labels: [("client", client)])
+    }
+
+    private static let quotaHelp = "Requests refused 429 quota-exceeded, by client (a configured name, or open)."
 
     /// One webhook delivery's end (`delivered`, `failed` after the last retry, `refused` by the destination
     /// policy) or one attempt that will be retried (`retried`).

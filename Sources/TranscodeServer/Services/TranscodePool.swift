@@ -4,7 +4,8 @@ import ServiceLifecycle
 import Synchronization
 import Transcoder
 
-/// How urgent a job is: the pool starts the jobs waiting for a worker in this order, oldest first within a class.
+/// How urgent a job is: the pool starts the jobs waiting for a worker in this order; within a class the clients take
+/// turns (`TranscodePool`).
 enum JobPriority: String, Codable, Sendable, CaseIterable, Comparable {
     /// Someone waits for it: a reader's first view, `POST /transcode`, a signed URL's first request.
     case interactive
@@ -28,15 +29,22 @@ enum JobPriority: String, Codable, Sendable, CaseIterable, Comparable {
 /// The threads transcodes run on, the bound on how much work may be admitted, the order waiting work starts in,
 /// and the node's memory budget.
 ///
-/// A transcode is synchronous CPU work: it runs on this `NIOThreadPool`, never on the async executor whose
-/// threads serve requests.
+/// A transcode is synchronous CPU work: it runs on this pool's `NIOThreadPool`s, never on the async executor whose
+/// threads serve requests. Upgrades and backfill run on threads of their own at a lower CPU priority (nice
+/// `backgroundNice`; an encoder's threads inherit it): the kernel gives a reader's conversion the cores first when
+/// both run, so a backfill costs readers its worker, not their CPU time too.
 /// - **Admission** is counted per job (download and transcode): interactive and backfill jobs up to
 ///   `workers + queueLength`, upgrades up to `upgradeQueueLength` of their own (a burst of first views never takes
 ///   the room of readers, and readers never lose an upgrade's place). Past that a job is refused at once (429)
 ///   before any work is spent.
 /// - **Order.** A job admitted waits for a worker in `JobPriority` order (interactive, then upgrades, then
-///   backfill), oldest first within a class: the pool hands work to its threads only when one is free, so
-///   `NIOThreadPool`'s own queue (first come, first served) never holds a job.
+///   backfill). Within a class the clients take turns (`RequestClient`, the task's client when the job was
+///   asked for): the client with the fewest conversions running goes first, then the one whose last start is
+///   oldest (a client with none waiting or running has no turn on record, so it goes before), then the oldest
+///   job. One client's burst of cold URLs, or its backfill, then holds at most its share of the workers, and
+///   another client's job waits for one worker to come free, not for the burst. The pool hands work to its
+///   threads only when one is free, so `NIOThreadPool`'s own queue (first come, first served) never holds a
+///   job.
 /// - **Memory.** Each conversion comes with its predicted peak (`MemoryPrediction`); one starts only while the
 ///   peaks of those running and its own fit `memoryBudgetBytes` less the process's own share
 ///   (`MemoryPrediction.processBaseBytes`). The first waiter in order that fits starts: a small job may pass a
@@ -51,6 +59,10 @@ final class TranscodePool: Service, Sendable {
     /// The process's budget (`transcode.memoryBudgetBytes`); 0: no memory admission.
     let memoryBudgetBytes: Int
     private let threadPool: NIOThreadPool
+    /// Where upgrades and backfill run, each thread at nice `backgroundNice` (set by its first job: a thread may
+    /// always lower its own priority, never raise it back, so these threads run nothing else).
+    private let backgroundThreadPool: NIOThreadPool
+    static let backgroundNice: Int32 = 10
     private let state = Mutex(State())
     private let graceSeconds: Double
 
@@ -58,7 +70,17 @@ final class TranscodePool: Service, Sendable {
         let sequence: Int
         let priority: JobPriority
         let bytes: Int
+        /// `RequestClient.key`.
+        let client: String
         let continuation: CheckedContinuation<Void, Never>
+    }
+
+    /// A client's place in the turns: conversions running and waiting, and when it last started one (kept while
+    /// it has either, so the table holds only clients with work here).
+    private struct ClientTurn {
+        var running = 0
+        var waiting = 0
+        var lastStart = 0
     }
 
     private struct State {
@@ -71,6 +93,15 @@ final class TranscodePool: Service, Sendable {
         var waiters: [Waiter] = []
         var sequence = 0
         var started: [JobPriority: Int] = [:]
+        var clients: [String: ClientTurn] = [:]
+        var starts = 0
+        /// The clients in the order their conversions started (tests read the turns); the last 1,000.
+        var startOrder: [String] = []
+
+        /// Drops `client`'s turn once it has nothing running or waiting.
+        mutating func forgetIfIdle(_ client: String) {
+            if let turn = self.clients[client], turn.running == 0, turn.waiting == 0 { self.clients[client] = nil }
+        }
     }
 
     init(
@@ -84,6 +115,8 @@ final class TranscodePool: Service, Sendable {
         self.graceSeconds = graceSeconds
         self.threadPool = NIOThreadPool(numberOfThreads: self.workers)
         self.threadPool.start()
+        self.backgroundThreadPool = NIOThreadPool(numberOfThreads: self.workers)
+        self.backgroundThreadPool.start()
     }
 
     /// What conversions may take at once: the budget less the process's own share; nil without a budget.
@@ -143,8 +176,12 @@ final class TranscodePool: Service, Sendable {
     /// How many jobs of each class have started on a thread (tests read the order).
     var startedByPriority: [JobPriority: Int] { self.state.withLock { $0.started } }
 
+    /// The clients (`RequestClient.key`) of the last 1,000 conversions started, oldest first (tests read the turns).
+    var startedClients: [String] { self.state.withLock { $0.startOrder } }
+
     /// Runs `body` on a pool thread once a thread is free and `bytes` (its predicted peak) fit the budget, after
-    /// every waiter ahead of it in `priority` order that fits.
+    /// every waiter ahead of it in `priority` order and its client's turn that fits. Its client is the task's
+    /// (`RequestClient.current`; `background` outside a request).
     /// - Throws: `overloaded` when `bytes` alone exceed what the budget leaves conversions.
     func run<T: Sendable>(
         priority: JobPriority = .interactive, memory bytes: Int = 0, _ body: @escaping @Sendable () throws -> T
@@ -154,44 +191,86 @@ final class TranscodePool: Service, Sendable {
                 "this conversion is predicted to take \(bytes >> 20) MiB; transcode.memoryBudgetBytes leaves "
                     + "conversions \(limit >> 20) MiB")
         }
-        await withCheckedContinuation { continuation in
-            let ready = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
-                state.sequence += 1
-                state.waiters.append(
-                    Waiter(sequence: state.sequence, priority: priority, bytes: bytes, continuation: continuation))
-                return self.startWaiters(&state)
-            }
-            for waiter in ready { waiter.resume() }
+        let client = (RequestClient.current ?? .background).key
+        await Traces.span("transcode.queue_wait", attributes: ["transcode.priority": priority.rawValue]) {
+            await self.waitForTurn(priority: priority, bytes: bytes, client: client)
         }
         defer {
             let ready = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
                 state.running -= 1
                 state.runningBytes -= bytes
+                state.clients[client]?.running -= 1
+                state.forgetIfIdle(client)
                 return self.startWaiters(&state)
             }
             for waiter in ready { waiter.resume() }
         }
-        return try await self.threadPool.runIfActive(body)
+        guard priority != .interactive else { return try await self.threadPool.runIfActive(body) }
+        return try await self.backgroundThreadPool.runIfActive {
+            Self.lowerThisThreadsPriority()
+            return try body()
+        }
     }
 
-    /// Takes the waiters that may start now off the list, in order, counting them as running.
-    private func startWaiters(_ state: inout State) -> [CheckedContinuation<Void, Never>] {
-        guard !state.waiters.isEmpty, state.running < self.workers else { return [] }
-        state.waiters.sort { ($0.priority, $0.sequence) < ($1.priority, $1.sequence) }
-        var ready: [CheckedContinuation<Void, Never>] = []
-        var index = 0
-        while index < state.waiters.count, state.running < self.workers {
-            let waiter = state.waiters[index]
-            if self.conversionBytes.map({ state.runningBytes + waiter.bytes <= $0 }) ?? true {
-                state.waiters.remove(at: index)
-                state.running += 1
-                state.runningBytes += waiter.bytes
-                state.peakRunningBytes = max(state.peakRunningBytes, state.runningBytes)
-                state.started[waiter.priority, default: 0] += 1
-                ready.append(waiter.continuation)
-            } else {
-                index += 1
+    /// Queues a waiter and returns once `startWaiters` started it (counted as running).
+    private func waitForTurn(priority: JobPriority, bytes: Int, client: String) async {
+        await withCheckedContinuation { continuation in
+            let ready = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                state.sequence += 1
+                state.waiters.append(
+                    Waiter(
+                        sequence: state.sequence, priority: priority, bytes: bytes, client: client,
+                        continuation: continuation))
+                state.clients[client, default: ClientTurn()].waiting += 1
+                return self.startWaiters(&state)
             }
+            for waiter in ready { waiter.resume() }
+        }
+    }
+
+    /// Sets the calling thread's nice value to `backgroundNice`. On Linux the nice value is a thread's own
+    /// (setpriority(2), BUGS): `PRIO_PROCESS` with 0 is the calling thread, and threads it starts inherit it.
+    static func lowerThisThreadsPriority() {
+        #if os(Linux)
+            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, Self.backgroundNice)
+        #endif
+    }
+
+    /// The calling thread's nice value (tests read it).
+    static func thisThreadsNice() -> Int32 {
+        #if os(Linux)
+            errno = 0
+            return getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        #else
+            return 0
+        #endif
+    }
+
+    /// Takes the waiters that may start now off the list, in order, counting them as running: each time, the first
+    /// that fits the budget by class, its client's running conversions, its client's last start, and age.
+    private func startWaiters(_ state: inout State) -> [CheckedContinuation<Void, Never>] {
+        var ready: [CheckedContinuation<Void, Never>] = []
+        while state.running < self.workers {
+            var best: (index: Int, rank: (JobPriority, Int, Int, Int))?
+            for (index, waiter) in state.waiters.enumerated() {
+                guard self.conversionBytes.map({ state.runningBytes + waiter.bytes <= $0 }) ?? true else { continue }
+                let turn = state.clients[waiter.client] ?? ClientTurn()
+                let rank = (waiter.priority, turn.running, turn.lastStart, waiter.sequence)
+                if best.map({ rank < $0.rank }) ?? true { best = (index, rank) }
+            }
+            guard let index = best?.index else { break }
+            let waiter = state.waiters.remove(at: index)
+            state.running += 1
+            state.runningBytes += waiter.bytes
+            state.peakRunningBytes = max(state.peakRunningBytes, state.runningBytes)
+            state.started[waiter.priority, default: 0] += 1
+            state.starts += 1
+            state.clients[waiter.client, default: ClientTurn()].waiting -= 1
+            state.clients[waiter.client, default: ClientTurn()].running += 1
+            state.clients[waiter.client, default: ClientTurn()].lastStart = state.starts
+            state.startOrder.append(waiter.client)
+            if state.startOrder.count > 1_000 { state.startOrder.removeFirst(state.startOrder.count - 1_000) }
+            ready.append(waiter.continuation)
         }
         return ready
     }
@@ -209,5 +288,6 @@ final class TranscodePool: Service, Sendable {
             try? await Task.sleep(for: .milliseconds(50))
         }
         try await self.threadPool.shutdownGracefully()
+        try await self.backgroundThreadPool.shutdownGracefully()
     }
 }

@@ -88,14 +88,19 @@ final class TranscodeService: Sendable {
     /// Where the work runs.
     let jobs: any TranscodeJobs
     let metrics: ServiceMetrics
+    /// The clients' token buckets (`quota.limits`): a request that spends work takes a token first.
+    let quotas: ClientQuotas
 
     init(
         cache: DiskCache, downloader: Downloader, pool: TranscodePool, defaultOptions: TranscodeOptions,
         syncWaitSeconds: Double, urlTTLSeconds: Double, staleIfErrorSeconds: Double,
         originFailureTTL: SourceResolver.OriginFailureTTL = .init(), shared: SharedResults? = nil,
         contentLocks: (any ContentLocks)? = nil,
-        jobs makeJobs: (InProcessJobs) -> any TranscodeJobs = { $0 }, metrics: ServiceMetrics, logger: Logger
+        jobs makeJobs: (InProcessJobs) -> any TranscodeJobs = { $0 },
+        quotas: ClientQuotas = ClientQuotas(policies: [:]),
+        metrics: ServiceMetrics, logger: Logger
     ) {
+        self.quotas = quotas
         self.results = ReadThroughResults(local: cache, shared: shared)
         self.takedowns = self.results.takedowns
         self.metrics = metrics
@@ -168,11 +173,45 @@ final class TranscodeService: Sendable {
                 throw failure
             }
             self.metrics.cacheMiss()
+            // What a reader waits for is charged to its client; upgrades and batch items are the service's own
+            // scheduling (they wait behind readers instead).
+            let client = priority == .interactive ? try self.chargeQuota() : nil
             let job = TranscodeJob(
                 id: keys.urlKey.rawValue, source: .url(url.absoluteString), options: options, priority: priority)
-            return try await self.jobs.submit(
-                job, upload: nil, waitingUpTo: untilDone ? nil : (waitSeconds ?? self.syncWaitSeconds),
-                subscriber: subscriber)
+            do {
+                return try await self.jobs.submit(
+                    job, upload: nil, waitingUpTo: untilDone ? nil : (waitSeconds ?? self.syncWaitSeconds),
+                    subscriber: subscriber)
+            } catch let error as ServiceError where [.queueFull, .shuttingDown].contains(error.code) {
+                // Refused before any work: the token was not spent.
+                if let client { self.quotas.giveBack(client) }
+                throw error
+            }
+        }
+    }
+
+    /// Takes a token from the bucket of the request this task serves (`RequestClient.current`), and notes what
+    /// is left for its answer's `RateLimit` fields.
+    /// - Returns: the client charged; nil when it has no quota.
+    /// - Throws: `quota-exceeded` (429) with `Retry-After`, the seconds until its next token, rounded up.
+    @discardableResult
+    func chargeQuota() throws -> RequestClient? {
+        guard !self.quotas.isEmpty, let client = RequestClient.current else { return nil }
+        switch self.quotas.take(client) {
+        case .unlimited:
+            return nil
+        case .taken(let reading):
+            QuotaNote.current?.record(reading)
+            return client
+        case .refused(let reading, let retryAfter):
+            QuotaNote.current?.record(reading)
+            self.metrics.quotaRefused(client: client.label)
+            var error = ServiceError(
+                .quotaExceeded,
+                "\(client.label) may start \(reading.policy.ratePerSecond) conversions per second, "
+                    + "\(reading.policy.burst) at once (quota.limits)")
+            error.retryAfterSeconds = max(1, Int(retryAfter.rounded(.up)))
+            throw error
         }
     }
 

@@ -153,7 +153,10 @@ struct TranscodeWork: JobPerformer {
     private func download(_ url: URL, normalized: String, record: SourceRecord?) async throws -> SharedDownload {
         let key = [normalized, record?.etag ?? "", record?.lastModified ?? ""].joined(separator: "\n")
         let (task, _) = try await self.downloads.task(for: key, admit: {}) { _ in
-            switch try await self.downloader.fetch(url, etag: record?.etag, lastModified: record?.lastModified) {
+            let fetched = try await Traces.span("transcode.download", ofKind: .client) {
+                try await self.downloader.fetch(url, etag: record?.etag, lastModified: record?.lastModified)
+            }
+            switch fetched {
             case .notModified:
                 return .notModified
             case .file(let file):
@@ -239,21 +242,13 @@ struct TranscodeWork: JobPerformer {
         // `.auto` answers the next format.
         let (renderOptions, memory) = self.fitting(options, gif: gif, key: key)
         let started = ContinuousClock.now
-        let metadata = try await self.pool.run(priority: priority, memory: memory) {
-            // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
-            if let existing = try self.cache.objects.metadata(key) { return existing }
-            // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
-            let scratch = try self.cache.objects.makeScratchDirectory("render")
-            defer { try? FileManager.default.removeItem(atPath: scratch) }
-            #if canImport(Glibc)
-                // What a large conversion freed goes back now, not at the next conversion on this thread. Only after
-                // large ones: `malloc_trim` walks every arena under its lock, which every other thread's allocation
-                // then waits for.
-                defer { if memory >= EncoderHeap.trimAfterBytes { EncoderHeap.releaseFreedMemory() } }
-            #endif
-            let rendered = try Transcoder(options: renderOptions).render(gif, into: scratch, name: key.rawValue)
-            try self.cache.objects.commit(key, rendered)
-            return rendered.metadata
+        let steps = Traces.stepLog()
+        let metadata = try await Traces.span(
+            "transcode.convert", attributes: ["transcode.priority": priority.rawValue, "object.key": key.rawValue]
+        ) {
+            defer { Traces.record(steps) }
+            return try await self.convert(
+                gif, key: key, options: renderOptions, memory: memory, priority: priority, steps: steps)
         }
         let elapsed = ContinuousClock.now - started
         self.metrics.transcoded(
@@ -268,7 +263,32 @@ struct TranscodeWork: JobPerformer {
                 "source.bytes": "\(metadata.sourceBytes)", "mp4.bytes": "\(metadata.mp4Bytes)",
             ])
         // Published before anyone is answered: a result the fleet cannot find is no result.
-        try await self.results.publish(key)
+        try await Traces.span("storage.publish") { try await self.results.publish(key) }
         return metadata
+    }
+
+    /// Renders `gif` on the pool in its turn and commits it to this node's disk, timing its steps in `steps`.
+    private func convert(
+        _ gif: [UInt8], key: ObjectKey, options renderOptions: TranscodeOptions, memory: Int, priority: JobPriority,
+        steps: StepLog?
+    ) async throws -> TranscodeMetadata {
+        try await self.pool.run(priority: priority, memory: memory) {
+            // Another flight of the same bytes (another URL, an upload) may have stored it meanwhile.
+            if let existing = try self.cache.objects.metadata(key) { return existing }
+            // Rendered beside the cache and committed by it: the transcoder writes nothing in objects/.
+            let scratch = try self.cache.objects.makeScratchDirectory("render")
+            defer { try? FileManager.default.removeItem(atPath: scratch) }
+            #if canImport(Glibc)
+                // What a large conversion freed goes back now, not at the next conversion on this thread. Only after
+                // large ones: `malloc_trim` walks every arena under its lock, which every other thread's allocation
+                // then waits for.
+                defer { if memory >= EncoderHeap.trimAfterBytes { EncoderHeap.releaseFreedMemory() } }
+            #endif
+            var transcoder = Transcoder(options: renderOptions)
+            transcoder.steps = steps
+            let rendered = try transcoder.render(gif, into: scratch, name: key.rawValue)
+            try steps.record("store.commit") { try self.cache.objects.commit(key, rendered) }
+            return rendered.metadata
+        }
     }
 }

@@ -6,6 +6,9 @@ struct SigningConfiguration: Sendable, Equatable {
     /// `signing.salts`.
     var keys: [String] = []
     var salts: [String] = []
+    /// The client each key's URLs count against, paired by position (`key-<n>` where not named): the site whose
+    /// pages carry them (`RequestClient`). `signing.clients`.
+    var clients: [String] = []
     /// Accept `GET /v1/...` without a valid signature: for development only. `signing.disabled`.
     var disabled = false
 }
@@ -18,6 +21,7 @@ extension SigningConfiguration {
         self.keys = reader.stringArray(forKey: "keys", isSecret: true, default: self.keys)
         self.salts = reader.stringArray(forKey: "salts", isSecret: true, default: self.salts)
         self.disabled = reader.bool(forKey: "disabled", default: self.disabled)
+        self.clients = section.clientNames("clients", count: self.keys.count, credentials: "keys", prefix: "key")
         if self.keys.count != self.salts.count {
             section.refuse(
                 keys: ["keys", "salts"],

@@ -9,6 +9,8 @@ struct URLSigner: Sendable {
     struct KeyPair: Sendable {
         let key: SymmetricKey
         let salt: [UInt8]
+        /// The client its URLs count against (`signing.clients`).
+        var client = ""
     }
 
     let pairs: [KeyPair]
@@ -20,14 +22,16 @@ struct URLSigner: Sendable {
         self.disabled = disabled
     }
 
-    /// Pairs from hex keys and salts (`signing.keys`, `signing.salts`, paired by position).
+    /// Pairs from hex keys and salts (`signing.keys`, `signing.salts`, paired by position), and the names of their
+    /// clients (`signing.clients`; `key-<n>` where not named).
     /// - Returns: nil when a value is not hex or the lists differ in length.
-    init?(hexKeys: [String], hexSalts: [String], disabled: Bool = false) {
+    init?(hexKeys: [String], hexSalts: [String], clients: [String] = [], disabled: Bool = false) {
         guard hexKeys.count == hexSalts.count else { return nil }
         var pairs: [KeyPair] = []
-        for (key, salt) in zip(hexKeys, hexSalts) {
+        let clients = RequestClient.names(clients, count: hexKeys.count, prefix: "key")
+        for ((key, salt), client) in zip(zip(hexKeys, hexSalts), clients) {
             guard let key = Self.bytes(hex: key), !key.isEmpty, let salt = Self.bytes(hex: salt) else { return nil }
-            pairs.append(KeyPair(key: SymmetricKey(data: key), salt: salt))
+            pairs.append(KeyPair(key: SymmetricKey(data: key), salt: salt, client: client))
         }
         self.init(pairs: pairs, disabled: disabled)
     }
@@ -46,23 +50,26 @@ struct URLSigner: Sendable {
     }
 
     /// Whether `signature` signs `path` under any configured pair; always true when signing is disabled.
-    /// Every pair is tried, each comparison constant-time (`HMAC.isValidAuthenticationCode`).
     func isValid(signature: some StringProtocol, path: String) -> Bool {
-        if self.disabled { return true }
+        self.disabled || self.signingPair(signature: signature, path: path) != nil
+    }
+
+    /// The pair whose key made `signature` for `path`, nil when none did (whether or not signing is disabled).
+    /// Every pair is tried, each comparison constant-time (`HMAC.isValidAuthenticationCode`).
+    func signingPair(signature: some StringProtocol, path: String) -> KeyPair? {
         // The one spelling only: padding, or other values of the last character's unused bits, decode to the same
         // bytes and would give every URL several names (split CDN cache keys and a balancer's hash).
         guard let mac = Self.decodeBase64URL(signature), mac.count == SHA256.byteCount,
             Self.base64URL(mac) == signature
-        else { return false }
-        var valid = false
+        else { return nil }
+        var matched: KeyPair?
         for pair in self.pairs {
             // No early exit: the time taken does not tell which pair matched.
-            valid =
-                HMAC<SHA256>.isValidAuthenticationCode(
-                    mac, authenticating: pair.salt + Array(path.utf8), using: pair.key)
-                || valid
+            let valid = HMAC<SHA256>.isValidAuthenticationCode(
+                mac, authenticating: pair.salt + Array(path.utf8), using: pair.key)
+            if valid { matched = pair }
         }
-        return valid
+        return matched
     }
 
     private static func signature(of path: String, with pair: KeyPair) -> String {

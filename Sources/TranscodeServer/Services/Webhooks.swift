@@ -259,7 +259,9 @@ final class WebhookDispatcher: Service, Sendable {
             return .failed("\(error)")
         }
         let client = self.downloader.pinnedClient(host: Downloader.bareHost(url), address: address)
-        let outcome = await self.post(url, id: id, timestamp: timestamp, body: body, client: client)
+        let outcome = await Traces.span("webhook.deliver", ofKind: .client, attributes: ["webhook.id": id]) {
+            await self.post(url, id: id, timestamp: timestamp, body: body, client: client)
+        }
         try? await client.shutdown()
         return outcome
     }
@@ -274,6 +276,7 @@ final class WebhookDispatcher: Service, Sendable {
         request.headers.add(
             name: "webhook-signature", value: self.signer.signature(id: id, timestamp: timestamp, body: body))
         request.body = .bytes(ByteBuffer(bytes: body))
+        Traces.inject(into: &request.headers)
         do {
             let response = try await client.execute(request, timeout: .seconds(10))
             _ = try? await response.body.collect(upTo: 64 * 1024)

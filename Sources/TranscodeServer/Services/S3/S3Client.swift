@@ -107,7 +107,7 @@ struct S3ErrorBody: Equatable, Sendable {
 }
 
 /// A small S3 client: PUT, GET (whole or a range), HEAD, DELETE, bucket creation and presigned GET URLs, signed
-/// with Signature Version 4, over AsyncHTTPClient's shared client.
+/// with Signature Version 4, over a shared client without AsyncHTTPClient's own tracing (`HTTPClient.sharedUntraced`).
 struct S3Client: Sendable {
     let configuration: S3Configuration
     let signer: SigV4Signer
@@ -115,7 +115,7 @@ struct S3Client: Sendable {
     /// The largest body a GET collects: objects are videos and posters of at most this size.
     static var maxObjectBytes: Int { 512 << 20 }
 
-    init(configuration: S3Configuration, client: HTTPClient = .shared) {
+    init(configuration: S3Configuration, client: HTTPClient = .sharedUntraced) {
         self.configuration = configuration
         self.client = client
         self.signer = SigV4Signer(
@@ -210,6 +210,7 @@ struct S3Client: Sendable {
         request.method = HTTPMethod(rawValue: method)
         for (field, value) in [("Host", host)] + headers + signed { request.headers.add(name: field, value: value) }
         if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+        Traces.inject(into: &request.headers)
         let response: HTTPClientResponse
         let bytes: [UInt8]
         do {

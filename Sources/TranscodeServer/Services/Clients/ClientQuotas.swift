@@ -1,0 +1,171 @@
+import Foundation
+import Synchronization
+
+/// A token bucket's policy: `burst` requests at once, refilled at `ratePerSecond`.
+struct QuotaPolicy: Sendable, Equatable, CustomStringConvertible {
+    let ratePerSecond: Double
+    let burst: Int
+
+    /// `<rate>/<burst>`, e.g. `0.5/4`: half a request per second, four at once.
+    init?(_ text: some StringProtocol) {
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let rate = Double(parts[0]), rate.isFinite, rate > 0, rate <= 1_000_000,
+            let burst = Int(parts[1]), (1...1_000_000).contains(burst)
+        else { return nil }
+        self.init(ratePerSecond: rate, burst: burst)
+    }
+
+    init(ratePerSecond: Double, burst: Int) {
+        self.ratePerSecond = ratePerSecond
+        self.burst = burst
+    }
+
+    /// Seconds for an empty bucket to fill: the draft's window `w`.
+    var windowSeconds: Int { max(1, Int((Double(self.burst) / self.ratePerSecond).rounded(.up))) }
+
+    var description: String { "\(self.ratePerSecond)/\(self.burst)" }
+}
+
+/// Token-bucket quotas per client (`quota.limits`): each request that spends work (a URL that misses the cache, an
+/// upload) takes one token from its client's bucket first; with none left it is refused 429 before any work, with
+/// `Retry-After` the seconds until a token is back.
+///
+/// A configured client has one bucket; every address on an open route has its own under the `open` policy.
+/// Address buckets are bounded: a full bucket is the same as none, so full ones are dropped when the table grows
+/// past `maxAddressBuckets`.
+///
+/// The answer's `RateLimit-Policy` and `RateLimit` fields follow draft-ietf-httpapi-ratelimit-headers-10:
+/// `"<name>";q=<burst>;w=<seconds to fill>` and `"<name>";r=<tokens left>;t=<seconds until full>`.
+final class ClientQuotas: Sendable {
+    /// What a take left, for the answer's fields.
+    struct Reading: Sendable, Equatable {
+        let name: String
+        let policy: QuotaPolicy
+        /// Whole tokens left.
+        let remaining: Int
+        /// Seconds until the bucket is full again.
+        let secondsUntilFull: Double
+
+        /// `RateLimit-Policy`'s value.
+        var policyField: String { "\"\(self.name)\";q=\(self.policy.burst);w=\(self.policy.windowSeconds)" }
+        /// `RateLimit`'s value.
+        var field: String {
+            "\"\(self.name)\";r=\(self.remaining);t=\(Int(self.secondsUntilFull.rounded(.up)))"
+        }
+    }
+
+    enum Verdict: Sendable, Equatable {
+        /// The client has no quota.
+        case unlimited
+        /// A token was taken.
+        case taken(Reading)
+        /// No token: try again in `retryAfter` seconds (`retryAfterSeconds` rounded up, at least 1).
+        case refused(Reading, retryAfter: Double)
+    }
+
+    let policies: [String: QuotaPolicy]
+    let maxAddressBuckets: Int
+    private let now: @Sendable () -> Double
+    private let buckets = Mutex<[String: Bucket]>([:])
+
+    private struct Bucket {
+        var tokens: Double
+        var updated: Double
+    }
+
+    /// - Parameters:
+    ///   - policies: by client name; `open` applies to each address on open routes.
+    ///   - now: a monotonic clock in seconds (tests pass their own).
+    init(
+        policies: [String: QuotaPolicy], maxAddressBuckets: Int = 65_536,
+        now: @escaping @Sendable () -> Double = ClientQuotas.monotonicSeconds
+    ) {
+        self.policies = policies
+        self.maxAddressBuckets = maxAddressBuckets
+        self.now = now
+    }
+
+    var isEmpty: Bool { self.policies.isEmpty }
+
+    /// Takes one token from `client`'s bucket, if it has a quota.
+    func take(_ client: RequestClient) -> Verdict {
+        guard let policy = self.policies[client.label] else { return .unlimited }
+        let now = self.now()
+        return self.buckets.withLock { buckets in
+            var bucket = buckets[client.key] ?? Bucket(tokens: Double(policy.burst), updated: now)
+            bucket.tokens = min(
+                Double(policy.burst), bucket.tokens + max(0, now - bucket.updated) * policy.ratePerSecond)
+            bucket.updated = now
+            let verdict: Verdict
+            if bucket.tokens >= 1 {
+                bucket.tokens -= 1
+                verdict = .taken(Self.reading(client, policy, bucket))
+            } else {
+                verdict = .refused(
+                    Self.reading(client, policy, bucket), retryAfter: (1 - bucket.tokens) / policy.ratePerSecond)
+            }
+            if buckets[client.key] == nil, client.label == RequestClient.openLabel,
+                buckets.count >= self.maxAddressBuckets
+            {
+                Self.dropFull(&buckets, now: now, policies: self.policies)
+            }
+            buckets[client.key] = bucket
+            return verdict
+        }
+    }
+
+    /// Gives back a token taken for work that then never started (its job was refused).
+    func giveBack(_ client: RequestClient) {
+        guard let policy = self.policies[client.label] else { return }
+        self.buckets.withLock { buckets in
+            guard var bucket = buckets[client.key] else { return }
+            bucket.tokens = min(Double(policy.burst), bucket.tokens + 1)
+            buckets[client.key] = bucket
+        }
+    }
+
+    /// Address buckets held now (tests read the bound).
+    var addressBuckets: Int {
+        self.buckets.withLock { $0.keys.count(where: { $0.hasPrefix("address:") }) }
+    }
+
+    private static func reading(_ client: RequestClient, _ policy: QuotaPolicy, _ bucket: Bucket) -> Reading {
+        Reading(
+            name: client.label, policy: policy, remaining: Int(bucket.tokens.rounded(.down)),
+            secondsUntilFull: (Double(policy.burst) - bucket.tokens) / policy.ratePerSecond)
+    }
+
+    /// Drops the address buckets that have refilled (the same as no bucket); if none has, every address bucket
+    /// (the table stays bounded; the addresses start full).
+    private static func dropFull(_ buckets: inout [String: Bucket], now: Double, policies: [String: QuotaPolicy]) {
+        guard let policy = policies[RequestClient.openLabel] else { return }
+        let before = buckets.count
+        buckets = buckets.filter { key, bucket in
+            !key.hasPrefix("address:")
+                || bucket.tokens + max(0, now - bucket.updated) * policy.ratePerSecond < Double(policy.burst)
+        }
+        if buckets.count == before {
+            buckets = buckets.filter { !$0.key.hasPrefix("address:") }
+        }
+    }
+
+    static let monotonicSeconds: @Sendable () -> Double = {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+}
+
+/// What a request's quota said, kept for its answer's `RateLimit` fields (`ClientMiddleware` reads it).
+final class QuotaNote: Sendable {
+    private let reading = Mutex<ClientQuotas.Reading?>(nil)
+
+    var value: ClientQuotas.Reading? { self.reading.withLock { $0 } }
+
+    func record(_ reading: ClientQuotas.Reading) {
+        self.reading.withLock { $0 = reading }
+    }
+
+    /// The note of the request this task serves; nil outside a request.
+    @TaskLocal static var current: QuotaNote?
+}

@@ -1,0 +1,90 @@
+import AsyncHTTPClient
+import Instrumentation
+import NIOHTTP1
+import ServiceContextModule
+import Synchronization
+import Tracing
+import Transcoder
+
+/// The service's spans (OpenTelemetry, `tracing.*`): off unless `serve` bootstrapped the exporter
+/// (`TraceExport`); off, each helper runs its body and nothing else (no span, no context, no clock read).
+///
+/// A request's trace: the server span (Hummingbird's `TracingMiddleware`, which continues a W3C `traceparent`),
+/// then `transcode.download`, `transcode.convert` with `transcode.queue_wait` (admission to a worker in its turn)
+/// and the conversion's steps as children (`decode`, each size-guard `encode.attempt`, `encode.<format>` for each
+/// extra, `store.commit`), `storage.publish`, and `webhook.deliver` for a callback.
+enum Traces {
+    private static let flags = Atomic<UInt8>(0)
+    private static let onFlag: UInt8 = 1
+    private static let propagateFlag: UInt8 = 2
+
+    /// Whether spans are made (set once by `TraceExport.bootstrap`).
+    static var isOn: Bool { self.flags.load(ordering: .relaxed) & self.onFlag != 0 }
+
+    /// Whether requests to origins, S3 and webhook receivers carry the trace's `traceparent` (`tracing.propagate`).
+    static var propagates: Bool { self.flags.load(ordering: .relaxed) & self.propagateFlag != 0 }
+
+    static func turnOn(propagating: Bool) {
+        self.flags.store(self.onFlag | (propagating ? self.propagateFlag : 0), ordering: .relaxed)
+    }
+
+    /// Runs `body` inside span `name` (a child of the task's current span), when spans are made.
+    static func span<T>(
+        _ name: String, ofKind kind: SpanKind = .internal, attributes: [String: String] = [:],
+        isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T
+    ) async rethrows -> T {
+        guard self.isOn else { return try await body() }
+        return try await withSpan(name, ofKind: kind, isolation: isolation) { span in
+            for (key, value) in attributes { span.attributes[key] = value }
+            return try await body()
+        }
+    }
+
+    /// A log for the conversion's steps when spans are made; nil otherwise (then nothing is timed).
+    static func stepLog() -> StepLog? { self.isOn ? StepLog() : nil }
+
+    /// Makes a span of each step in `log`, children of the task's current span, with the times they ran.
+    static func record(_ log: StepLog?) {
+        guard let log, self.isOn else { return }
+        let parent = ServiceContext.current ?? .topLevel
+        for step in log.steps {
+            let span = startSpan(
+                step.name, at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: step.startNanoseconds),
+                context: parent)
+            for (key, value) in step.attributes { span.attributes[key] = value }
+            if step.failed { span.setStatus(SpanStatus(code: .error)) }
+            span.end(at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: step.endNanoseconds))
+        }
+    }
+
+    /// Adds the current trace's `traceparent` (and `tracestate`) to an outgoing request's headers, when
+    /// `tracing.propagate` is on.
+    static func inject(into headers: inout HTTPHeaders) {
+        guard self.propagates, let context = ServiceContext.current else { return }
+        InstrumentationSystem.instrument.inject(context, into: &headers, using: HeadersInjector())
+    }
+
+    private struct HeadersInjector: Injector {
+        func inject(_ value: String, forKey key: String, into headers: inout HTTPHeaders) {
+            headers.replaceOrAdd(name: key, value: value)
+        }
+    }
+}
+
+extension HTTPClient.Configuration {
+    /// No span of AsyncHTTPClient's own and no `traceparent` of its own (it would otherwise use the global tracer,
+    /// and send every trace onward whatever `tracing.propagate` says): `Traces.inject` adds the field when asked.
+    mutating func withoutClientTracing() -> Self {
+        self.tracing.tracer = nil
+        return self
+    }
+}
+
+extension HTTPClient {
+    /// AsyncHTTPClient's shared client, without its own tracing (`withoutClientTracing`): the S3 client's.
+    static let sharedUntraced: HTTPClient = {
+        var configuration = HTTPClient.Configuration.singletonConfiguration
+        return HTTPClient(
+            eventLoopGroupProvider: .singleton, configuration: configuration.withoutClientTracing())
+    }()
+}

@@ -1,0 +1,163 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import TestSupport
+import Testing
+
+@testable import TranscodeServer
+
+/// OpenTelemetry traces (issue 55): the debug binary with `tracing.enabled` exports to an OTLP/HTTP receiver the
+/// test starts (scripts/otlp_receiver.py, which decodes each export with PyPI `opentelemetry-proto`); each cold
+/// request continuing a `traceparent` gives one complete trace (every span's parent in it, the server span's the
+/// caller's), with the queue wait, the download, the conversion's steps and the storage; the origin gets the
+/// trace's `traceparent` only with `tracing.propagate`.
+@Suite(.tags(.system), .timeLimit(.minutes(5))) struct TracingTests {
+    struct Span: Decodable {
+        let trace: String
+        let span: String
+        let parent: String
+        let name: String
+    }
+
+    /// The receiver: its port, and the spans and origin requests it has written so far.
+    struct Receiver {
+        let process: ChildProcess
+        let port: Int
+        let spansFile: String
+
+        var spans: [Span] {
+            let text = (try? String(contentsOfFile: self.spansFile, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").compactMap { try? JSONDecoder().decode(Span.self, from: Data($0.utf8)) }
+        }
+
+        var originTraceparents: [String] {
+            let text = (try? String(contentsOfFile: self.spansFile + ".origin", encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").map(String.init)
+        }
+    }
+
+    static func withReceiver(_ body: (Receiver) async throws -> Void) async throws {
+        try requireCorpus()
+        let script = ConfigurationTests.repositoryRoot.appendingPathComponent("scripts/otlp_receiver.py").path
+        try await withTemporaryDirectory { directory in
+            let process = try ChildProcess(
+                "/usr/bin/python3",
+                [script, directory + "/spans.jsonl", corpusDirectory + "/cartoon_dancing_banana.gif"],
+                standardOutput: .file(directory + "/port"), standardError: .file(directory + "/receiver.log"))
+            defer {
+                process.send(SIGKILL)
+                _ = process.waitUntilExit()
+            }
+            var port: Int?
+            for _ in 0..<200 where port == nil {
+                port = (try? String(contentsOfFile: directory + "/port", encoding: .utf8))
+                    .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                if port == nil {
+                    let log = (try? String(contentsOfFile: directory + "/receiver.log", encoding: .utf8)) ?? ""
+                    try #require(process.isRunning, "the receiver ended: \(log)")
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            try await body(Receiver(process: process, port: try #require(port), spansFile: directory + "/spans.jsonl"))
+        }
+    }
+
+    static func post(_ port: Int, url: String, traceparent: String?) async throws -> Int {
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/transcode")
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        if let traceparent { request.headers.add(name: "traceparent", value: traceparent) }
+        request.body = .bytes(ByteBuffer(string: #"{"url": "\#(url)"}"#))
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        do {
+            let response = try await client.execute(request, timeout: .seconds(120))
+            _ = try await response.body.collect(upTo: 1 << 20)
+            try await client.shutdown()
+            return Int(response.status.code)
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+
+    static func hex(_ count: Int) -> String {
+        (0..<count).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    }
+
+    @Test func coldRequestsGiveCompleteTracesAndOriginsTheirTraceparent() async throws {
+        try await Self.withReceiver { receiver in
+            try await OperationsTests.withServingBinary(arguments: [
+                "--download-allow-loopback", "--tracing-enabled", "--tracing-propagate",
+                "--tracing-endpoint", "http://127.0.0.1:\(receiver.port)/v1/traces",
+                "--tracing-batch-delay-seconds", "0.2",
+            ]) { _, client, port, _ in
+                var callers: [String: String] = [:]
+                for n in 0..<10 {
+                    let (trace, parent) = (Self.hex(16), Self.hex(8))
+                    callers[trace] = parent
+                    let status = try await Self.post(
+                        port, url: "http://127.0.0.1:\(receiver.port)/gif/\(n)", traceparent: "00-\(trace)-\(parent)-01"
+                    )
+                    #expect(status == 200)
+                }
+                // The traces arrive within a few batch delays.
+                var spans: [Span] = []
+                for _ in 0..<300 {
+                    spans = receiver.spans
+                    let byTrace = Dictionary(grouping: spans, by: \.trace)
+                    if callers.keys.allSatisfy({ (byTrace[$0]?.contains { $0.name == "storage.publish" }) ?? false }) {
+                        break
+                    }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                let byTrace = Dictionary(grouping: spans, by: \.trace)
+                for (trace, parent) in callers {
+                    let trace = byTrace[trace] ?? []
+                    let names = Set(trace.map(\.name))
+                    #expect(trace.count >= 6, "\(trace.map(\.name))")
+                    for name in [
+                        "transcode.download", "transcode.convert", "transcode.queue_wait", "decode", "encode.attempt",
+                        "store.commit", "storage.publish",
+                    ] {
+                        #expect(names.contains(name), "\(name) missing from \(names.sorted())")
+                    }
+                    // Every parent link is intact: to a span of the trace, or (the server span) to the caller's.
+                    let ids = Set(trace.map(\.span))
+                    let roots = trace.filter { !ids.contains($0.parent) }
+                    #expect(roots.count == 1 && roots.first?.parent == parent, "\(roots.map(\.name))")
+                    #expect(roots.first?.name.contains("transcode") == true, "\(roots.map(\.name))")
+                }
+                // Each download carried its trace onward.
+                let carried = Set(receiver.originTraceparents.compactMap { $0.split(separator: "-").dropFirst().first })
+                #expect(Set(callers.keys).isSubset(of: Set(carried.map(String.init))), "\(receiver.originTraceparents)")
+                _ = client
+            }
+        }
+    }
+
+    /// Without `tracing.propagate` the origin gets no `traceparent`; a request without one starts a trace of its
+    /// own (the server span its root).
+    @Test func withoutPropagationOriginsSeeNoTrace() async throws {
+        try await Self.withReceiver { receiver in
+            try await OperationsTests.withServingBinary(arguments: [
+                "--download-allow-loopback", "--tracing-enabled",
+                "--tracing-endpoint", "http://127.0.0.1:\(receiver.port)/v1/traces",
+                "--tracing-batch-delay-seconds", "0.2",
+            ]) { _, _, port, _ in
+                let status = try await Self.post(port, url: "http://127.0.0.1:\(receiver.port)/gif/1", traceparent: nil)
+                #expect(status == 200)
+                var spans: [Span] = []
+                for _ in 0..<300 where !spans.contains(where: { $0.name == "storage.publish" }) {
+                    spans = receiver.spans
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                // The conversion's trace (the readiness probes have traces of their own): one root, the server span.
+                let trace = spans.first { $0.name == "storage.publish" }?.trace
+                let conversion = spans.filter { $0.trace == trace }
+                #expect(conversion.count >= 6, "\(conversion.map(\.name))")
+                #expect(conversion.filter { $0.parent.isEmpty }.map(\.name) == ["/transcode"], "\(conversion)")
+                #expect(receiver.originTraceparents == ["-"])
+            }
+        }
+    }
+}
