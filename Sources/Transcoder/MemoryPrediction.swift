@@ -32,15 +32,9 @@ public enum MemoryPrediction {
     /// A still (WebP or AVIF) of the first picture.
     public static let still = Cost(fixedBytes: 16 << 20, bytesPerPixel: 60)
 
-    /// The cost of making `format` (an extra of `ObjectFiles.extras`, or the video).
+    /// The cost of making `format`: an extra's registered cost (`ExtraFormat`), or the video's.
     public static func cost(of format: OutputFormat) -> Cost {
-        switch format {
-        case .webp: self.webp
-        case .avif: self.avif
-        case .webm: self.webm
-        case .webpPoster, .avifPoster: self.still
-        default: self.video
-        }
+        ExtraFormat.of(format)?.cost ?? self.video
     }
 
     /// The predicted peak of converting a source of `sourceBytes` whose canvas is `width` x `height` with
@@ -52,9 +46,9 @@ public enum MemoryPrediction {
             maxHeight: options.maxOutputHeight)
         let pixels = size.width * size.height
         var peak = self.video.bytes(pixels: pixels)
-        for format in ObjectFiles.extras where options.rendition.extraFormats.contains(format.name) {
-            if format == .avif, max(size.width, size.height) > Transcoder.avifMaxSide { continue }
-            peak = max(peak, self.cost(of: format).bytes(pixels: pixels))
+        for extra in ExtraFormat.registry where options.rendition.extraFormats.contains(extra.format.name) {
+            if let maxSide = extra.maxSide, max(size.width, size.height) > maxSide { continue }
+            peak = max(peak, extra.cost.bytes(pixels: pixels))
         }
         return peak + sourceBytes
     }

@@ -105,8 +105,9 @@ public enum ObjectFiles {
     /// The files every object has, which the manifest describes and whose sizes it records.
     public static let media: [OutputFormat] = [video, poster]
     /// The files an object has when its options ask for them (`RenditionSpec.extraFormats`), listed in its
-    /// manifest with their sizes and digests (role: the format's name).
-    public static let extras: [OutputFormat] = [.webp, .avif, .webm, .webpPoster, .avifPoster]
+    /// manifest with their sizes and digests (role: the format's name): the formats `ExtraFormat.registry` knows how
+    /// to make, in its order.
+    public static let extras: [OutputFormat] = ExtraFormat.registry.map(\.format)
     /// The order to write or move an object's files in: the manifest last, so an object never exists half.
     public static let commitOrder: [OutputFormat] = media + extras + [manifest]
     /// The order to delete them in: the manifest first, so the object is a miss from then on.

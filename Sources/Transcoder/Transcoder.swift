@@ -117,18 +117,15 @@ public struct Transcoder: Sendable {
         _ bytes: UnsafeRawBufferPointer, plan: Plan, transparent: Bool, beside base: String, temporaries: inout [String]
     ) throws -> [(entry: ManifestEntry, temporary: String, path: String)] {
         var made: [(entry: ManifestEntry, temporary: String, path: String)] = []
-        for format in ObjectFiles.extras where self.options.rendition.extraFormats.contains(format.name) {
+        for extra in ExtraFormat.registry where self.options.rendition.extraFormats.contains(extra.format.name) {
+            let format = extra.format
             let path = base + "." + format.fileExtension
-            let image: (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?, codecs: String?)
+            guard extra.isMade(self, plan, transparent) else { continue }
+            let image: ExtraFormat.Encoded
             do {
-                if format == .webm, !Self.webmShowsMore(transparent: transparent, size: self.imageSize(plan)) {
-                    continue
+                image = try self.steps.record("encode." + format.name) {
+                    try extra.encode(self, bytes, plan, transparent, path)
                 }
-                let encoded = try self.steps.record("encode." + format.name) {
-                    try self.encodeExtra(format, bytes, plan: plan, transparent: transparent, path: path)
-                }
-                guard let encoded else { continue }
-                image = encoded
             } catch let error as TranscodeError where error.code == .encodeFailed {
                 // The video and the poster are good: the object is kept without this file, and its manifest does
                 // not list it (`.auto` then answers another format or the source; `.<format>` finds no such file).
@@ -152,32 +149,6 @@ public struct Transcoder: Sendable {
             made.append((entry, temporary, path))
         }
         return made
-    }
-
-    /// One extra file's bytes, size, losslessness, PSNR and codecs string; nil for a format that is not an extra.
-    private func encodeExtra(
-        _ format: OutputFormat, _ bytes: UnsafeRawBufferPointer, plan: Plan, transparent: Bool, path: String
-    ) throws -> (bytes: [UInt8], width: Int, height: Int, lossless: Bool, psnr: Double?, codecs: String?)? {
-        switch format {
-        case .webp:
-            let webp = try self.encodeAnimatedWebPChoosing(bytes, plan: plan)
-            return (webp.bytes, webp.width, webp.height, webp.lossless, webp.psnr, nil)
-        case .avif:
-            let avif = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan, transparent: transparent)
-            return (avif.bytes, avif.width, avif.height, false, avif.psnr, nil)
-        case .webpPoster:
-            let still = try self.encodeStillWebP(bytes, plan: plan)
-            return (still.bytes, still.width, still.height, still.lossless, still.psnr, nil)
-        case .avifPoster:
-            let still = try self.encodeAnimatedAVIFChoosing(bytes, plan: plan, still: true, transparent: transparent)
-            return (still.bytes, still.width, still.height, false, still.psnr, nil)
-        case .webm:
-            let webm = try self.encodeAlphaVideoChoosing(
-                bytes, plan: plan, scratch: OutputFile.temporaryPath(for: path))
-            return (webm.bytes, webm.width, webm.height, false, webm.psnr, webm.codecs)
-        default:
-            return nil
-        }
     }
 
     /// Whether a VP9 WebM shows what the MP4 cannot: transparency, or an odd width or height kept as it is (the MP4

@@ -33,7 +33,8 @@ import Transcoder
             "storage.s3.serve": "redirect", "storage.s3.endpoint": "http://127.0.0.1:2", "storage.s3.bucket": "other",
             "storage.s3.region": "eu-west-1", "download.allowLoopback": "true", "signing.disabled": "true",
             "storage.s3.pathStyle": "false", "storage.s3.createBucket": "true", "tracing.enabled": "true",
-            "tracing.propagate": "true", "tracing.sampleRatio": "0.5", "tracing.endpoint": "http://127.0.0.1:9/v1/traces",
+            "tracing.propagate": "true", "tracing.sampleRatio": "0.5",
+            "tracing.endpoint": "http://127.0.0.1:9/v1/traces",
             "tracing.batchDelaySeconds": "1",
         ]
         if key == "storage.kind" { return nil }

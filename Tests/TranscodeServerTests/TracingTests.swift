@@ -160,4 +160,62 @@ import Testing
             }
         }
     }
+
+    /// A fleet batch (`queue.kind: postgres`) with `tracing.propagate`: each item is one trace, from its `batch.enqueue` span when
+    /// `POST /v1/batches` queued it to the `batch.item` span of the node that claimed it, with that item's download,
+    /// conversion and storage below.
+    @Test func aFleetBatchItemIsOneTraceFromItsEnqueue() async throws {
+        try await withTemporaryDirectory { directory in
+            let postgres = try await PostgresServer(directory: directory + "/postgres")
+            defer { postgres.stop() }
+            try await Self.withReceiver { receiver in
+                try await OperationsTests.withServingBinary(arguments: [
+                    "--download-allow-loopback", "--tracing-enabled", "--tracing-propagate",
+                    "--tracing-endpoint", "http://127.0.0.1:\(receiver.port)/v1/traces",
+                    "--tracing-batch-delay-seconds", "0.2", "--queue-kind", "postgres",
+                    "--queue-url", "postgres://\(PostgresServer.user)@127.0.0.1:\(postgres.port)/postgres",
+                ]) { process, client, _, serverDirectory in
+                    let urls = (0..<3).map { "\"http://127.0.0.1:\(receiver.port)/gif/batch-\($0)\"" }
+                    let (status, body) = try await client.post(
+                        "/v1/batches", contentType: "application/json",
+                        body: Array(#"{"output": "mp4", "urls": [\#(urls.joined(separator: ", "))]}"#.utf8))
+                    #expect(status == 202, "\(String(decoding: body, as: UTF8.self))")
+                    let id = try #require(
+                        (try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])?["id"] as? String)
+                    var complete = false
+                    for _ in 0..<600 where !complete {
+                        try OperationsTests.requireRunning(process, serverDirectory)
+                        let (_, status) = try await client.fetch("/v1/batches/\(id)")
+                        complete =
+                            (try? JSONSerialization.jsonObject(with: Data(status)) as? [String: Any])?["complete"]
+                            as? Bool ?? false
+                        if !complete { try await Task.sleep(for: .milliseconds(100)) }
+                    }
+                    #expect(complete)
+                    var items: [[Span]] = []
+                    for _ in 0..<300 {
+                        let byTrace = Dictionary(grouping: receiver.spans, by: \.trace)
+                        items = byTrace.values.filter { trace in
+                            trace.contains { $0.name == "batch.enqueue" }
+                                && trace.contains { $0.name == "storage.publish" }
+                        }
+                        if items.count >= 3 { break }
+                        try await Task.sleep(for: .milliseconds(100))
+                    }
+                    #expect(items.count == 3, "\(receiver.spans.map(\.name))")
+                    for trace in items {
+                        let ids = Set(trace.map(\.span))
+                        let roots = trace.filter { !ids.contains($0.parent) }
+                        #expect(roots.map(\.name) == ["batch.enqueue"], "\(trace.map(\.name))")
+                        let enqueue = trace.first { $0.name == "batch.enqueue" }
+                        let item = trace.first { $0.name == "batch.item" }
+                        #expect(item?.parent == enqueue?.span, "\(trace.map(\.name))")
+                        for name in ["transcode.download", "transcode.convert", "encode.attempt", "storage.publish"] {
+                            #expect(trace.contains { $0.name == name }, "\(name) missing: \(trace.map(\.name))")
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -179,7 +179,9 @@ enum ConfigurationKeys {
             meaning: "share of new traces kept, 0 to 1; a request continuing a sampled `traceparent` is kept"),
         Key(
             name: "tracing.propagate", defaultValue: "false",
-            meaning: "send `traceparent` to origins, S3 and webhook receivers (off: the trace stops at this service)"),
+            meaning:
+                "send `traceparent` to origins, S3 and webhook receivers, and keep it with fleet batch items queued in PostgreSQL (off: the trace stops at this service)"
+        ),
         Key(
             name: "tracing.batchDelaySeconds", defaultValue: "5",
             meaning: "how long finished spans wait to be sent together, 0.01 to 60"),

@@ -111,7 +111,14 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             do {
                 let url = try Downloader.validate(text)
                 let key = SourceKeys(url: url, options: options).urlKey.rawValue
-                jobs[key] = TranscodeJob(id: key, source: .url(text), options: options, priority: .backfill)
+                var job = TranscodeJob(id: key, source: .url(text), options: options, priority: .backfill)
+                // With `tracing.propagate`, a trace per item from its enqueue to its end on whichever node claims it
+                // (without, each item's run is a trace of its own there).
+                job.traceparent =
+                    Traces.propagates
+                    ? Traces.startTrace("batch.enqueue", attributes: ["batch.id": id, "batch.item": String(position)])
+                    : nil
+                jobs[key] = job
                 keys.append(key)
                 failures.append("")
             } catch {
@@ -499,6 +506,13 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
 
     /// Runs one claimed job under its lease and records how it ended.
     private func perform(_ claimed: PostgresQueue.Claimed) async {
+        let job = try? JSONDecoder().decode(TranscodeJob.self, from: Data(claimed.payload.utf8))
+        await Traces.span("batch.item", continuing: job?.traceparent, attributes: ["queue.job": String(claimed.id)]) {
+            await self.performing(claimed)
+        }
+    }
+
+    private func performing(_ claimed: PostgresQueue.Claimed) async {
         await self.hold(claimed) {
             do {
                 let job = try JSONDecoder().decode(TranscodeJob.self, from: Data(claimed.payload.utf8))

@@ -21,6 +21,9 @@ struct TranscodeJob: Codable, Sendable, Hashable {
     /// When it runs among the jobs waiting for a worker (`TranscodePool`). Jobs queued before priorities existed
     /// decode as interactive.
     var priority: JobPriority = .interactive
+    /// The W3C `traceparent` of its trace when it was queued with tracing on (a batch item's `batch.enqueue`
+    /// span): the node that runs it continues that trace (`Traces.span(continuing:)`).
+    var traceparent: String?
 
     init(id: String, source: Source, options: TranscodeOptions, priority: JobPriority = .interactive) {
         self.id = id
@@ -29,7 +32,7 @@ struct TranscodeJob: Codable, Sendable, Hashable {
         self.priority = priority
     }
 
-    private enum CodingKeys: String, CodingKey { case id, source, options, priority }
+    private enum CodingKeys: String, CodingKey { case id, source, options, priority, traceparent }
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -37,6 +40,7 @@ struct TranscodeJob: Codable, Sendable, Hashable {
         self.source = try container.decode(Source.self, forKey: .source)
         self.options = try container.decode(TranscodeOptions.self, forKey: .options)
         self.priority = try container.decodeIfPresent(JobPriority.self, forKey: .priority) ?? .interactive
+        self.traceparent = try container.decodeIfPresent(String.self, forKey: .traceparent)
     }
 }
 

@@ -40,6 +40,47 @@ enum Traces {
         }
     }
 
+    /// Starts a trace of its own for work that runs later, elsewhere (a fleet batch item, queued in PostgreSQL):
+    /// one span `name`, ended at once, whose W3C `traceparent` the work carries (`TranscodeJob.traceparent`).
+    /// - Returns: nil when spans are not made.
+    static func startTrace(_ name: String, attributes: [String: String]) -> String? {
+        guard self.isOn else { return nil }
+        let span = startSpan(name, context: .topLevel, ofKind: .producer)
+        for (key, value) in attributes { span.attributes[key] = value }
+        var carrier: [String: String] = [:]
+        InstrumentationSystem.instrument.inject(span.context, into: &carrier, using: DictionaryInjector())
+        span.end()
+        return carrier["traceparent"]
+    }
+
+    /// Runs `body` inside span `name`, continuing the trace `traceparent` names (a queued job's), or in a trace of
+    /// its own without one; when spans are made.
+    static func span<T>(
+        _ name: String, continuing traceparent: String?, attributes: [String: String] = [:],
+        isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T
+    ) async rethrows -> T {
+        guard self.isOn else { return try await body() }
+        var context = ServiceContext.topLevel
+        if let traceparent {
+            InstrumentationSystem.instrument.extract(
+                ["traceparent": traceparent], into: &context, using: DictionaryExtractor())
+        }
+        return try await withSpan(name, context: context, ofKind: .consumer, isolation: isolation) { span in
+            for (key, value) in attributes { span.attributes[key] = value }
+            return try await body()
+        }
+    }
+
+    private struct DictionaryInjector: Injector {
+        func inject(_ value: String, forKey key: String, into carrier: inout [String: String]) {
+            carrier[key] = value
+        }
+    }
+
+    private struct DictionaryExtractor: Extractor {
+        func extract(key: String, from carrier: [String: String]) -> String? { carrier[key] }
+    }
+
     /// A log for the conversion's steps when spans are made; nil otherwise (then nothing is timed).
     static func stepLog() -> StepLog? { self.isOn ? StepLog() : nil }
 
