@@ -11,7 +11,7 @@ import Testing
 /// request continuing a `traceparent` gives one complete trace (every span's parent in it, the server span's the
 /// caller's), with the queue wait, the download, the conversion's steps and the storage; the origin gets the
 /// trace's `traceparent` only with `tracing.propagate`.
-@Suite(.tags(.system), .timeLimit(.minutes(5))) struct TracingTests {
+@Suite(.tags(.system), .timeLimit(.minutes(10))) struct TracingTests {
     struct Span: Decodable {
         let trace: String
         let span: String
@@ -100,14 +100,17 @@ import Testing
                     )
                     #expect(status == 200)
                 }
-                // The traces arrive within a few batch delays.
+                // The traces arrive within a few batch delays; the server span ends last (after the answer), so it
+                // may come in a later export than its children: each trace is waited for until it has both.
                 var spans: [Span] = []
-                for _ in 0..<300 {
+                for _ in 0..<600 {
                     spans = receiver.spans
                     let byTrace = Dictionary(grouping: spans, by: \.trace)
-                    if callers.keys.allSatisfy({ (byTrace[$0]?.contains { $0.name == "storage.publish" }) ?? false }) {
-                        break
+                    let arrived = callers.allSatisfy { trace, parent in
+                        let spans = byTrace[trace] ?? []
+                        return spans.contains { $0.name == "storage.publish" } && spans.contains { $0.parent == parent }
                     }
+                    if arrived { break }
                     try await Task.sleep(for: .milliseconds(100))
                 }
                 let byTrace = Dictionary(grouping: spans, by: \.trace)
@@ -147,7 +150,9 @@ import Testing
                 let status = try await Self.post(port, url: "http://127.0.0.1:\(receiver.port)/gif/1", traceparent: nil)
                 #expect(status == 200)
                 var spans: [Span] = []
-                for _ in 0..<300 where !spans.contains(where: { $0.name == "storage.publish" }) {
+                // Until the conversion's spans and its server span (the last to end) have come.
+                for _ in 0..<600
+                where !(spans.contains { $0.name == "storage.publish" } && spans.contains { $0.name == "/transcode" }) {
                     spans = receiver.spans
                     try await Task.sleep(for: .milliseconds(100))
                 }
@@ -193,11 +198,14 @@ import Testing
                     }
                     #expect(complete)
                     var items: [[Span]] = []
-                    for _ in 0..<300 {
+                    for _ in 0..<600 {
                         let byTrace = Dictionary(grouping: receiver.spans, by: \.trace)
+                        // The item's own span ends last (after its job's end is recorded), so it may come in a later
+                        // export than its children: waited for too.
                         items = byTrace.values.filter { trace in
-                            trace.contains { $0.name == "batch.enqueue" }
-                                && trace.contains { $0.name == "storage.publish" }
+                            ["batch.enqueue", "batch.item", "storage.publish"].allSatisfy { name in
+                                trace.contains { $0.name == name }
+                            }
                         }
                         if items.count >= 3 { break }
                         try await Task.sleep(for: .milliseconds(100))
