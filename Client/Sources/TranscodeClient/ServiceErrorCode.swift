@@ -26,6 +26,7 @@ public enum ServiceErrorCode: String, CaseIterable, Sendable, Hashable, Codable 
     case tooComplex = "too-complex"
     case tooManyGIFs = "too-many-gifs"
     case queueFull = "queue-full"
+    case quotaExceeded = "quota-exceeded"
     case takenDown = "taken-down"
     case `internal`
     case encodeFailed = "encode-failed"
@@ -46,8 +47,8 @@ public enum ServiceErrorCode: String, CaseIterable, Sendable, Hashable, Codable 
     /// client retries these, after the answer's `Retry-After` when it has one.
     public var isTransient: Bool {
         switch self {
-        case .queueFull, .shuttingDown, .storageUnavailable, .queueUnavailable, .overloaded, .originTimeout,
-            .requestTimeout:
+        case .queueFull, .quotaExceeded, .shuttingDown, .storageUnavailable, .queueUnavailable, .overloaded,
+            .originTimeout, .requestTimeout:
             true
         default: false
         }
