@@ -95,29 +95,7 @@ import Testing
         try await holder.value
         for task in waiting { try await task.value }
         #expect(order.withLock { $0 } == ["a1", "b1", "a2", "a3", "a4", "c-upgrade"])
-        #expect(pool.startedClients == ["background", "a", "b", "a", "a", "a", "c"])
         try await pool.stop()
-    }
-
-    @Test(arguments: [
-        (["--quota-limits", "cms=5"], "quota.limits"),
-        (["--quota-limits", "nobody=1/2"], "quota.limits"),
-        (["--quota-limits", "open=1/2,open=2/2"], "quota.limits"),
-        (["--auth-clients", "cms"], "auth.clients"),
-        (
-            ["--auth-tokens", "a-bearer-token-of-some-length", "--auth-clients", "Not A Name"],
-            "auth.clients"
-        ),
-        (["--auth-tokens", "a-bearer-token-of-some-length", "--auth-clients", "open"], "auth.clients"),
-        (["--signing-clients", "site"], "signing.clients"),
-    ])
-    func badClientSettingsStopStartup(arguments: [String], key: String) async throws {
-        do {
-            _ = try await ServerConfiguration.load(filePath: nil, arguments: arguments, environment: [:])
-            Issue.record("\(arguments) was accepted")
-        } catch let error as ConfigurationError {
-            #expect(error.problems.contains { $0.hasPrefix(key + ":") }, "\(error)")
-        }
     }
 
     @Test func namedClientsAndTheirQuotasAreRead() async throws {

@@ -234,6 +234,17 @@ import Transcoder
         (["--storage-kind", "s3", "--storage-s3-endpoint", "http://127.0.0.1:8333"], "storage.s3.bucket"),
         (["--storage-s3-serve", "proxy"], "storage.s3.serve"),
         (["--storage-s3-presign-seconds", "10"], "storage.s3.presignSeconds"),
+        // Clients and quotas: a policy that does not parse, a name that is no client, two entries for one name,
+        // names without tokens or keys to pair with, a name that cannot be a label or is reserved.
+        (["--quota-limits", "cms=5"], "quota.limits"),
+        (["--quota-limits", "nobody=1/2"], "quota.limits"),
+        (["--quota-limits", "open=1/2,open=2/2"], "quota.limits"),
+        (["--auth-clients", "cms"], "auth.clients"),
+        (["--auth-tokens", "a-bearer-token-of-some-length", "--auth-clients", "Not A Name"], "auth.clients"),
+        (["--auth-tokens", "a-bearer-token-of-some-length", "--auth-clients", "open"], "auth.clients"),
+        (["--signing-clients", "site"], "signing.clients"),
+        (["--tracing-sample-ratio", "2"], "tracing.sampleRatio"),
+        (["--tracing-endpoint", "127.0.0.1:4318"], "tracing.endpoint"),
     ])
     func invalidValuesStopStartupNamingTheKey(arguments: [String], key: String) async throws {
         do {

@@ -95,8 +95,6 @@ final class TranscodePool: Service, Sendable {
         var started: [JobPriority: Int] = [:]
         var clients: [String: ClientTurn] = [:]
         var starts = 0
-        /// The clients in the order their conversions started (tests read the turns); the last 1,000.
-        var startOrder: [String] = []
 
         /// Drops `client`'s turn once it has nothing running or waiting.
         mutating func forgetIfIdle(_ client: String) {
@@ -175,9 +173,6 @@ final class TranscodePool: Service, Sendable {
 
     /// How many jobs of each class have started on a thread (tests read the order).
     var startedByPriority: [JobPriority: Int] { self.state.withLock { $0.started } }
-
-    /// The clients (`RequestClient.key`) of the last 1,000 conversions started, oldest first (tests read the turns).
-    var startedClients: [String] { self.state.withLock { $0.startOrder } }
 
     /// Runs `body` on a pool thread once a thread is free and `bytes` (its predicted peak) fit the budget, after
     /// every waiter ahead of it in `priority` order and its client's turn that fits. Its client is the task's
@@ -265,11 +260,11 @@ final class TranscodePool: Service, Sendable {
             state.peakRunningBytes = max(state.peakRunningBytes, state.runningBytes)
             state.started[waiter.priority, default: 0] += 1
             state.starts += 1
-            state.clients[waiter.client, default: ClientTurn()].waiting -= 1
-            state.clients[waiter.client, default: ClientTurn()].running += 1
-            state.clients[waiter.client, default: ClientTurn()].lastStart = state.starts
-            state.startOrder.append(waiter.client)
-            if state.startOrder.count > 1_000 { state.startOrder.removeFirst(state.startOrder.count - 1_000) }
+            var turn = state.clients[waiter.client] ?? ClientTurn()
+            turn.waiting -= 1
+            turn.running += 1
+            turn.lastStart = state.starts
+            state.clients[waiter.client] = turn
             ready.append(waiter.continuation)
         }
         return ready
