@@ -3,7 +3,9 @@
 the `traceparent` each request brought.
 
   POST /v1/traces  an ExportTraceServiceRequest (protobuf, PyPI `opentelemetry-proto`): each span is appended to
-                   SPANS (a JSON object a line: trace, span, parent, name, kind, start, end, attributes, status)
+                   SPANS (a JSON object a line: trace, span, parent, name, kind, start, end, attributes, status,
+                   links: the linked spans' "trace:span")
+  POST /hook       a webhook receiver: answers 204, and appends the request's `traceparent` (or "-") to SPANS.hook
   GET /gif/<n>     the GIF file GIF with the path after its trailer (each URL is new content, the same work); the
                    request's `traceparent` (or "-") is appended to SPANS.origin, a line per request
 
@@ -24,6 +26,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path != "/v1/traces":
+            with lock, open(sys.argv[1] + ".hook", "a") as out:
+                out.write((self.headers.get("traceparent") or "-") + "\n")
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         request = trace_service_pb2.ExportTraceServiceRequest()
         request.ParseFromString(body)
         lines = []
@@ -36,6 +45,7 @@ class Handler(BaseHTTPRequestHandler):
                         "start": span.start_time_unix_nano, "end": span.end_time_unix_nano,
                         "attributes": {a.key: a.value.string_value or a.value.int_value for a in span.attributes},
                         "status": span.status.code,
+                        "links": [link.trace_id.hex() + ":" + link.span_id.hex() for link in span.links],
                     }))
         with lock, open(sys.argv[1], "a") as out:
             out.writelines(line + "\n" for line in lines)

@@ -98,6 +98,49 @@ import Transcoder
         }
     }
 
+    /// Trace ids as exemplars on the duration histograms (issue 55): each bucket carries the latest observation made in
+    /// a sampled trace, in the OpenMetrics text only, and a real parser (python3-prometheus-client) reads them back on
+    /// the buckets the values fall in; an observation outside a trace leaves its bucket without one.
+    @Test func openMetricsBucketsCarryTraceExemplars() async throws {
+        let metrics = ServiceMetrics()
+        let first = TraceExemplar(
+            traceID: String(repeating: "a1", count: 16), spanID: String(repeating: "b2", count: 8))
+        let last = TraceExemplar(traceID: String(repeating: "c3", count: 16), spanID: String(repeating: "d4", count: 8))
+        metrics.request(route: "/transcode", status: 200, duration: .milliseconds(40), exemplar: first)
+        metrics.request(route: "/transcode", status: 200, duration: .milliseconds(30), exemplar: last)
+        metrics.request(route: "/transcode", status: 200, duration: .milliseconds(3), exemplar: nil)
+        metrics.request(route: "/media/{name}", status: 200, duration: .seconds(90), exemplar: first)
+        metrics.transcoded(duration: .milliseconds(700), savedBytes: 1, exemplar: first)
+        let text = metrics.renderOpenMetrics(queueDepth: 0, cacheBytes: 0)
+        // The classic format has no place for them.
+        #expect(!metrics.render(queueDepth: 0, cacheBytes: 0).contains("trace_id"))
+        try await withTemporaryDirectory { directory in
+            try Data(text.utf8).write(to: URL(fileURLWithPath: directory + "/openmetrics"))
+            let script = """
+                import sys
+                from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+                for family in om(open(sys.argv[1]).read()):
+                    for sample in family.samples:
+                        if sample.exemplar:
+                            e = sample.exemplar
+                            print(sample.name, sample.labels.get("route", "-"), sample.labels["le"],
+                                  e.labels["trace_id"], e.labels["span_id"], e.value, e.timestamp is not None)
+                """
+            let run = try await runProcess(
+                "/usr/bin/python3", ["-c", script, directory + "/openmetrics"], timeout: .seconds(60))
+            #expect(run.status == 0, "\(run.stdout)\n\(run.stderr)\n\(text)")
+            let lines = Set(run.stdout.split(separator: "\n").map(String.init))
+            let (a, b, c, d) = (first.traceID, first.spanID, last.traceID, last.spanID)
+            #expect(
+                lines == [
+                    // 30 ms replaced 40 ms in the 50 ms bucket; 3 ms came outside a trace.
+                    "transcode_request_duration_seconds_bucket /transcode 0.05 \(c) \(d) 0.03 True",
+                    "transcode_request_duration_seconds_bucket /media/{name} +Inf \(a) \(b) 90.0 True",
+                    "transcode_conversion_duration_seconds_bucket - 1.0 \(a) \(b) 0.7 True",
+                ], "\(run.stdout)\n\(text)")
+        }
+    }
+
     /// A mistyped subcommand (`transcode-server confg`) is refused with the list of subcommands and a usage exit
     /// code (64), at once: one (`config`, before it was a command) used to be read as a setting and start the server
     /// on the default port.

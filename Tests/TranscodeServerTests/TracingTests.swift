@@ -17,6 +17,8 @@ import Testing
         let span: String
         let parent: String
         let name: String
+        /// The linked spans, `trace:span`.
+        let links: [String]
     }
 
     /// The receiver: its port, and the spans and origin requests it has written so far.
@@ -80,6 +82,30 @@ import Testing
         }
     }
 
+    /// The exemplars of the OpenMetrics exposition's `_bucket` lines: the histogram's name, the trace and span ids.
+    static func exemplars(_ port: Int) async throws -> [(metric: String, route: String?, trace: String, span: String)] {
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/metrics")
+        request.headers.add(name: "Accept", value: "application/openmetrics-text; version=1.0.0")
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        let body: ByteBuffer
+        do {
+            body = try await client.execute(request, timeout: .seconds(60)).body.collect(upTo: 16 << 20)
+            try await client.shutdown()
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+        let pattern =
+            #/^(\w+)_bucket\{(?:route="([^"]*)",)?le=[^}]*\} \d+ # \{trace_id="([0-9a-f]{32})",span_id="([0-9a-f]{16})"\} /#
+        return String(buffer: body).split(separator: "\n").compactMap { line in
+            (try? pattern.firstMatch(in: line)).map {
+                (String($0.1), $0.2.map(String.init), String($0.3), String($0.4))
+            }
+        }
+    }
+
+    static let token = "tracing-test-bearer-token-0123"
+
     static func hex(_ count: Int) -> String {
         (0..<count).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
     }
@@ -133,6 +159,17 @@ import Testing
                 // Each download carried its trace onward.
                 let carried = Set(receiver.originTraceparents.compactMap { $0.split(separator: "-").dropFirst().first })
                 #expect(Set(callers.keys).isSubset(of: Set(carried.map(String.init))), "\(receiver.originTraceparents)")
+                // The duration histograms carry these traces as exemplars, each naming a span the receiver got (the
+                // readiness polls' traces are on their own route's buckets).
+                let exemplars = try await Self.exemplars(port).filter { $0.route == nil || $0.route == "/transcode" }
+                let spanIDs = Set(spans.map(\.span))
+                for metric in ["transcode_request_duration_seconds", "transcode_conversion_duration_seconds"] {
+                    let found = exemplars.filter { $0.metric == metric }
+                    #expect(!found.isEmpty, "no exemplar on \(metric): \(exemplars)")
+                    for exemplar in found {
+                        #expect(callers[exemplar.trace] != nil && spanIDs.contains(exemplar.span), "\(exemplar)")
+                    }
+                }
                 _ = client
             }
         }
@@ -166,9 +203,10 @@ import Testing
         }
     }
 
-    /// A fleet batch (`queue.kind: postgres`) with `tracing.propagate`: each item is one trace, from its `batch.enqueue` span when
-    /// `POST /v1/batches` queued it to the `batch.item` span of the node that claimed it, with that item's download,
-    /// conversion and storage below.
+    /// A fleet batch (`queue.kind: postgres`) with `tracing.propagate`: each item is one trace, from its `batch.enqueue`
+    /// span when `POST /v1/batches` queued it to the `batch.item` span of the node that claimed it, with that item's
+    /// download, conversion and storage below, and to its batch's webhook: a `batch.webhook` span in each item's trace,
+    /// linked to the delivery's own `webhook.deliver`.
     @Test func aFleetBatchItemIsOneTraceFromItsEnqueue() async throws {
         try await withTemporaryDirectory { directory in
             let postgres = try await PostgresServer(directory: directory + "/postgres")
@@ -179,18 +217,23 @@ import Testing
                     "--tracing-endpoint", "http://127.0.0.1:\(receiver.port)/v1/traces",
                     "--tracing-batch-delay-seconds", "0.2", "--queue-kind", "postgres",
                     "--queue-url", "postgres://\(PostgresServer.user)@127.0.0.1:\(postgres.port)/postgres",
+                    "--auth-tokens", Self.token, "--webhooks-secrets", WebhookTests.secret,
                 ]) { process, client, _, serverDirectory in
                     let urls = (0..<3).map { "\"http://127.0.0.1:\(receiver.port)/gif/batch-\($0)\"" }
+                    let callback = "http://127.0.0.1:\(receiver.port)/hook"
+                    let auth = [("Authorization", "Bearer \(Self.token)")]
                     let (status, body) = try await client.post(
                         "/v1/batches", contentType: "application/json",
-                        body: Array(#"{"output": "mp4", "urls": [\#(urls.joined(separator: ", "))]}"#.utf8))
+                        body: Array(
+                            #"{"output": "mp4", "callbackURL": "\#(callback)", "urls": [\#(urls.joined(separator: ", "))]}"#
+                                .utf8), headers: auth)
                     #expect(status == 202, "\(String(decoding: body, as: UTF8.self))")
                     let id = try #require(
                         (try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])?["id"] as? String)
                     var complete = false
                     for _ in 0..<600 where !complete {
                         try OperationsTests.requireRunning(process, serverDirectory)
-                        let (_, status) = try await client.fetch("/v1/batches/\(id)")
+                        let (_, status) = try await client.fetch("/v1/batches/\(id)", headers: auth)
                         complete =
                             (try? JSONSerialization.jsonObject(with: Data(status)) as? [String: Any])?["complete"]
                             as? Bool ?? false
@@ -203,7 +246,7 @@ import Testing
                         // The item's own span ends last (after its job's end is recorded), so it may come in a later
                         // export than its children: waited for too.
                         items = byTrace.values.filter { trace in
-                            ["batch.enqueue", "batch.item", "storage.publish"].allSatisfy { name in
+                            ["batch.enqueue", "batch.item", "storage.publish", "batch.webhook"].allSatisfy { name in
                                 trace.contains { $0.name == name }
                             }
                         }
@@ -221,7 +264,16 @@ import Testing
                         for name in ["transcode.download", "transcode.convert", "encode.attempt", "storage.publish"] {
                             #expect(trace.contains { $0.name == name }, "\(name) missing: \(trace.map(\.name))")
                         }
+                        // The batch's one delivery ends each item's trace, linked to the delivery's span.
+                        let webhook = trace.first { $0.name == "batch.webhook" }
+                        #expect(webhook?.parent == enqueue?.span, "\(trace.map(\.name))")
+                        let delivery = receiver.spans.first { $0.name == "webhook.deliver" }
+                        #expect(
+                            delivery.map { webhook?.links == ["\($0.trace):\($0.span)"] } == true,
+                            "\(String(describing: webhook)) \(String(describing: delivery))")
                     }
+                    let hooks = try String(contentsOfFile: receiver.spansFile + ".hook", encoding: .utf8)
+                    #expect(hooks.split(separator: "\n").count == 1, "\(hooks)")
                 }
             }
         }

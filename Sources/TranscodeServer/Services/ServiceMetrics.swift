@@ -14,6 +14,8 @@ final class ServiceMetrics: Sendable {
     /// The request metrics made so far: building the labels and asking the registry cost a twentieth of a
     /// cache hit.
     private let requestMetrics = Mutex<[RequestLabel: (Counter, DurationHistogram)]>([:])
+    /// The duration histograms' trace exemplars, for the OpenMetrics exposition.
+    private let exemplars = HistogramExemplars()
 
     private let cacheHits: Counter
     private let cacheMisses: Counter
@@ -42,6 +44,13 @@ final class ServiceMetrics: Sendable {
             .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
             .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
             .seconds(2.5), .seconds(5), .seconds(10), .seconds(30), .seconds(60),
+        ]
+    }
+
+    private static var conversionBuckets: [Duration] {
+        [
+            .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+            .seconds(2), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(120),
         ]
     }
 
@@ -83,11 +92,7 @@ final class ServiceMetrics: Sendable {
             descriptor: .init(
                 namespace: "transcode", metricName: "conversion_duration", unitName: "seconds",
                 helpText: "Time to convert one GIF, on a transcode worker."),
-            labels: [],
-            buckets: [
-                .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
-                .seconds(2), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(120),
-            ])
+            labels: [], buckets: Self.conversionBuckets)
         // Exposed from the start (at 0), so that an operator's alert on it finds the family before the first fallback.
         _ = registry.makeCounter(
             descriptor: .init(
@@ -166,10 +171,18 @@ final class ServiceMetrics: Sendable {
         self.fileAnswers.increment()
     }
 
-    func transcoded(duration: Duration, savedBytes: Int, reencodes: Int = 0) {
+    /// One conversion; `exemplar` is the trace it ran in (the current one's, when sampled).
+    func transcoded(
+        duration: Duration, savedBytes: Int, reencodes: Int = 0, exemplar: TraceExemplar? = Traces.currentExemplar()
+    ) {
         self.conversions.increment()
         self.reencodes.increment(by: Int64(reencodes))
         self.conversionDuration.record(duration)
+        if let exemplar {
+            self.exemplars.record(
+                exemplar, histogram: "transcode_conversion_duration_seconds", labels: [],
+                buckets: Self.conversionBuckets, value: duration)
+        }
         self.savedBytes.increment(by: Int64(savedBytes))
         self.snapshot.withLock { $0.transcodes += 1 }
     }
@@ -264,8 +277,11 @@ final class ServiceMetrics: Sendable {
         self.snapshot.withLock { $0.storage[operation, default: 0] += 1 }
     }
 
-    /// One request answered, by route template and status, and how long it took to its response head.
-    func request(route: String, status: Int, duration: Duration) {
+    /// One request answered, by route template and status, and how long it took to its response head; `exemplar` is
+    /// the trace it ran in (the current one's, when sampled).
+    func request(
+        route: String, status: Int, duration: Duration, exemplar: TraceExemplar? = Traces.currentExemplar()
+    ) {
         let label = RequestLabel(route: route, status: status)
         let (count, time) =
             self.requestMetrics.withLock { $0[label] }
@@ -287,6 +303,11 @@ final class ServiceMetrics: Sendable {
             }()
         count.increment()
         time.record(duration)
+        if let exemplar {
+            self.exemplars.record(
+                exemplar, histogram: "transcode_request_duration_seconds", labels: [("route", route)],
+                buckets: Self.requestBuckets, value: duration)
+        }
     }
 
     /// A request metric's labels (bounded: route templates and status codes).
@@ -329,7 +350,8 @@ final class ServiceMetrics: Sendable {
     }
 
     /// The same metrics in the OpenMetrics text format: counter families are named without `_total` on
-    /// their `TYPE` and `HELP` lines, and the exposition ends with `# EOF`.
+    /// their `TYPE` and `HELP` lines, the duration histograms' buckets carry their trace exemplars
+    /// (`HistogramExemplars`), and the exposition ends with `# EOF`.
     func renderOpenMetrics(queueDepth: Int, cacheBytes: Int64) -> String {
         let text = self.render(queueDepth: queueDepth, cacheBytes: cacheBytes)
         var counters = Set<String>()
@@ -343,7 +365,7 @@ final class ServiceMetrics: Sendable {
             {
                 lines.append(([words[0], words[1], words[2].dropLast(6)] + words.dropFirst(3)).joined(separator: " "))
             } else {
-                lines.append(String(line))
+                lines.append(String(self.exemplars.annotate(line)))
             }
         }
         return lines.joined(separator: "\n") + "\n# EOF\n"

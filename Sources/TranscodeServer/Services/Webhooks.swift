@@ -74,6 +74,9 @@ struct WebhookMessage: Codable, Sendable {
     /// The event's `data`, JSON.
     let data: String
     let createdAt: Double
+    /// The traces the delivery ends (a fleet batch's items', with `tracing.propagate`): each gets a span of every
+    /// attempt (`Traces.end`).
+    var traces: [String]? = nil
 }
 
 /// Where resolved webhooks are kept until delivered, across restarts (`PostgresBatches` with `queue.kind:
@@ -88,6 +91,15 @@ enum WebhookAttempt: Sendable {
     case delivered
     case refused(String)
     case failed(String)
+
+    /// `delivered`, `refused` or `failed`.
+    var label: String {
+        switch self {
+        case .delivered: "delivered"
+        case .refused: "refused"
+        case .failed: "failed"
+        }
+    }
 }
 
 /// Delivers webhooks in the Standard Webhooks format: a JSON body `{"type", "timestamp", "data"}` POSTed with
@@ -229,7 +241,9 @@ final class WebhookDispatcher: Service, Sendable {
         let body = Self.payload(type: message.type, data: Array(message.data.utf8), at: now)
         guard
             let outcome = await self.sending.run({
-                await self.attempt(url, id: message.id, timestamp: Int(now.timeIntervalSince1970), body: body)
+                await self.attempt(
+                    url, id: message.id, timestamp: Int(now.timeIntervalSince1970), body: body,
+                    traces: message.traces ?? [])
             })
         else { return .failed("shutting down") }
         switch outcome {
@@ -249,7 +263,9 @@ final class WebhookDispatcher: Service, Sendable {
         min(self.firstRetrySeconds * pow(2, Double(max(0, attempt - 1))), 300)
     }
 
-    private func attempt(_ url: URL, id: String, timestamp: Int, body: [UInt8]) async -> Outcome {
+    private func attempt(
+        _ url: URL, id: String, timestamp: Int, body: [UInt8], traces: [String] = []
+    ) async -> Outcome {
         let address: IPAddress
         do {
             address = try await self.downloader.checkDestination(url)
@@ -260,7 +276,12 @@ final class WebhookDispatcher: Service, Sendable {
         }
         let client = self.downloader.pinnedClient(host: Downloader.bareHost(url), address: address)
         let outcome = await Traces.span("webhook.deliver", ofKind: .client, attributes: ["webhook.id": id]) {
-            await self.post(url, id: id, timestamp: timestamp, body: body, client: client)
+            let started = Traces.now()
+            let outcome = await self.post(url, id: id, timestamp: timestamp, body: body, client: client)
+            Traces.end(
+                traces, with: "batch.webhook", from: started, linkedToCurrent: true,
+                attributes: ["webhook.id": id, "webhook.result": outcome.label], failed: outcome.label != "delivered")
+            return outcome
         }
         try? await client.shutdown()
         return outcome

@@ -9,17 +9,23 @@ struct URLSessionlessClient: Sendable {
         try await self.fetch(path, timeout: timeout).0
     }
 
-    func fetch(_ path: String, timeout: TimeAmount = .seconds(120)) async throws -> (Int, [UInt8]) {
-        try await self.send(HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)"), timeout: timeout)
+    func fetch(
+        _ path: String, headers: [(String, String)] = [], timeout: TimeAmount = .seconds(120)
+    ) async throws -> (Int, [UInt8]) {
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)")
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        return try await self.send(request, timeout: timeout)
     }
 
     /// - Parameter timeout: until the answer's head (a synchronous conversion answers when it is done).
     func post(
-        _ path: String, contentType: String, body: [UInt8], timeout: TimeAmount = .seconds(120)
+        _ path: String, contentType: String, body: [UInt8], headers: [(String, String)] = [],
+        timeout: TimeAmount = .seconds(120)
     ) async throws -> (Int, [UInt8]) {
         var request = HTTPClientRequest(url: "http://127.0.0.1:\(self.port)\(path)")
         request.method = .POST
         request.headers.add(name: "Content-Type", value: contentType)
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
         request.body = .bytes(ByteBuffer(bytes: body))
         return try await self.send(request, timeout: timeout)
     }

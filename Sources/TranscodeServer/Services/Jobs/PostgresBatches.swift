@@ -106,14 +106,15 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
         var positions: [Int] = []
         var keys: [String] = []
         var failures: [String] = []
+        var traceparents: [String] = []
         for (position, text) in request.urls.enumerated() {
             positions.append(position)
             do {
                 let url = try Downloader.validate(text)
                 let key = SourceKeys(url: url, options: options).urlKey.rawValue
                 var job = TranscodeJob(id: key, source: .url(text), options: options, priority: .backfill)
-                // With `tracing.propagate`, a trace per item from its enqueue to its end on whichever node claims it
-                // (without, each item's run is a trace of its own there).
+                // With `tracing.propagate`, a trace per item from its enqueue to its end on whichever node claims it,
+                // and to its batch's webhook (without, each item's run is a trace of its own there).
                 job.traceparent =
                     Traces.propagates
                     ? Traces.startTrace("batch.enqueue", attributes: ["batch.id": id, "batch.item": String(position)])
@@ -121,13 +122,16 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 jobs[key] = job
                 keys.append(key)
                 failures.append("")
+                traceparents.append(job.traceparent ?? "")
             } catch {
                 keys.append("")
                 failures.append(QueuedJobResult(ServiceError.from(error)).json)
+                traceparents.append("")
             }
         }
         let requestJSON = String(decoding: try JSONEncoder().encode(request), as: UTF8.self)
-        let (allJobs, itemKeys, itemPositions, itemFailures) = (jobs, keys, positions, failures)
+        let (allJobs, itemKeys, itemPositions) = (jobs, keys, positions)
+        let (itemFailures, itemTraces) = (failures, traceparents)
         let maxAttempts = self.configuration.maxAttempts
         let logger = self.logger
         try await self.withDatabase {
@@ -149,11 +153,14 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                 let items = itemKeys.map { jobIDs[$0] ?? 0 }
                 try await connection.query(
                     """
-                    INSERT INTO transcode_batch_items (batch_id, position, url, job_id, result, finished_seq)
+                    INSERT INTO transcode_batch_items
+                        (batch_id, position, url, job_id, result, finished_seq, traceparent)
                     SELECT \(id), item.position, item.url, nullif(item.job_id, 0), nullif(item.result, '')::jsonb,
-                        CASE WHEN item.result = '' THEN NULL ELSE nextval('transcode_batch_finished') END
+                        CASE WHEN item.result = '' THEN NULL ELSE nextval('transcode_batch_finished') END,
+                        nullif(item.traceparent, '')
                     FROM unnest(\(itemPositions)::integer[], \(request.urls)::text[], \(items)::bigint[],
-                        \(itemFailures)::text[]) AS item (position, url, job_id, result)
+                        \(itemFailures)::text[], \(itemTraces)::text[])
+                        AS item (position, url, job_id, result, traceparent)
                     """, logger: logger)
             }
         }
@@ -642,10 +649,21 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             }
             for case (let id, let callback?) in announced {
                 guard let status = try await Self.status(id, on: connection, logger: logger) else { continue }
-                let message = WebhookMessage(
+                var message = WebhookMessage(
                     url: callback, id: "msg_" + UUID().uuidString.lowercased(), type: "batch.done",
                     data: String(decoding: try JSONEncoder().encode(status), as: UTF8.self),
                     createdAt: Date().timeIntervalSince1970)
+                // The items' traces, which the delivery ends (`tracing.propagate`: none without).
+                var traces: [String] = []
+                for try await traceparent in try await connection.query(
+                    """
+                    SELECT traceparent FROM transcode_batch_items
+                    WHERE batch_id = \(id) AND traceparent IS NOT NULL ORDER BY position
+                    """, logger: logger
+                ).decode(String.self) {
+                    traces.append(traceparent)
+                }
+                message.traces = traces.isEmpty ? nil : traces
                 try await self.keep(message, on: connection)
             }
         }

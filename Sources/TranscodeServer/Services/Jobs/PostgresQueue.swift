@@ -121,6 +121,11 @@ struct PostgresQueue: Sendable {
                 WHERE listed_seq IS NOT NULL
             """,
         ],
+        [
+            // Each item's trace (`tracing.propagate`), which its batch's webhook ends: items that share a job
+            // share its run, not their traces.
+            "ALTER TABLE transcode_batch_items ADD COLUMN traceparent text"
+        ],
     ]
 
     /// Brings the schema to the latest version, under a transaction-scoped advisory lock.

@@ -71,6 +71,20 @@ enum Traces {
         }
     }
 
+    /// The current span's trace and span ids, when spans are made and its trace is sampled: the exemplar of a
+    /// histogram observation made in it.
+    static func currentExemplar() -> TraceExemplar? {
+        guard self.isOn, let context = ServiceContext.current else { return nil }
+        var carrier: [String: String] = [:]
+        InstrumentationSystem.instrument.inject(context, into: &carrier, using: DictionaryInjector())
+        // version-trace-span-flags; bit 0 of the flags: sampled.
+        guard let fields = carrier["traceparent"]?.split(separator: "-"), fields.count == 4,
+            fields[1].utf8.count == 32, fields[2].utf8.count == 16, let flags = UInt8(fields[3], radix: 16),
+            flags & 1 == 1
+        else { return nil }
+        return TraceExemplar(traceID: String(fields[1]), spanID: String(fields[2]))
+    }
+
     private struct DictionaryInjector: Injector {
         func inject(_ value: String, forKey key: String, into carrier: inout [String: String]) {
             carrier[key] = value
@@ -95,6 +109,34 @@ enum Traces {
             for (key, value) in step.attributes { span.attributes[key] = value }
             if step.failed { span.setStatus(SpanStatus(code: .error)) }
             span.end(at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: step.endNanoseconds))
+        }
+    }
+
+    /// Now, on the tracer's clock (the start of a span made afterwards, `end(_:with:from:)`); 0 when spans are not made.
+    static func now() -> UInt64 {
+        guard self.isOn else { return 0 }
+        return DefaultTracerClock.now.nanosecondsSinceEpoch
+    }
+
+    /// Ends each trace of `traceparents` with span `name`, from `start` to now: one piece of work that finishes many
+    /// traces (a fleet batch's webhook delivery ends each of its items'), each span linked to the current one (the
+    /// work's own) when `linkedToCurrent`.
+    static func end(
+        _ traceparents: [String], with name: String, from start: UInt64, linkedToCurrent: Bool,
+        attributes: [String: String], failed: Bool
+    ) {
+        guard self.isOn, !traceparents.isEmpty else { return }
+        let end = DefaultTracerClock.now
+        let current = linkedToCurrent ? ServiceContext.current : nil
+        for traceparent in traceparents {
+            var context = ServiceContext.topLevel
+            InstrumentationSystem.instrument.extract(
+                ["traceparent": traceparent], into: &context, using: DictionaryExtractor())
+            let span = startSpan(name, at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: start), context: context)
+            for (key, value) in attributes { span.attributes[key] = value }
+            if let current { span.addLink(SpanLink(context: current, attributes: [:])) }
+            if failed { span.setStatus(SpanStatus(code: .error)) }
+            span.end(at: end)
         }
     }
 
