@@ -49,11 +49,17 @@ func buildApplication(
                 "cache object failed its checks (a link, a hard link or a wrong size); moved to quarantine/",
                 metadata: ["cache.key": "\(key)"])
         })
+    // The fleet's job database (`queue.kind: postgres`): batches, webhooks, quotas, and a lock per content key.
+    let queueClient = configuration.queue.client.map { PostgresClient(configuration: $0, backgroundLogger: logger) }
+    let quotas = ClientQuotas(
+        policies: configuration.quota.limits,
+        shared: queueClient.map { PostgresQuotaBuckets(client: $0, logger: logger) },
+        sharedTimeoutSeconds: configuration.queue.timeoutSeconds, logger: logger)
     let pool = TranscodePool(
         workers: configuration.transcode.workers, queueLength: configuration.transcode.queueLength,
         graceSeconds: configuration.shutdownGraceSeconds,
         upgradeQueueLength: configuration.transcode.upgradeQueueLength,
-        memoryBudgetBytes: configuration.transcode.memoryBudgetBytes)
+        memoryBudgetBytes: configuration.transcode.memoryBudgetBytes, lowersCPU: quotas.isPressing)
     let downloader = Downloader(
         configuration: configuration.download, temporaryDirectory: cache.objects.temporaryDirectory,
         eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
@@ -75,8 +81,6 @@ func buildApplication(
             store: sharedStore, cache: cache, tombstoneCheckSeconds: configuration.storage.tombstoneCheckSeconds,
             metrics: metrics)
     }
-    // The fleet's job database (`queue.kind: postgres`): batches, webhooks, and a lock per content key.
-    let queueClient = configuration.queue.client.map { PostgresClient(configuration: $0, backgroundLogger: logger) }
     // Requests' jobs that outlive their wait are known fleet-wide (`FleetJobs`).
     let fleetJobs = Mutex<FleetJobs?>(nil)
     let transcodes = TranscodeService(
@@ -98,7 +102,7 @@ func buildApplication(
             fleetJobs.withLock { $0 = jobs }
             return jobs
         },
-        quotas: ClientQuotas(policies: configuration.quota.limits), metrics: metrics, logger: logger)
+        quotas: quotas, metrics: metrics, logger: logger)
     let webhooks = WebhookDispatcher(
         signer: WebhookSigner(secrets: configuration.webhooks.secrets) ?? WebhookSigner(decoded: []),
         downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhooks.firstRetrySeconds,

@@ -78,6 +78,33 @@ import Transcoder
         try await pool.stop()
     }
 
+    /// A client refused by its quota in the last ten seconds presses it: its admitted interactive conversions run at
+    /// the background's nice value, another client's do not, and its own run at full priority again once it has
+    /// kept within its quota for ten seconds.
+    @Test func aClientPressingItsQuotaYieldsTheCPU() async throws {
+        let clock = Shared(100.0)
+        let quotas = ClientQuotas(
+            policies: ["a": QuotaPolicy(ratePerSecond: 0.5, burst: 1)], now: { clock.withLock { $0 } })
+        let pool = TranscodePool(workers: 2, queueLength: 8, graceSeconds: 1, lowersCPU: quotas.isPressing)
+        let base = TranscodePool.thisThreadsNice()
+        @Sendable func nice(_ client: RequestClient) async throws -> Int32 {
+            try await RequestClient.$current.withValue(client) {
+                try await pool.run { TranscodePool.thisThreadsNice() }
+            }
+        }
+        let (a, b) = (RequestClient.named("a"), RequestClient.named("b"))
+        guard case .taken = quotas.take(a) else { Issue.record("a's first token"); return }
+        #expect(try await nice(a) == base)
+        guard case .refused = quotas.take(a) else { Issue.record("a's second token"); return }
+        #expect(quotas.isPressing(a.key) && !quotas.isPressing(b.key))
+        #expect(try await nice(a) == max(base, TranscodePool.backgroundNice))
+        for _ in 0..<4 { #expect(try await nice(b) == base) }
+        clock.withLock { $0 += ClientQuotas.pressingSeconds + 0.5 }
+        #expect(!quotas.isPressing(a.key))
+        for _ in 0..<4 { #expect(try await nice(a) == base) }
+        try await pool.stop()
+    }
+
     /// A budget that leaves conversions 200 MiB: two jobs of 150 MiB never run at once, though two workers are
     /// free; a job of 40 MiB runs beside one of them; one of 300 MiB is refused `overloaded` before it waits.
     @Test func conversionsStartOnlyWithinTheMemoryBudget() async throws {

@@ -199,4 +199,52 @@ import Testing
             #expect(try await queue.row(live.id)?.state == .queued)
         }
     }
+    /// A configured client's quota is the fleet's (issue 55): two nodes (two `ClientQuotas`) take from one bucket in
+    /// the database; 40 takes at once across them admit exactly its burst, the rest refused with the bucket's refill
+    /// time; a token given back on one node is taken on the other; with the database gone each node counts with its
+    /// own bucket.
+    @Test func aClientsQuotaIsTheFleets() async throws {
+        try await withPostgres { server, client in
+            _ = try await Self.migrated(client)
+            let policies = ["cms": QuotaPolicy(ratePerSecond: 0.001, burst: 10)]
+            let nodes = (0..<2).map { _ in
+                ClientQuotas(
+                    policies: policies, shared: PostgresQuotaBuckets(client: client, logger: Self.logger),
+                    sharedTimeoutSeconds: 2, logger: Self.logger)
+            }
+            let cms = RequestClient.named("cms")
+            let verdicts = await withTaskGroup(of: ClientQuotas.Verdict.self) { group in
+                for index in 0..<40 { group.addTask { await nodes[index % 2].charge(cms) } }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+            let taken = verdicts.compactMap { verdict -> ClientQuotas.Reading? in
+                if case .taken(let reading) = verdict { reading } else { nil }
+            }
+            let refused = verdicts.compactMap { verdict -> (ClientQuotas.Reading, Double)? in
+                if case .refused(let reading, let after) = verdict { (reading, after) } else { nil }
+            }
+            #expect(taken.count == 10 && taken.allSatisfy(\.fleet), "\(verdicts)")
+            #expect(refused.count == 30, "\(verdicts)")
+            // An empty bucket refills one token in 1,000 s.
+            #expect(refused.allSatisfy { $0.0.remaining == 0 && $0.1 > 990 && $0.1 <= 1000 }, "\(refused)")
+            #expect(nodes.allSatisfy { $0.isPressing(cms.key) })
+            // Given back on one node, taken on the other.
+            await nodes[0].refund(ClientQuotas.Charge(client: cms, fleet: true))
+            guard case .taken = await nodes[1].charge(cms) else {
+                Issue.record("the token given back was not taken")
+                return
+            }
+            guard case .refused = await nodes[0].charge(cms) else {
+                Issue.record("the bucket should be empty again")
+                return
+            }
+            // The database gone: this node's own bucket, full.
+            server.stop()
+            guard case .taken(let reading) = await nodes[0].charge(cms) else {
+                Issue.record("a node without its database should count with its own bucket")
+                return
+            }
+            #expect(!reading.fleet && reading.remaining == 9)
+        }
+    }
 }

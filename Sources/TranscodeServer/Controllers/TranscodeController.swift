@@ -89,7 +89,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             // Turned away before a byte of the body is read when no job could start now, or the client has no
             // token left (an upload spends work whatever it turns out to be: the body's read and hashed).
             try self.service.pool.checkRoom()
-            try self.service.chargeQuota()
+            try await self.service.chargeQuota()
             let path = try await UploadReceiver.receive(
                 request.body, limit: limit, timeout: self.bodyTimeout, into: self.temporaryDirectory)
             defer { unlink(path) }

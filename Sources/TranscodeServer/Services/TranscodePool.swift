@@ -32,7 +32,9 @@ enum JobPriority: String, Codable, Sendable, CaseIterable, Comparable {
 /// A transcode is synchronous CPU work: it runs on this pool's `NIOThreadPool`s, never on the async executor whose
 /// threads serve requests. Upgrades and backfill run on threads of their own at a lower CPU priority (nice
 /// `backgroundNice`; an encoder's threads inherit it): the kernel gives a reader's conversion the cores first when
-/// both run, so a backfill costs readers its worker, not their CPU time too.
+/// both run, so a backfill costs readers its worker, not their CPU time too. So do the interactive conversions of a
+/// client pressing its quota (`lowersCPU`, `ClientQuotas.isPressing`): admitted within its quota, they still share
+/// the cores with other clients' conversions, and yield them.
 /// - **Admission** is counted per job (download and transcode): interactive and backfill jobs up to
 ///   `workers + queueLength`, upgrades up to `upgradeQueueLength` of their own (a burst of first views never takes
 ///   the room of readers, and readers never lose an upgrade's place). Past that a job is refused at once (429)
@@ -63,6 +65,8 @@ final class TranscodePool: Service, Sendable {
     /// always lower its own priority, never raise it back, so these threads run nothing else).
     private let backgroundThreadPool: NIOThreadPool
     static let backgroundNice: Int32 = 10
+    /// Whether a client's interactive conversions run on the background threads too (by `RequestClient.key`).
+    private let lowersCPU: @Sendable (String) -> Bool
     private let state = Mutex(State())
     private let graceSeconds: Double
 
@@ -104,8 +108,9 @@ final class TranscodePool: Service, Sendable {
 
     init(
         workers: Int, queueLength: Int, graceSeconds: Double, upgradeQueueLength: Int = 64,
-        memoryBudgetBytes: Int = 0
+        memoryBudgetBytes: Int = 0, lowersCPU: @escaping @Sendable (String) -> Bool = { _ in false }
     ) {
+        self.lowersCPU = lowersCPU
         self.workers = max(1, workers)
         self.capacity = self.workers + max(0, queueLength)
         self.upgradeCapacity = max(0, upgradeQueueLength)
@@ -200,7 +205,9 @@ final class TranscodePool: Service, Sendable {
             }
             for waiter in ready { waiter.resume() }
         }
-        guard priority != .interactive else { return try await self.threadPool.runIfActive(body) }
+        guard priority != .interactive || self.lowersCPU(client) else {
+            return try await self.threadPool.runIfActive(body)
+        }
         return try await self.backgroundThreadPool.runIfActive {
             Self.lowerThisThreadsPriority()
             return try body()

@@ -175,7 +175,7 @@ final class TranscodeService: Sendable {
             self.metrics.cacheMiss()
             // What a reader waits for is charged to its client; upgrades and batch items are the service's own
             // scheduling (they wait behind readers instead).
-            let client = priority == .interactive ? try self.chargeQuota() : nil
+            let charge = priority == .interactive ? try await self.chargeQuota() : nil
             let job = TranscodeJob(
                 id: keys.urlKey.rawValue, source: .url(url.absoluteString), options: options, priority: priority)
             do {
@@ -184,7 +184,7 @@ final class TranscodeService: Sendable {
                     subscriber: subscriber)
             } catch let error as ServiceError where [.queueFull, .shuttingDown].contains(error.code) {
                 // Refused before any work: the token was not spent.
-                if let client { self.quotas.giveBack(client) }
+                if let charge { await self.quotas.refund(charge) }
                 throw error
             }
         }
@@ -192,17 +192,17 @@ final class TranscodeService: Sendable {
 
     /// Takes a token from the bucket of the request this task serves (`RequestClient.current`), and notes what
     /// is left for its answer's `RateLimit` fields.
-    /// - Returns: the client charged; nil when it has no quota.
+    /// - Returns: the token taken; nil when the client has no quota.
     /// - Throws: `quota-exceeded` (429) with `Retry-After`, the seconds until its next token, rounded up.
     @discardableResult
-    func chargeQuota() throws -> RequestClient? {
+    func chargeQuota() async throws -> ClientQuotas.Charge? {
         guard !self.quotas.isEmpty, let client = RequestClient.current else { return nil }
-        switch self.quotas.take(client) {
+        switch await self.quotas.charge(client) {
         case .unlimited:
             return nil
         case .taken(let reading):
             QuotaNote.current?.record(reading)
-            return client
+            return ClientQuotas.Charge(client: client, fleet: reading.fleet)
         case .refused(let reading, let retryAfter):
             QuotaNote.current?.record(reading)
             self.metrics.quotaRefused(client: client.label)

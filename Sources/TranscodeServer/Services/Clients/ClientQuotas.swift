@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 
 /// A token bucket's policy: `burst` requests at once, refilled at `ratePerSecond`.
@@ -30,7 +31,9 @@ struct QuotaPolicy: Sendable, Equatable, CustomStringConvertible {
 /// upload) takes one token from its client's bucket first; with none left it is refused 429 before any work, with
 /// `Retry-After` the seconds until a token is back.
 ///
-/// A configured client has one bucket; every address on an open route has its own under the `open` policy.
+/// A configured client has one bucket, the fleet's when the nodes share a job database (`SharedQuotaBuckets`: a
+/// client's quota is then the fleet's, whichever node it reaches); every address on an open route has its own
+/// under the `open` policy, on each node.
 /// Address buckets are bounded: a full bucket is the same as none, so full ones are dropped when the table grows
 /// past `maxAddressBuckets`.
 ///
@@ -45,6 +48,8 @@ final class ClientQuotas: Sendable {
         let remaining: Int
         /// Seconds until the bucket is full again.
         let secondsUntilFull: Double
+        /// Whether the fleet's bucket said it (`shared`), not this node's.
+        var fleet = false
 
         /// `RateLimit-Policy`'s value.
         var policyField: String { "\"\(self.name)\";q=\(self.policy.burst);w=\(self.policy.windowSeconds)" }
@@ -63,26 +68,103 @@ final class ClientQuotas: Sendable {
         case refused(Reading, retryAfter: Double)
     }
 
+    /// A token taken for a request, to give back if its work never starts.
+    struct Charge: Sendable, Equatable {
+        let client: RequestClient
+        /// Taken from the fleet's bucket.
+        let fleet: Bool
+    }
+
     let policies: [String: QuotaPolicy]
     let maxAddressBuckets: Int
     private let now: @Sendable () -> Double
     private let buckets = Mutex<[String: Bucket]>([:])
+    /// The fleet's buckets, for configured clients (addresses keep this node's: their table is bounded here).
+    private let shared: (any SharedQuotaBuckets)?
+    private let sharedTimeoutSeconds: Double
+    /// After a failure of the shared buckets, this node's own are used until then (monotonic seconds).
+    private let sharedUnavailableUntil = Mutex(-Double.infinity)
+    private let logger: Logger
 
     private struct Bucket {
         var tokens: Double
         var updated: Double
+        /// When the client was last refused (never: minus infinity).
+        var refusedAt = -Double.infinity
     }
+
+    /// How long after its last refusal a client counts as pressing its quota (`isPressing`).
+    static let pressingSeconds = 10.0
 
     /// - Parameters:
     ///   - policies: by client name; `open` applies to each address on open routes.
     ///   - now: a monotonic clock in seconds (tests pass their own).
+    ///   - shared: the fleet's buckets (`queue.kind: postgres`); a take that fails or takes longer than
+    ///     `sharedTimeoutSeconds` is made from this node's bucket, as are the takes of the next
+    ///     `sharedRetrySeconds`.
     init(
         policies: [String: QuotaPolicy], maxAddressBuckets: Int = 65_536,
-        now: @escaping @Sendable () -> Double = ClientQuotas.monotonicSeconds
+        now: @escaping @Sendable () -> Double = ClientQuotas.monotonicSeconds,
+        shared: (any SharedQuotaBuckets)? = nil, sharedTimeoutSeconds: Double = 5,
+        logger: Logger = Logger(label: "transcode.quotas")
     ) {
         self.policies = policies
         self.maxAddressBuckets = maxAddressBuckets
         self.now = now
+        self.shared = shared
+        self.sharedTimeoutSeconds = sharedTimeoutSeconds
+        self.logger = logger
+    }
+
+    /// How long this node uses its own buckets after the fleet's failed.
+    static let sharedRetrySeconds = 5.0
+
+    /// Takes one token for `client`: from the fleet's bucket when there is one for it (a configured client, with
+    /// `shared` answering), else from this node's (`take`).
+    func charge(_ client: RequestClient) async -> Verdict {
+        guard let policy = self.policies[client.label] else { return .unlimited }
+        guard let shared = self.shared, client.label != RequestClient.openLabel,
+            self.now() >= self.sharedUnavailableUntil.withLock({ $0 })
+        else { return self.take(client) }
+        do {
+            let took = try await PostgresBatches.bounded(seconds: self.sharedTimeoutSeconds) {
+                try await shared.take(client.key, policy: policy)
+            }
+            var reading = ClientQuotas.Reading(
+                name: client.label, policy: policy, remaining: Int(max(0, took.tokens).rounded(.down)),
+                secondsUntilFull: max(0, Double(policy.burst) - took.tokens) / policy.ratePerSecond)
+            reading.fleet = true
+            guard took.taken else {
+                let now = self.now()
+                self.buckets.withLock {
+                    $0[client.key, default: Bucket(tokens: Double(policy.burst), updated: now)].refusedAt = now
+                }
+                return .refused(reading, retryAfter: (1 - took.tokens) / policy.ratePerSecond)
+            }
+            return .taken(reading)
+        } catch {
+            self.sharedUnavailableUntil.withLock { $0 = self.now() + Self.sharedRetrySeconds }
+            self.logger.warning(
+                "the fleet's quota buckets did not answer; this node's own count for \(Int(Self.sharedRetrySeconds)) s",
+                metadata: ["error": "\(String(reflecting: error))"])
+            return self.take(client)
+        }
+    }
+
+    /// Gives back the token of `charge`, where it was taken.
+    func refund(_ charge: Charge) async {
+        guard charge.fleet, let shared = self.shared, let policy = self.policies[charge.client.label] else {
+            return self.giveBack(charge.client)
+        }
+        do {
+            try await PostgresBatches.bounded(seconds: self.sharedTimeoutSeconds) {
+                try await shared.giveBack(charge.client.key, policy: policy)
+            }
+        } catch {
+            self.logger.warning(
+                "cannot give a token back to the fleet's quota bucket",
+                metadata: ["error": "\(String(reflecting: error))"])
+        }
     }
 
     var isEmpty: Bool { self.policies.isEmpty }
@@ -101,6 +183,7 @@ final class ClientQuotas: Sendable {
                 bucket.tokens -= 1
                 verdict = .taken(Self.reading(client, policy, bucket))
             } else {
+                bucket.refusedAt = now
                 verdict = .refused(
                     Self.reading(client, policy, bucket), retryAfter: (1 - bucket.tokens) / policy.ratePerSecond)
             }
@@ -112,6 +195,14 @@ final class ClientQuotas: Sendable {
             buckets[client.key] = bucket
             return verdict
         }
+    }
+
+    /// Whether the client of `key` (`RequestClient.key`) was refused by its quota in the last `pressingSeconds`:
+    /// it asks for more than its share, so the conversions it was admitted for yield the CPU to other clients'
+    /// (`TranscodePool` runs them at the background's nice value).
+    func isPressing(_ key: String) -> Bool {
+        let now = self.now()
+        return self.buckets.withLock { $0[key].map { now - $0.refusedAt <= Self.pressingSeconds } ?? false }
     }
 
     /// Gives back a token taken for work that then never started (its job was refused).

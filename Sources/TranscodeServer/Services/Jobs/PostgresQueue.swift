@@ -126,6 +126,18 @@ struct PostgresQueue: Sendable {
             // share its run, not their traces.
             "ALTER TABLE transcode_batch_items ADD COLUMN traceparent text"
         ],
+        [
+            // The fleet's quota buckets (`PostgresQuotaBuckets`): tokens and the refill's time in seconds of the
+            // database's clock; `taken` is what the last take did.
+            """
+            CREATE TABLE transcode_quota_buckets (
+                client text PRIMARY KEY,
+                tokens float8 NOT NULL,
+                updated_at float8 NOT NULL,
+                taken boolean NOT NULL
+            )
+            """
+        ],
     ]
 
     /// Brings the schema to the latest version, under a transaction-scoped advisory lock.
