@@ -105,6 +105,28 @@ import Testing
         }
     }
 
+    /// Claims go by class before age: a backfill item queued first waits behind a reader's job, whether that one is
+    /// due or was left behind by a dead node (its lease expired).
+    @Test func claimsTakeTheHigherClassFirst() async throws {
+        try await withPostgres { _, client in
+            let queue = try await Self.migrated(client)
+            let backfill = try await queue.enqueue(
+                resultKey: "b", spec: "h264", payload: #"{"priority":"backfill"}"#, maxAttempts: 3)
+            let upgrade = try await queue.enqueue(
+                resultKey: "u", spec: "h264", payload: #"{"priority":"upgrade"}"#, maxAttempts: 3)
+            let reader = try await queue.enqueue(
+                resultKey: "i", spec: "h264", payload: #"{"priority":"interactive"}"#, maxAttempts: 3)
+            let first = try #require(try await queue.claim(owner: "dead-node", leaseSeconds: 0.2))
+            #expect(first.id == reader.id)
+            try await Task.sleep(for: .milliseconds(400))
+            // Its lease expired: claimed again before the upgrade and the backfill, though they were due earlier.
+            let again = try #require(try await queue.claim(owner: "other", leaseSeconds: 30))
+            #expect(again.id == reader.id && again.reclaimed)
+            #expect(try await queue.claim(owner: "other", leaseSeconds: 30)?.id == upgrade.id)
+            #expect(try await queue.claim(owner: "other", leaseSeconds: 30)?.id == backfill.id)
+        }
+    }
+
     @Test func aHeartbeatKeepsTheLease() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)

@@ -138,6 +138,16 @@ struct PostgresQueue: Sendable {
             )
             """
         ],
+        [
+            // Claims by class first (`JobPriority`: interactive 0, upgrade 1, backfill 2), read from the job's
+            // payload: a reader's job a dead node leaves behind is claimed before a backfill's items.
+            """
+            ALTER TABLE transcode_jobs ADD COLUMN priority smallint GENERATED ALWAYS AS (
+                CASE payload ->> 'priority' WHEN 'interactive' THEN 0 WHEN 'upgrade' THEN 1 ELSE 2 END) STORED
+            """,
+            "DROP INDEX transcode_jobs_ready",
+            "CREATE INDEX transcode_jobs_ready ON transcode_jobs (priority, run_after, id) WHERE state = 'queued'",
+        ],
     ]
 
     /// Brings the schema to the latest version, under a transaction-scoped advisory lock.
@@ -256,7 +266,8 @@ struct PostgresQueue: Sendable {
         return ids
     }
 
-    /// Takes the oldest job that is due, or whose lease expired, for `owner`, leased for `leaseSeconds`.
+    /// Takes the job of the highest class (its payload's `JobPriority`) that is due, or whose lease expired, the
+    /// oldest of its class first, for `owner`, leased for `leaseSeconds`.
     /// A running job whose lease expired after its last allowed claim becomes a dead letter instead.
     /// - Parameter spec: only jobs of this rendition spec (nil: any).
     /// - Returns: nil when no job is ready.
@@ -274,23 +285,23 @@ struct PostgresQueue: Sendable {
                     lease_until = NULL, updated_at = now()
                 WHERE state = 'running' AND lease_until < now() AND attempts >= max_attempts
             ), due AS (
-                SELECT id, run_after AS since FROM transcode_jobs
+                SELECT id, priority, run_after AS since FROM transcode_jobs
                 WHERE state = 'queued' AND run_after <= now() AND (\(spec)::text IS NULL OR spec = \(spec))
-                ORDER BY run_after, id
+                ORDER BY priority, run_after, id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED
             ), stale AS (
-                SELECT id, lease_until AS since FROM transcode_jobs
+                SELECT id, priority, lease_until AS since FROM transcode_jobs
                 WHERE state = 'running' AND lease_until < now() AND attempts < max_attempts
                     AND (\(spec)::text IS NULL OR spec = \(spec))
-                ORDER BY lease_until, id
+                ORDER BY priority, lease_until, id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED
             ), next AS (
-                SELECT id, false AS reclaimed, since FROM due
+                SELECT id, false AS reclaimed, priority, since FROM due
                 UNION ALL
-                SELECT id, true, since FROM stale
-                ORDER BY since
+                SELECT id, true, priority, since FROM stale
+                ORDER BY priority, since
                 LIMIT 1
             )
             UPDATE transcode_jobs AS job
