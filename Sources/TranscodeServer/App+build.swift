@@ -117,7 +117,7 @@ func buildApplication(
             client: client, service: transcodes, links: links, webhooks: webhooks, metrics: metrics,
             configuration: configuration.queue, retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
         // Webhooks survive restarts: kept in the database once their event is known, delivered by any node.
-        webhooks.keep(in: fleetBatches)
+        webhooks.keep(in: fleetBatches.outbox)
         fleetJobs.withLock { $0 }?.recordEnds(with: fleetBatches)
         batches = fleetBatches
     } else {

@@ -196,7 +196,7 @@ import Testing
             try await add("last-attempt", expired + ", attempts = 3")
             try await add("done", "state = 'done'")
             try await add("dead", "state = 'dead'")
-            try await add("webhook", spec: PostgresBatches.webhookSpec, nil)
+            try await add("webhook", spec: PostgresWebhookOutbox.spec, nil)
 
             var counted = -1
             for try await count in try await client.query(PostgresQuery(unsafeSQL: query)).decode(Int.self) {

@@ -41,7 +41,7 @@ struct QueuedJobResult: Codable, Sendable {
 ///   lease ends; a node whose pool is busy with requests looks again at its own pool every 50 ms.
 /// - The routes give the database `queue.timeoutSeconds`, then answer 503 `queue-unavailable`; interactive
 ///   requests never touch it.
-final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
+final class PostgresBatches: BatchStore, Service, Sendable {
     let queue: PostgresQueue
     let service: TranscodeService
     let links: PublicLinks
@@ -55,26 +55,19 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
     /// claim adds its own number (`claimOwner`), so that a job this node claims again after its own lease expired
     /// is not reported twice (the first claim's report finds the lease gone).
     let owner: String
+    /// Where batches' webhooks are kept and delivered from (its loop runs with this service's).
+    let outbox: PostgresWebhookOutbox
     private let claims = Mutex(0)
     private let wakeup = Wakeup()
-    /// Wakes the webhook deliveries' loop.
-    private let webhookWakeup = Wakeup()
-    /// Webhook deliveries under way (at most `maxDeliveries`).
-    private let delivering = Mutex(0)
     private let running = Mutex(0)
-    /// Whether this node has seen the schema at its latest version (the routes may run before the workers'
-    /// startup migrated it).
-    private let migrated = Mutex(false)
+    /// The schema, brought up to date once per process (the routes may run before the workers' startup did).
+    private let schema: JobSchema
 
     /// The rendition spec of a batch item's job: the one output there is today.
     static let spec = "mp4"
-    /// The spec of a webhook delivery's job (its result key is the `webhook-id`).
-    static let webhookSpec = "webhook"
     /// Failures that are not the URL's own (shutting down, the shared store down, the pool full): the job is
     /// tried again, here or on another node, and the claim is not counted.
     static let passingFailures: Set<ErrorCode> = [.shuttingDown, .storageUnavailable, .queueFull, .overloaded]
-    /// Webhook deliveries one node makes at once from the outbox (the dispatcher's own bound applies too).
-    static let maxDeliveries = 16
 
     init(
         client: PostgresClient, service: TranscodeService, links: PublicLinks, webhooks: WebhookDispatcher,
@@ -89,6 +82,10 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
         self.retentionSeconds = retentionSeconds
         self.logger = logger
         self.owner = Self.nodeName()
+        self.schema = JobSchema(queue: self.queue, logger: logger)
+        self.outbox = PostgresWebhookOutbox(
+            queue: self.queue, schema: self.schema, webhooks: webhooks, metrics: metrics,
+            configuration: configuration, owner: self.owner, logger: logger)
     }
 
     /// A name for this process in leases: host, pid and a random part (a restarted node is another owner).
@@ -385,12 +382,12 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             }
             await self.work()
         }
-        let deliveries = Task { await self.deliverWebhooks() }
+        let deliveries = Task { await self.outbox.deliver() }
         let stop: @Sendable () -> Void = {
             work.cancel()
             deliveries.cancel()
             self.wakeup.signal()
-            self.webhookWakeup.signal()
+            self.outbox.wakeup.signal()
         }
         // At shutdown the loops are cancelled, not waited for: a call to a database that went away can wait
         // for a connection indefinitely. An item being converted still finishes (a conversion is not
@@ -468,10 +465,7 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
 
     /// Brings the schema up to date once per process (a no-op under the lock when another node did).
     private func migrate() async throws {
-        guard !self.migrated.withLock({ $0 }) else { return }
-        let applied = try await self.queue.migrate()
-        if !applied.isEmpty { self.logger.info("job database migrated", metadata: ["versions": "\(applied)"]) }
-        self.migrated.withLock { $0 = true }
+        try await self.schema.migrate()
     }
 
     /// The owner of one claim: this node's name and the claim's number.
@@ -495,10 +489,10 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                     try await connection.listen(on: PostgresQueue.channel) { notifications in
                         // Listening from now: look once for what was enqueued before.
                         self.wakeup.signal()
-                        self.webhookWakeup.signal()
+                        self.outbox.wakeup.signal()
                         for try await _ in notifications {
                             self.wakeup.signal()
-                            self.webhookWakeup.signal()
+                            self.outbox.wakeup.signal()
                         }
                     }
                 }
@@ -664,97 +658,8 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
                     traces.append(traceparent)
                 }
                 message.traces = traces.isEmpty ? nil : traces
-                try await self.keep(message, on: connection)
+                try await self.outbox.keep(message, on: connection)
             }
-        }
-    }
-
-    // MARK: The webhook outbox
-
-    func keep(_ message: WebhookMessage) async throws {
-        try await self.withDatabase {
-            try await self.queue.client.withConnection { try await self.keep(message, on: $0) }
-        }
-    }
-
-    private func keep(_ message: WebhookMessage, on connection: PostgresConnection) async throws {
-        let payload = String(decoding: try JSONEncoder().encode(message), as: UTF8.self)
-        // Retried until `webhooks.maxRetrySeconds` have passed, not until a number of attempts.
-        _ = try await PostgresQueue.enqueue(
-            on: connection, resultKey: message.id, spec: Self.webhookSpec, payload: payload, maxAttempts: 1_000_000,
-            logger: self.logger)
-    }
-
-    /// Delivers the outbox's webhooks, any node's, up to `maxDeliveries` at once, until shutdown.
-    private func deliverWebhooks() async {
-        await withDiscardingTaskGroup { group in
-            while !Task.isCancelled, !Task.isShuttingDownGracefully {
-                guard self.delivering.withLock({ $0 }) < Self.maxDeliveries else {
-                    await self.webhookWakeup.wait(upTo: 1)
-                    continue
-                }
-                do {
-                    let owner = self.claimOwner()
-                    if let claimed = try await Self.bounded(
-                        seconds: self.configuration.timeoutSeconds,
-                        {
-                            try await self.queue.claim(
-                                owner: owner, leaseSeconds: max(30, self.configuration.leaseSeconds),
-                                spec: Self.webhookSpec)
-                        }, late: { await self.giveBack($0) })
-                    {
-                        self.delivering.withLock { $0 += 1 }
-                        group.addTask {
-                            await self.deliver(claimed)
-                            self.delivering.withLock { $0 -= 1 }
-                            self.webhookWakeup.signal()
-                        }
-                        continue
-                    }
-                    let due = try await self.bounded { try await self.queue.secondsToNextDue(spec: Self.webhookSpec) }
-                    await self.webhookWakeup.wait(upTo: min(30, max(0.2, due ?? 30)))
-                } catch {
-                    await self.webhookWakeup.wait(upTo: 1)
-                }
-            }
-        }
-    }
-
-    /// One attempt at a claimed webhook: done when delivered or refused, retried after the dispatcher's backoff
-    /// while `webhooks.maxRetrySeconds` allow, then given up.
-    private func deliver(_ claimed: PostgresQueue.Claimed) async {
-        guard let message = try? JSONDecoder().decode(WebhookMessage.self, from: Data(claimed.payload.utf8)) else {
-            _ = try? await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
-            return
-        }
-        let outcome = await self.webhooks.attempt(message)
-        do {
-            switch outcome {
-            case .delivered, .refused:
-                _ = try await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
-            case .failed(let reason):
-                let wait = self.webhooks.retryWait(after: claimed.attempt)
-                if Date().timeIntervalSince1970 - message.createdAt + wait > self.webhooks.maxRetrySeconds {
-                    self.metrics.webhook("failed")
-                    self.logger.warning(
-                        "webhook given up",
-                        metadata: [
-                            "webhook.id": "\(message.id)", "webhook.attempts": "\(claimed.attempt)",
-                            "error": "\(reason)",
-                        ])
-                    _ = try await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
-                } else {
-                    self.metrics.webhook("retried")
-                    _ = try await self.bounded {
-                        try await self.queue.fail(
-                            claimed.id, owner: claimed.owner, error: reason, retryAfterSeconds: wait)
-                    }
-                }
-            }
-        } catch {
-            self.logger.warning(
-                "cannot record a webhook attempt; its lease will expire and it is tried again",
-                metadata: ["webhook.id": "\(message.id)"])
         }
     }
 
@@ -800,48 +705,6 @@ final class PostgresBatches: BatchStore, WebhookOutbox, Service, Sendable {
             self.metrics.queueDepth(depth.map { ($0.key.rawValue, $0.value) })
         } catch {
             self.logger.debug("the queue's sweep failed", metadata: ["error": "\(error)"])
-        }
-    }
-}
-
-/// Wakes one waiting loop: a signal given while nobody waits is kept for the next wait.
-final class Wakeup: Sendable {
-    private struct State {
-        var signalled = false
-        var waiter: CheckedContinuation<Void, Never>?
-    }
-
-    private let state = Mutex(State())
-
-    func signal() {
-        let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard let waiter = state.waiter else {
-                state.signalled = true
-                return nil
-            }
-            state.waiter = nil
-            return waiter
-        }
-        waiter?.resume()
-    }
-
-    /// Returns on a signal, or after `seconds`.
-    func wait(upTo seconds: Double) async {
-        let timer = Task {
-            guard (try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))) != nil else { return }
-            self.signal()
-        }
-        defer { timer.cancel() }
-        await withCheckedContinuation { continuation in
-            let now = self.state.withLock { state -> Bool in
-                if state.signalled {
-                    state.signalled = false
-                    return true
-                }
-                state.waiter = continuation
-                return false
-            }
-            if now { continuation.resume() }
         }
     }
 }

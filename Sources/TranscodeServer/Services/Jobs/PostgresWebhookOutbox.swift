@@ -1,0 +1,173 @@
+import Foundation
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import Synchronization
+
+/// The fleet's webhook outbox (`queue.kind: postgres`): a delivery whose event is known is kept as a job of spec
+/// `webhook` in `transcode_jobs` (its result key the `webhook-id`), so it survives restarts, and any node's loop
+/// (`deliver()`, run by `PostgresBatches` beside its workers) claims and attempts it, with the dispatcher's checks,
+/// signing and backoff, until `webhooks.maxRetrySeconds` have passed.
+final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
+    let queue: PostgresQueue
+    let webhooks: WebhookDispatcher
+    let metrics: ServiceMetrics
+    let configuration: QueueConfiguration
+    let logger: Logger
+    /// This node's name on leases (`PostgresBatches.nodeName()`); each claim adds its own number.
+    let owner: String
+    /// Wakes the deliveries' loop (every enqueue in the fleet, `PostgresBatches`' listener).
+    let wakeup = Wakeup()
+    private let schema: JobSchema
+    private let claims = Mutex(0)
+    /// Deliveries under way (at most `maxDeliveries`).
+    private let delivering = Mutex(0)
+
+    /// The spec of a webhook delivery's job.
+    static let spec = "webhook"
+    /// Webhook deliveries one node makes at once from the outbox (the dispatcher's own bound applies too).
+    static let maxDeliveries = 16
+
+    init(
+        queue: PostgresQueue, schema: JobSchema, webhooks: WebhookDispatcher, metrics: ServiceMetrics,
+        configuration: QueueConfiguration, owner: String, logger: Logger
+    ) {
+        self.queue = queue
+        self.schema = schema
+        self.webhooks = webhooks
+        self.metrics = metrics
+        self.configuration = configuration
+        self.owner = owner
+        self.logger = logger
+    }
+
+    func keep(_ message: WebhookMessage) async throws {
+        try await self.bounded {
+            try await self.schema.migrate()
+            try await self.queue.client.withConnection { try await self.keep(message, on: $0) }
+        }
+    }
+
+    /// Keeps `message` on `connection`, in its caller's transaction (a batch marked announced and its webhook kept
+    /// together).
+    func keep(_ message: WebhookMessage, on connection: PostgresConnection) async throws {
+        let payload = String(decoding: try JSONEncoder().encode(message), as: UTF8.self)
+        // Retried until `webhooks.maxRetrySeconds` have passed, not until a number of attempts.
+        _ = try await PostgresQueue.enqueue(
+            on: connection, resultKey: message.id, spec: Self.spec, payload: payload, maxAttempts: 1_000_000,
+            logger: self.logger)
+    }
+
+    /// Delivers the outbox's webhooks, any node's, up to `maxDeliveries` at once, until shutdown.
+    func deliver() async {
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled, !Task.isShuttingDownGracefully {
+                guard self.delivering.withLock({ $0 }) < Self.maxDeliveries else {
+                    await self.wakeup.wait(upTo: 1)
+                    continue
+                }
+                do {
+                    let owner = self.claimOwner()
+                    if let claimed = try await PostgresBatches.bounded(
+                        seconds: self.configuration.timeoutSeconds,
+                        {
+                            try await self.queue.claim(
+                                owner: owner, leaseSeconds: max(30, self.configuration.leaseSeconds),
+                                spec: Self.spec)
+                        }, late: { await self.giveBack($0) })
+                    {
+                        self.delivering.withLock { $0 += 1 }
+                        group.addTask {
+                            await self.deliver(claimed)
+                            self.delivering.withLock { $0 -= 1 }
+                            self.wakeup.signal()
+                        }
+                        continue
+                    }
+                    let due = try await self.bounded { try await self.queue.secondsToNextDue(spec: Self.spec) }
+                    await self.wakeup.wait(upTo: min(30, max(0.2, due ?? 30)))
+                } catch {
+                    await self.wakeup.wait(upTo: 1)
+                }
+            }
+        }
+    }
+
+    /// One attempt at a claimed webhook: done when delivered or refused, retried after the dispatcher's backoff
+    /// while `webhooks.maxRetrySeconds` allow, then given up.
+    private func deliver(_ claimed: PostgresQueue.Claimed) async {
+        guard let message = try? JSONDecoder().decode(WebhookMessage.self, from: Data(claimed.payload.utf8)) else {
+            _ = try? await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
+            return
+        }
+        let outcome = await self.webhooks.attempt(message)
+        do {
+            switch outcome {
+            case .delivered, .refused:
+                _ = try await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
+            case .failed(let reason):
+                let wait = self.webhooks.retryWait(after: claimed.attempt)
+                if Date().timeIntervalSince1970 - message.createdAt + wait > self.webhooks.maxRetrySeconds {
+                    self.metrics.webhook("failed")
+                    self.logger.warning(
+                        "webhook given up",
+                        metadata: [
+                            "webhook.id": "\(message.id)", "webhook.attempts": "\(claimed.attempt)",
+                            "error": "\(reason)",
+                        ])
+                    _ = try await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
+                } else {
+                    self.metrics.webhook("retried")
+                    _ = try await self.bounded {
+                        try await self.queue.fail(
+                            claimed.id, owner: claimed.owner, error: reason, retryAfterSeconds: wait)
+                    }
+                }
+            }
+        } catch {
+            self.logger.warning(
+                "cannot record a webhook attempt; its lease will expire and it is tried again",
+                metadata: ["webhook.id": "\(message.id)"])
+        }
+    }
+
+    /// Gives back a claim that came after its caller stopped waiting: queued again at once, not counted.
+    private func giveBack(_ claimed: PostgresQueue.Claimed?) async {
+        guard let claimed else { return }
+        _ = try? await self.bounded {
+            try await self.queue.fail(
+                claimed.id, owner: claimed.owner, error: "claim answered too late", retryAfterSeconds: 0,
+                counted: false)
+        }
+    }
+
+    /// The owner of one claim: this node's name and the claim's number.
+    private func claimOwner() -> String {
+        "\(self.owner)#webhook-\(self.claims.withLock { $0 += 1; return $0 })"
+    }
+
+    /// One database call within `queue.timeoutSeconds` (`PostgresBatches.bounded`).
+    private func bounded<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await PostgresBatches.bounded(seconds: self.configuration.timeoutSeconds, body)
+    }
+}
+
+/// The job database's schema, brought up to date once per process: the first caller migrates (a no-op under the
+/// lock when another node did), later ones return at once.
+final class JobSchema: Sendable {
+    let queue: PostgresQueue
+    let logger: Logger
+    private let migrated = Mutex(false)
+
+    init(queue: PostgresQueue, logger: Logger) {
+        self.queue = queue
+        self.logger = logger
+    }
+
+    func migrate() async throws {
+        guard !self.migrated.withLock({ $0 }) else { return }
+        let applied = try await self.queue.migrate()
+        if !applied.isEmpty { self.logger.info("job database migrated", metadata: ["versions": "\(applied)"]) }
+        self.migrated.withLock { $0 = true }
+    }
+}
