@@ -72,7 +72,8 @@ final class FleetJobs: TranscodeJobs {
         let latest: (state: PostgresQueue.State, result: String?, lastError: String?)?
         do {
             latest = try await PostgresBatches.bounded(seconds: self.configuration.timeoutSeconds) {
-                try await self.queue.latest(resultKey: id, spec: PostgresBatches.spec)
+                try await self.migrate()
+                return try await self.queue.latest(resultKey: id, spec: PostgresBatches.spec)
             }
         } catch {
             // Not "no such job": it may be running on another node.
@@ -105,7 +106,8 @@ final class FleetJobs: TranscodeJobs {
             let adopted = try await PostgresBatches.bounded(
                 seconds: self.configuration.timeoutSeconds,
                 {
-                    try await self.queue.adopt(
+                    try await self.migrate()
+                    return try await self.queue.adopt(
                         resultKey: job.id, spec: PostgresBatches.spec, payload: payload, owner: owner,
                         leaseSeconds: self.configuration.leaseSeconds, maxAttempts: self.configuration.maxAttempts)
                 },
@@ -124,6 +126,12 @@ final class FleetJobs: TranscodeJobs {
                 "the job database did not take a pending job; only this node knows it",
                 metadata: ["job.id": "\(job.id.prefix(16))", "error": "\(String(reflecting: error))"])
         }
+    }
+
+    /// Brings the schema up to date first (a request may come before the workers' startup migrated it: the job
+    /// table, or its columns, may not exist yet).
+    private func migrate() async throws {
+        try await self.batches.withLock({ $0 })?.schema.migrate()
     }
 
     /// Holds the lease of job `id` until `watcher` is told its end, then records that end, as a batch worker does
