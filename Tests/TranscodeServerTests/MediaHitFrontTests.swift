@@ -485,20 +485,24 @@ import Testing
     /// A client that asks for a large file and never reads it is cut off once `idleTimeout` passes without any
     /// of the answer's writes completing, whether the file goes out ahead of the codec (sendfile) or from the
     /// route behind it (a field of non-ASCII bytes sends the request that way): it holds neither the
-    /// connection nor the file for ever.
+    /// connection nor the file for ever. It asks for the file 20 times, pipelined (6 MB): more than the kernels can
+    /// hold for it (the server's send buffer grows to 4 MB, `tcp_wmem`), so the answers stall whatever the buffers
+    /// (one answer of 309 KB sometimes fit in them whole, and then nothing was stalled).
     @Test func aClientThatNeverReadsIsCutOff() async throws {
         try await MediaHitHandlerTests.withLargeFileKept(configure: {
             $0.http.headerTimeoutSeconds = 10
             $0.http.idleTimeoutSeconds = 1
         }) { harness, key, file in
-            let size = file.count
+            let requests = 20
+            let size = file.count * requests
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
             for extra in ["", "X-Pad: caf\u{e9}\r\n"] {
                 let socket = try RawSocket(port: harness.appPort, narrow: true)
                 let started = ContinuousClock.now
+                let request = "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\(extra)\r\n"
                 let (received, closed) = await withCheckedContinuation { continuation in
                     Thread.detachNewThread {
-                        _ = socket.send(Array("GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\(extra)\r\n".utf8))
+                        _ = socket.send(Array(String(repeating: request, count: requests).utf8))
                         usleep(3_000_000)
                         // Then whatever the kernels hold, and the end of the connection if it came.
                         var timeout = timeval(tv_sec: 5, tv_usec: 0)
@@ -521,8 +525,9 @@ import Testing
                 #expect(closed, "\(way): still open after \(ContinuousClock.now - started)")
                 #expect(received < size, "\(way): \(received) of \(size) bytes")
             }
+            // The first answer went out from the file ahead of the codec (one at a time: the others by the route).
             #expect(
-                try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total") == fromFile + 1)
+                try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total") >= fromFile + 1)
             // Still serving.
             #expect(try await harness.request(.GET, "/media/\(key).mp4").status == 200)
         }
