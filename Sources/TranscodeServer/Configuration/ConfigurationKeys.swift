@@ -164,7 +164,7 @@ enum ConfigurationKeys {
         Key(
             name: "quota.limits", defaultValue: "[]",
             meaning:
-                "token buckets per client, `<client>=<requests per second>/<burst>` (`cms=5/20`): each request that spends work (a URL that misses the cache at interactive priority, an upload) takes a token first; none left: 429 `quota-exceeded` with `Retry-After`, `RateLimit` and `RateLimit-Policy`. `open=<rate>/<burst>` gives each address of an open route its own bucket. A client without an entry has no quota; a name that is no client is refused"
+                "token buckets per client, `<client>=<requests per second>/<burst>` (`cms=5/20`): each request that spends work (a URL that misses the cache at interactive priority, an upload) takes a token first; none left: 429 `quota-exceeded` with `Retry-After`, `RateLimit` and `RateLimit-Policy`. `open=<rate>/<burst>` gives each address of an open route its own bucket. In a fleet (`queue.kind: postgres`) a configured client's bucket is the fleet's, kept in the job database; addresses keep one per node. A client without an entry has no quota; a name that is no client is refused"
         ),
         Key(
             name: "tracing.enabled", defaultValue: "false",
