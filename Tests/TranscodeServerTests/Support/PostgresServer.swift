@@ -78,7 +78,10 @@ final class PostgresServer: @unchecked Sendable {
             // Counted in attempts, not wall time (see SeaweedFS.start): at least 60 s.
             for _ in 0..<600 {
                 guard process.isRunning else { break }
-                if Self.accepts(port: self.port) { return }
+                // Ready by its own account, not only something listening on the port: a port taken meanwhile by
+                // another test's server would accept while this one has failed to bind (its client would then wait
+                // on a server another test stops, until the time limit).
+                if self.isReady(port: self.port), Self.accepts(port: self.port) { return }
                 try await Task.sleep(for: .milliseconds(100))
             }
             self.stop()
@@ -86,6 +89,15 @@ final class PostgresServer: @unchecked Sendable {
         }
         Issue.record("PostgreSQL did not start on port \(self.port):\n\(self.log("postgres.log").suffix(4000))")
         throw CancellationError()
+    }
+
+    /// Whether this cluster's server says it is ready on `port`: its `postmaster.pid` (PostgreSQL 10 and later) names
+    /// the port on line 4 and reads `ready` on line 8 once the server accepts connections.
+    private func isReady(port: Int) -> Bool {
+        let lines = self.log("data/postmaster.pid").split(separator: "\n", omittingEmptySubsequences: false)
+        guard lines.count >= 8 else { return false }
+        return Int(lines[3].trimmingCharacters(in: .whitespaces)) == port
+            && lines[7].trimmingCharacters(in: .whitespaces) == "ready"
     }
 
     /// Whether something accepts TCP connections on the loopback `port` (the server listens once it is ready).
