@@ -248,14 +248,9 @@ final class PostgresBatches: BatchStore, Service, Sendable {
         }
     }
 
-    /// Gives back a claim that came after its caller stopped waiting: queued again at once, not counted.
+    /// Gives back a claim that came after its caller stopped waiting (`PostgresQueue.giveBack`).
     private func giveBack(_ claimed: PostgresQueue.Claimed?) async {
-        guard let claimed else { return }
-        _ = try? await self.bounded {
-            try await self.queue.fail(
-                claimed.id, owner: claimed.owner, error: "claim answered too late", retryAfterSeconds: 0,
-                counted: false)
-        }
+        await self.queue.giveBack(claimed, within: self.configuration.timeoutSeconds)
     }
 
     /// Brings the schema up to date once per process (a no-op under the lock when another node did).

@@ -464,3 +464,16 @@ enum PostgresQueueError: Error, CustomStringConvertible {
         }
     }
 }
+
+extension PostgresQueue {
+    /// Gives back a claim that came after its caller stopped waiting: queued again at once, not counted; within
+    /// `seconds` (`PostgresBatches.bounded`), and dropped if that fails (its lease then expires).
+    func giveBack(_ claimed: Claimed?, within seconds: Double) async {
+        guard let claimed else { return }
+        _ = try? await PostgresBatches.bounded(seconds: seconds) {
+            try await self.fail(
+                claimed.id, owner: claimed.owner, error: "claim answered too late", retryAfterSeconds: 0,
+                counted: false)
+        }
+    }
+}
