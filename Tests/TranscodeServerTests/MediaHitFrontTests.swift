@@ -487,7 +487,8 @@ import Testing
     /// route behind it (a field of non-ASCII bytes sends the request that way): it holds neither the
     /// connection nor the file for ever. It asks for the file 20 times, pipelined (6 MB): more than the kernels can
     /// hold for it (the server's send buffer grows to 4 MB, `tcp_wmem`), so the answers stall whatever the buffers
-    /// (one answer of 309 KB sometimes fit in them whole, and then nothing was stalled).
+    /// (one answer of 309 KB sometimes fit in them whole, and then nothing was stalled). The client reads only
+    /// once the server's end has left ESTABLISHED (or 30 s passed): what it gets then is what the kernels held.
     @Test func aClientThatNeverReadsIsCutOff() async throws {
         try await MediaHitHandlerTests.withLargeFileKept(configure: {
             $0.http.headerTimeoutSeconds = 10
@@ -495,6 +496,7 @@ import Testing
         }) { harness, key, file in
             let requests = 20
             let size = file.count * requests
+            let port = harness.appPort
             let fromFile = try await MediaHitHandlerTests.counter(harness, "transcode_media_file_answers_total")
             for extra in ["", "X-Pad: caf\u{e9}\r\n"] {
                 let socket = try RawSocket(port: harness.appPort, narrow: true)
@@ -503,7 +505,12 @@ import Testing
                 let (received, closed) = await withCheckedContinuation { continuation in
                     Thread.detachNewThread {
                         _ = socket.send(Array(String(repeating: request, count: requests).utf8))
-                        usleep(3_000_000)
+                        // Until the server has closed its end, however long a loaded machine takes to fill the
+                        // buffers and then wait out the timeout (a fixed 3 s was too short once in CI).
+                        let deadline = ContinuousClock.now + .seconds(30)
+                        while socket.serverSideEstablished(port: port), ContinuousClock.now < deadline {
+                            usleep(100_000)
+                        }
                         // Then whatever the kernels hold, and the end of the connection if it came.
                         var timeout = timeval(tv_sec: 5, tv_usec: 0)
                         setsockopt(

@@ -588,6 +588,25 @@ final class RawSocket: Sendable {
         bytes.withUnsafeBytes { Glibc.send(self.descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } > 0
     }
 
+    /// Whether the server's end of this connection (to 127.0.0.1:`port`) is still established, as the kernel's
+    /// table of TCP sockets (`/proc/net/tcp`) shows it: a server that closes while its answer waits in the
+    /// kernel for a reader that does not read goes to FIN-WAIT at once, long before the reader sees the end.
+    func serverSideEstablished(port: Int) -> Bool {
+        var address = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(self.descriptor, $0, &length) }
+        }
+        let ours = Int(UInt16(bigEndian: address.sin_port))
+        let hex = { (port: Int) in "0100007F:" + String(format: "%04X", port) }
+        let table = (try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)) ?? ""
+        return table.split(separator: "\n").contains { line in
+            let fields = line.split(separator: " ")
+            // sl, local address, remote address, state (01 is ESTABLISHED).
+            return fields.count > 3 && fields[1] == hex(port) && fields[2] == hex(ours) && fields[3] == "01"
+        }
+    }
+
     /// Whether the peer closed the connection (a zero-byte read without blocking).
     func peerClosed() -> Bool {
         var byte: UInt8 = 0
