@@ -502,6 +502,8 @@ import Testing
                 let socket = try RawSocket(port: harness.appPort, narrow: true)
                 let started = ContinuousClock.now
                 let request = "GET /media/\(key).mp4 HTTP/1.1\r\nHost: x\r\n\(extra)\r\n"
+                let established = socket.serverSideEstablished(port: port)
+                #expect(established, "the server's end of the connection is not in /proc/net/tcp")
                 let (received, closed) = await withCheckedContinuation { continuation in
                     Thread.detachNewThread {
                         _ = socket.send(Array(String(repeating: request, count: requests).utf8))

@@ -599,8 +599,9 @@ final class RawSocket: Sendable {
         }
         let ours = Int(UInt16(bigEndian: address.sin_port))
         let hex = { (port: Int) in "0100007F:" + String(format: "%04X", port) }
-        let table = (try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)) ?? ""
-        return table.split(separator: "\n").contains { line in
+        // Read to its end: `String(contentsOfFile:)` stops after procfs's first 4 KB (about 27 sockets).
+        let table = FileHandle(forReadingAtPath: "/proc/net/tcp").map { (try? $0.readToEnd()) ?? Data() } ?? Data()
+        return String(decoding: table, as: UTF8.self).split(separator: "\n").contains { line in
             let fields = line.split(separator: " ")
             // sl, local address, remote address, state (01 is ESTABLISHED).
             return fields.count > 3 && fields[1] == hex(port) && fields[2] == hex(ours) && fields[3] == "01"
