@@ -72,7 +72,7 @@ import Testing
             #expect(folder.results(offset: 1000, limit: 100).lines.isEmpty)
             var seen: [Int] = []
             folder.forEachResult { index, status in
-                #expect(status == "done")
+                #expect(status == .done)
                 seen.append(index)
             }
             #expect(seen == Array(0..<1000))

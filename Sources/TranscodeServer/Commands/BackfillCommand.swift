@@ -201,7 +201,8 @@ struct BackfillCommand: AsyncParsableCommand {
             for result in try await self.results(chunk.id, server: server, route: chunk.route, client: client)
             where result.index < chunk.count {
                 rows[chunk.start + result.index] = [
-                    result.url, result.status, result.mp4 ?? "", result.poster ?? "", result.recommendation ?? "",
+                    result.url, result.status.rawValue, result.mp4 ?? "", result.poster ?? "",
+                    result.recommendation ?? "",
                     result.error.map { "\($0.code): \($0.message)" } ?? "",
                 ]
             }
@@ -214,8 +215,8 @@ struct BackfillCommand: AsyncParsableCommand {
         let outPath = self.out ?? self.file + ".csv"
         try Data(csv.utf8).write(to: URL(fileURLWithPath: outPath), options: .atomic)
         let statuses = rows.map { $0.count > 1 ? $0[1] : "missing" }
-        let summary = ["done", "kept-gif", "failed"].map { status in
-            "\(statuses.filter { $0 == status }.count) \(status)"
+        let summary = [ItemStatus.done, .keptGIF, .failed].map { status in
+            "\(statuses.filter { $0 == status.rawValue }.count) \(status.rawValue)"
         }.joined(separator: ", ")
         Self.say("\(urls.count) URLs: \(summary); results in \(outPath)")
     }

@@ -153,7 +153,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             return response
         case .pending(let id):
             var response = try Self.json(
-                JobStatus(status: "pending", id: id, result: nil, error: nil), status: .accepted)
+                JobStatus(status: .pending, id: id, result: nil, error: nil), status: .accepted)
             response.headers[.location] = self.links.absolute("/jobs/\(id)")
             response.headers[.retryAfter] = "2"
             return response
@@ -167,17 +167,13 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         }
         switch state {
         case .pending:
-            return try Self.json(JobStatus(status: "pending", id: id, result: nil, error: nil))
+            return try Self.json(JobStatus(status: .pending, id: id, result: nil, error: nil))
         case .done(let outcome):
             return try Self.json(
                 JobStatus(
-                    status: "done", id: id, result: TranscodeResult(outcome, baseURL: self.links.baseURL), error: nil))
+                    status: .done, id: id, result: TranscodeResult(outcome, baseURL: self.links.baseURL), error: nil))
         case .failed(let error):
-            return try Self.json(
-                JobStatus(
-                    status: "failed", id: id, result: nil,
-                    error: .init(code: error.code.rawValue, message: error.message))
-            )
+            return try Self.json(JobStatus(status: .failed, id: id, result: nil, error: ReportedFailure(error)))
         }
     }
 
@@ -185,9 +181,9 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     struct JobEvent: Encodable, Sendable {
         let id: String
         let url: String?
-        let status: String
+        let status: ItemStatus
         let result: TranscodeResult?
-        let error: JobStatus.Failure?
+        let error: ReportedFailure?
     }
 
     /// Queues the webhook of job `id`, sent once the request it subscribes to ends (a cache hit and a refusal
@@ -201,17 +197,15 @@ struct TranscodeController<Context: RequestContext>: Sendable {
                 switch await ended.end() {
                 case .done(let outcome):
                     event = JobEvent(
-                        id: id, url: url, status: "done",
+                        id: id, url: url, status: .done,
                         result: TranscodeResult(outcome, baseURL: baseURL, sourceURL: url), error: nil)
                 case .failed(let failure):
-                    event = JobEvent(
-                        id: id, url: url, status: "failed", result: nil,
-                        error: .init(code: failure.code.rawValue, message: failure.message))
+                    event = JobEvent(id: id, url: url, status: .failed, result: nil, error: ReportedFailure(failure))
                 }
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys]
                 let data = (try? encoder.encode(event)).map { [UInt8]($0) } ?? Array("{}".utf8)
-                return (event.status == "done" ? "transcode.done" : "transcode.failed", data)
+                return (event.status == .done ? "transcode.done" : "transcode.failed", data)
             })
         return ended
     }
@@ -430,12 +424,8 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
 
 /// `GET /jobs/{id}`.
 struct JobStatus: Encodable, Sendable {
-    struct Failure: Codable, Sendable {
-        let code: String
-        let message: String
-    }
-    let status: String
+    let status: ItemStatus
     let id: String
     let result: TranscodeResult?
-    let error: Failure?
+    let error: ReportedFailure?
 }

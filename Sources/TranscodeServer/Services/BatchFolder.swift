@@ -111,10 +111,10 @@ struct BatchFolder: Sendable {
 
     /// Calls `body` with the index and status of each complete result line, in file order, reading the file in
     /// pieces.
-    func forEachResult(_ body: (_ index: Int, _ status: String) -> Void) {
+    func forEachResult(_ body: (_ index: Int, _ status: ItemStatus) -> Void) {
         struct Line: Decodable {
             let index: Int
-            let status: String
+            let status: ItemStatus
         }
         let decoder = JSONDecoder()
         self.forEachLine { line in

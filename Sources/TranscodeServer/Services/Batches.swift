@@ -68,14 +68,14 @@ struct BatchResult: Codable, Sendable {
     var index: Int
     var url: String
     /// `done`, `kept-gif` (converted, but the GIF is the better file) or `failed`.
-    var status: String
+    var status: ItemStatus
     var key: ObjectKey?
     var mp4: String?
     var poster: String?
     /// The signed `.auto` URL of an `img` batch's item: what a rewritten page's `<img>` asks for.
     var auto: String?
     var recommendation: String?
-    var error: JobStatus.Failure?
+    var error: ReportedFailure?
 }
 
 /// The counts of `GET /v1/batches/{id}`.
@@ -88,6 +88,20 @@ struct BatchStatus: Encodable, Sendable {
     let keptGif: Int
     let complete: Bool
     let createdAt: String
+
+    /// - Parameters:
+    ///   - counts: the items finished, by how they ended; those not counted are pending.
+    ///   - createdAt: seconds since 1970.
+    init(id: String, total: Int, counts: [ItemStatus: Int], complete: Bool, createdAt: Double) {
+        self.id = id
+        self.total = total
+        self.done = counts[.done] ?? 0
+        self.failed = counts[.failed] ?? 0
+        self.keptGif = counts[.keptGIF] ?? 0
+        self.pending = total - self.done - self.failed - self.keptGif
+        self.complete = complete
+        self.createdAt = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: createdAt))
+    }
 }
 
 /// Where batches are kept and who runs their items: this node alone (`BatchRunner`, the default) or every node
@@ -149,7 +163,7 @@ final class BatchRunner: BatchStore, Service, Sendable {
         var finished: [UInt64]
         var finishedCount = 0
         var running: Set<Int> = []
-        var counts: [String: Int] = [:]
+        var counts: [ItemStatus: Int] = [:]
         var next = 0
         var complete: Bool { self.finishedCount == self.total }
 
@@ -159,7 +173,7 @@ final class BatchRunner: BatchStore, Service, Sendable {
         }
 
         /// Records item `index` with `status`. - Returns: false when it was recorded before.
-        mutating func finish(_ index: Int, status: String) -> Bool {
+        mutating func finish(_ index: Int, status: ItemStatus) -> Bool {
             guard !self.isFinished(index) else { return false }
             self.finished[index / 64] |= 1 << UInt64(index % 64)
             self.finishedCount += 1
@@ -252,12 +266,9 @@ final class BatchRunner: BatchStore, Service, Sendable {
     func status(_ id: String) -> BatchStatus? {
         self.state.withLock { state in
             guard let batch = state.batches[id] else { return nil }
-            let formatter = ISO8601DateFormatter()
             return BatchStatus(
-                id: id, total: batch.total, pending: batch.total - batch.finishedCount,
-                done: batch.counts["done"] ?? 0, failed: batch.counts["failed"] ?? 0,
-                keptGif: batch.counts["kept-gif"] ?? 0, complete: batch.complete,
-                createdAt: formatter.string(from: Date(timeIntervalSince1970: batch.record.createdAt)))
+                id: id, total: batch.total, counts: batch.counts, complete: batch.complete,
+                createdAt: batch.record.createdAt)
         }
     }
 
@@ -340,20 +351,16 @@ final class BatchRunner: BatchStore, Service, Sendable {
             guard self.state.withLock({ $0.batches[id] != nil }) else { return self.release(id: id, index: index) }
             self.logger.error(
                 "a batch's URL cannot be read", metadata: ["batch.id": "\(id)", "batch.item": "\(index)"])
-            var result = BatchResult(index: index, url: "", status: "failed")
-            result.error = .init(
-                code: ErrorCode.internal.rawValue, message: "this item's URL could not be read from the batch's files")
+            var result = BatchResult(index: index, url: "", status: .failed)
+            result.error = ReportedFailure(
+                code: .internal, message: "this item's URL could not be read from the batch's files")
             return self.record(result, batch: id)
         }
-        var result = BatchResult(index: index, url: text, status: "failed")
+        var result = BatchResult(index: index, url: text, status: .failed)
         do {
             let url = try Downloader.validate(text)
-            let background = try request.background.map {
-                guard let color = RGBColor(hex: $0) else { throw ServiceError.badRequest("bad background") }
-                return color
-            }
-            let output = request.outputKind
-            let options = output.options(self.service, background: background)
+            let options = try BatchItemRules.options(
+                background: request.background, output: request.outputKind, service: self.service)
             let keys = SourceKeys(url: url, options: options)
             // The item's end is heard from its job, whatever the request answers (a job id, after the wait).
             let ended = JobSubscription()
@@ -364,21 +371,20 @@ final class BatchRunner: BatchStore, Service, Sendable {
             case .done(let done): outcome = done
             case .failed(let failure): throw failure
             }
-            output.fill(
-                &result, key: outcome.key, recommendation: outcome.metadata.recommendation.rawValue,
+            result = BatchItemRules.line(
+                index: index, url: text, status: ItemStatus(outcome), key: outcome.key,
+                recommendation: outcome.metadata.recommendation.rawValue, error: nil, output: request.outputKind,
                 background: request.background, links: self.links)
-            result.status = outcome.metadata.recommendation == .keepGIF ? "kept-gif" : "done"
         } catch {
             let failure = ServiceError.from(error)
             // Not the URL's failure: shutting down (it runs again after the restart), the shared store down, the
             // queue full. The item goes back, and no item starts for a while.
-            if [.shuttingDown, .storageUnavailable, .queueFull, .overloaded].contains(failure.code) || Task.isCancelled
-            {
+            if BatchItemRules.passes(failure) || Task.isCancelled {
                 self.release(id: id, index: index)
                 self.state.withLock { $0.pausedUntil = ContinuousClock.now + .seconds(2) }
                 return
             }
-            result.error = .init(code: failure.code.rawValue, message: failure.message)
+            result.error = ReportedFailure(failure)
         }
         self.record(result, batch: id)
     }

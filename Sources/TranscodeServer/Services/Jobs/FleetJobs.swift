@@ -88,7 +88,7 @@ final class FleetJobs: TranscodeJobs {
                 let result = try? JSONDecoder().decode(QueuedJobResult.self, from: Data(json.utf8))
             {
                 guard let error = result.error else { return nil }
-                return .failed(ServiceError(ErrorCode(rawValue: error.code) ?? .internal, error.message))
+                return .failed(ServiceError(error.code, error.message))
             }
             // A dead letter whose last lease expired (its worker died each time) keeps only its last error.
             guard found.state == .dead else { return nil }

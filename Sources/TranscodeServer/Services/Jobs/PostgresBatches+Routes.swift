@@ -9,8 +9,8 @@ import Transcoder
 extension PostgresBatches {
     func submit(_ request: BatchRequest) async throws -> String {
         let id = BatchID.random()
-        let background = request.background.flatMap(RGBColor.init(hex:))
-        let options = request.outputKind.options(self.service, background: background)
+        let options = try BatchItemRules.options(
+            background: request.background, output: request.outputKind, service: self.service)
         var jobs: [String: TranscodeJob] = [:]
         var positions: [Int] = []
         var keys: [String] = []
@@ -90,9 +90,9 @@ extension PostgresBatches {
             """
             SELECT batch.total, (batch.request ->> 'createdAt')::float8,
                 count(item.finished_seq),
-                count(*) FILTER (WHERE item.result ->> 'status' = 'done'),
-                count(*) FILTER (WHERE item.result ->> 'status' = 'failed'),
-                count(*) FILTER (WHERE item.result ->> 'status' = 'kept-gif')
+                count(*) FILTER (WHERE item.result ->> 'status' = \(ItemStatus.done.rawValue)),
+                count(*) FILTER (WHERE item.result ->> 'status' = \(ItemStatus.failed.rawValue)),
+                count(*) FILTER (WHERE item.result ->> 'status' = \(ItemStatus.keptGIF.rawValue))
             FROM transcode_batches AS batch
             LEFT JOIN transcode_batch_items AS item
                 ON item.batch_id = batch.id AND item.finished_seq IS NOT NULL
@@ -103,9 +103,8 @@ extension PostgresBatches {
             (Int, Double, Int, Int, Int, Int).self)
         {
             return BatchStatus(
-                id: id, total: total, pending: total - finished, done: done, failed: failed, keptGif: keptGif,
-                complete: finished == total,
-                createdAt: ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: createdAt)))
+                id: id, total: total, counts: [.done: done, .failed: failed, .keptGIF: keptGif],
+                complete: finished == total, createdAt: createdAt)
         }
         return nil
     }
@@ -158,13 +157,10 @@ extension PostgresBatches {
                     """, logger: logger
                 ).decode((Int, String, String).self) {
                     let ended = try JSONDecoder().decode(QueuedJobResult.self, from: Data(result.utf8))
-                    var line = BatchResult(index: position, url: url, status: ended.status)
-                    line.error = ended.error
-                    if let key = ended.key {
-                        output.fill(
-                            &line, key: key, recommendation: ended.recommendation, background: found ?? nil,
-                            links: self.links)
-                    }
+                    let line = BatchItemRules.line(
+                        index: position, url: url, status: ended.status, key: ended.key,
+                        recommendation: ended.recommendation, error: ended.error, output: output,
+                        background: found ?? nil, links: self.links)
                     lines.append(Array(try encoder.encode(line)))
                 }
                 return (lines, total)

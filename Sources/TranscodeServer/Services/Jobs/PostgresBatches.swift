@@ -8,20 +8,20 @@ import Transcoder
 /// How a queued job ended, as the items waiting on it record it (`transcode_jobs.result`).
 struct QueuedJobResult: Codable, Sendable {
     /// `done`, `kept-gif` or `failed`, as a batch line says.
-    var status: String
+    var status: ItemStatus
     var key: ObjectKey?
     var recommendation: String?
-    var error: JobStatus.Failure?
+    var error: ReportedFailure?
 
     init(_ outcome: TranscodeOutcome) {
-        self.status = outcome.metadata.recommendation == .keepGIF ? "kept-gif" : "done"
+        self.status = ItemStatus(outcome)
         self.key = outcome.key
         self.recommendation = outcome.metadata.recommendation.rawValue
     }
 
     init(_ failure: ServiceError) {
-        self.status = "failed"
-        self.error = .init(code: failure.code.rawValue, message: failure.message)
+        self.status = .failed
+        self.error = ReportedFailure(failure)
     }
 
     var json: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data("{}".utf8), as: UTF8.self) }
@@ -66,9 +66,6 @@ final class PostgresBatches: BatchStore, Service, Sendable {
 
     /// The rendition spec of a batch item's job: the one output there is today.
     static let spec = "mp4"
-    /// Failures that are not the URL's own (shutting down, the shared store down, the pool full): the job is
-    /// tried again, here or on another node, and the claim is not counted.
-    static let passingFailures: Set<ErrorCode> = [.shuttingDown, .storageUnavailable, .queueFull, .overloaded]
 
     init(
         client: PostgresClient, service: TranscodeService, links: PublicLinks, webhooks: WebhookDispatcher,
@@ -323,7 +320,7 @@ final class PostgresBatches: BatchStore, Service, Sendable {
     }
 
     /// Holds `claimed`'s lease, renewed every third of it, until `run` tells how the job ended, then records that
-    /// end and finishes the items waiting on it. A failure that is not the URL's own (`passingFailures`, or this
+    /// end and finishes the items waiting on it. A failure that is not the URL's own (`BatchItemRules`, or this
     /// node stopping) gives the claim back uncounted, for a retry here or on another node after 2^n s (at once when
     /// shutting down). The batch workers' claims and the requests' jobs `FleetJobs` adopted end here alike.
     func hold(_ claimed: PostgresQueue.Claimed, until run: () async -> JobEnd) async {
@@ -348,7 +345,7 @@ final class PostgresBatches: BatchStore, Service, Sendable {
         case .done(let outcome):
             result = QueuedJobResult(outcome)
         case .failed(let failure)
-        where Self.passingFailures.contains(failure.code) || Task.isCancelled || !self.service.pool.isAccepting:
+        where BatchItemRules.passes(failure) || Task.isCancelled || !self.service.pool.isAccepting:
             let backoff =
                 failure.code == .shuttingDown || !self.service.pool.isAccepting
                 ? 0 : min(60, pow(2, Double(claimed.attempt)))
@@ -391,8 +388,9 @@ final class PostgresBatches: BatchStore, Service, Sendable {
                     """
                     WITH finished AS (
                         UPDATE transcode_batch_items AS item
-                        SET result = coalesce(job.result, jsonb_build_object('status', 'failed', 'error',
-                                jsonb_build_object('code', 'internal', 'message', coalesce(job.last_error, 'failed')))),
+                        SET result = coalesce(job.result, jsonb_build_object('status', \(ItemStatus.failed.rawValue)::text,
+                                'error', jsonb_build_object('code', \(ErrorCode.internal.rawValue)::text,
+                                    'message', coalesce(job.last_error, 'failed')))),
                             finished_seq = nextval('transcode_batch_finished')
                         FROM transcode_jobs AS job
                         WHERE item.job_id = job.id AND item.finished_seq IS NULL AND job.state IN ('done', 'dead')
