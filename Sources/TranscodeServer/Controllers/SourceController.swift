@@ -247,7 +247,7 @@ extension SourceController {
             .location: target.url.absoluteString, .cacheControl: cacheControl, .vary: "Accept", .contentLength: "0",
             HTTPField.Name("X-Fallback")!: reason.label,
         ]
-        self.service.metrics.autoFallback(reason.label)
+        self.service.metrics.autoFallback(reason)
         self.service.logger.info(
             "auto answered the source",
             metadata: [

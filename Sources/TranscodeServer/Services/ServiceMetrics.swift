@@ -204,11 +204,11 @@ final class ServiceMetrics: Sendable {
 
     /// One webhook delivery's end (`delivered`, `failed` after the last retry, `refused` by the destination
     /// policy) or one attempt that will be retried (`retried`).
-    func webhook(_ result: String) {
+    func webhook(_ result: WebhookResult) {
         self.increment(
             "webhook_deliveries", "Webhook deliveries by result (delivered, retried, failed, refused).",
-            labels: [("result", result)])
-        self.snapshot.withLock { $0.webhooks[result, default: 0] += 1 }
+            labels: [("result", result.rawValue)])
+        self.snapshot.withLock { $0.webhooks[result.rawValue, default: 0] += 1 }
     }
 
     /// One job claimed from the fleet's queue (`queue.kind: postgres`), how long the claim took, and whether its
@@ -229,7 +229,7 @@ final class ServiceMetrics: Sendable {
                 "queue_lease_expiries", "Jobs claimed again because their worker's lease expired (it died or stalled).",
                 labels: [])
         }
-        self.snapshot.withLock { $0.queue["claimed", default: 0] += 1 }
+        self.snapshot.withLock { $0.queue[QueueEvent.claimed.rawValue, default: 0] += 1 }
     }
 
     /// One queued job's claim that failed for a passing reason: retried after a backoff, or kept as a dead
@@ -242,17 +242,17 @@ final class ServiceMetrics: Sendable {
             self.increment(
                 "queue_dead_letters", "Queued jobs kept as dead letters after their last attempt.", labels: [])
         }
-        self.snapshot.withLock { $0.queue[dead ? "dead" : "retried", default: 0] += 1 }
+        self.snapshot.withLock { $0.queue[(dead ? QueueEvent.dead : .retried).rawValue, default: 0] += 1 }
     }
 
     /// The fleet queue's jobs by state, as last counted.
-    func queueDepth(_ depth: [(state: String, count: Int)]) {
-        for (state, count) in depth {
+    func queueDepth(_ depth: [PostgresQueue.State: Int]) {
+        for (state, count) in depth.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
             self.registry.makeGauge(
                 descriptor: .init(
                     namespace: "transcode", metricName: "queue_jobs", unitName: "",
                     helpText: "Jobs in the fleet's queue by state (queued, running, done, dead), as last counted."),
-                labels: [("state", state)]
+                labels: [("state", state.rawValue)]
             ).set(Int64(count))
         }
     }
@@ -263,18 +263,18 @@ final class ServiceMetrics: Sendable {
 
     /// One `.auto` answer that sent the client to the source, by its reason (`AutoFallback`: `upgrading`,
     /// `upgrade-refused`, `keep-gif`, `not-accepted`, or an error code).
-    func autoFallback(_ reason: String) {
-        self.increment("auto_fallbacks", Self.autoFallbacksHelp, labels: [("reason", reason)])
-        self.snapshot.withLock { $0.autoFallbacks[reason, default: 0] += 1 }
+    func autoFallback(_ reason: AutoFallback) {
+        self.increment("auto_fallbacks", Self.autoFallbacksHelp, labels: [("reason", reason.label)])
+        self.snapshot.withLock { $0.autoFallbacks[reason.label, default: 0] += 1 }
     }
 
     /// One operation on the shared result store (`pull`: an object copied to the local disk; `publish`: a
     /// transcode written to the store).
-    func storage(_ operation: String) {
+    func storage(_ operation: StorageOperation) {
         self.increment(
             "storage_operations", "Objects pulled from or published to the shared result store, by operation.",
-            labels: [("operation", operation)])
-        self.snapshot.withLock { $0.storage[operation, default: 0] += 1 }
+            labels: [("operation", operation.rawValue)])
+        self.snapshot.withLock { $0.storage[operation.rawValue, default: 0] += 1 }
     }
 
     /// One request answered, by route template and status, and how long it took to its response head; `exemplar` is
@@ -395,4 +395,32 @@ final class ServiceMetrics: Sendable {
             self.cpuSeconds.increment(by: delta)
         }
     }
+}
+
+/// The `result` label of `transcode_webhook_deliveries_total`.
+enum WebhookResult: String, CaseIterable, Sendable {
+    case delivered
+    /// One attempt failed and another follows.
+    case retried
+    /// The last attempt failed.
+    case failed
+    /// The destination policy refused the address.
+    case refused
+}
+
+/// The `operation` label of `transcode_storage_operations_total`.
+enum StorageOperation: String, CaseIterable, Sendable {
+    /// An object copied from the shared store to the local disk.
+    case pull
+    /// A conversion written to the shared store.
+    case publish
+    /// A published object whose source digest the store refused to record (for takedowns by key).
+    case ledgerFailed = "ledger-failed"
+}
+
+/// The fleet queue's events as `/stats` counts them.
+enum QueueEvent: String, Sendable {
+    case claimed
+    case retried
+    case dead
 }

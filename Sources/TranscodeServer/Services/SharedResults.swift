@@ -98,7 +98,7 @@ final class SharedResults: Service, Sendable {
             return nil
         }
         try await self.cache.putObject(key, from: directory)
-        self.metrics.storage("pull")
+        self.metrics.storage(.pull)
         return metadata
     }
 
@@ -117,14 +117,14 @@ final class SharedResults: Service, Sendable {
             throw error
         }
         self.forgetUnpublished(key)
-        self.metrics.storage("publish")
+        self.metrics.storage(.publish)
         // What the object was made from, for a takedown by key once it is gone. Best effort, as on the disk: a
         // store that refuses it (a bucket policy without `sources/`) costs only that takedown the GIF's digest.
         if let digest = self.cache.objects.storedSourceDigest(key) {
             do {
                 try await self.store.recordSource(of: key, digest)
             } catch {
-                self.metrics.storage("ledger-failed")
+                self.metrics.storage(.ledgerFailed)
             }
         }
     }

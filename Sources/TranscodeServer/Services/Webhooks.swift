@@ -93,11 +93,11 @@ enum WebhookAttempt: Sendable {
     case failed(String)
 
     /// `delivered`, `refused` or `failed`.
-    var label: String {
+    var result: WebhookResult {
         switch self {
-        case .delivered: "delivered"
-        case .refused: "refused"
-        case .failed: "failed"
+        case .delivered: .delivered
+        case .refused: .refused
+        case .failed: .failed
         }
     }
 }
@@ -206,10 +206,10 @@ final class WebhookDispatcher: Service, Sendable {
             else { return }
             switch outcome {
             case .delivered:
-                self.metrics.webhook("delivered")
+                self.metrics.webhook(.delivered)
                 return
             case .refused(let reason):
-                self.metrics.webhook("refused")
+                self.metrics.webhook(.refused)
                 self.logger.warning(
                     "webhook refused by the destination policy",
                     metadata: ["webhook.id": "\(id)", "error": "\(reason)"])
@@ -218,13 +218,13 @@ final class WebhookDispatcher: Service, Sendable {
                 let elapsed = ContinuousClock.now - started
                 guard elapsed + .milliseconds(Int64(wait * 1000)) <= .milliseconds(Int64(self.maxRetrySeconds * 1000))
                 else {
-                    self.metrics.webhook("failed")
+                    self.metrics.webhook(.failed)
                     self.logger.warning(
                         "webhook given up",
                         metadata: ["webhook.id": "\(id)", "webhook.attempts": "\(attempt)", "error": "\(reason)"])
                     return
                 }
-                self.metrics.webhook("retried")
+                self.metrics.webhook(.retried)
                 try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
                 wait = min(wait * 2, 300)
             }
@@ -247,9 +247,9 @@ final class WebhookDispatcher: Service, Sendable {
             })
         else { return .failed("shutting down") }
         switch outcome {
-        case .delivered: self.metrics.webhook("delivered")
+        case .delivered: self.metrics.webhook(.delivered)
         case .refused(let reason):
-            self.metrics.webhook("refused")
+            self.metrics.webhook(.refused)
             self.logger.warning(
                 "webhook refused by the destination policy",
                 metadata: ["webhook.id": "\(message.id)", "error": "\(reason)"])
@@ -280,7 +280,8 @@ final class WebhookDispatcher: Service, Sendable {
             let outcome = await self.post(url, id: id, timestamp: timestamp, body: body, client: client)
             Traces.end(
                 traces, with: "batch.webhook", from: started, linkedToCurrent: true,
-                attributes: ["webhook.id": id, "webhook.result": outcome.label], failed: outcome.label != "delivered")
+                attributes: ["webhook.id": id, "webhook.result": outcome.result.rawValue],
+                failed: outcome.result != .delivered)
             return outcome
         }
         try? await client.shutdown()

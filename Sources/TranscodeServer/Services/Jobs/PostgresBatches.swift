@@ -490,7 +490,7 @@ final class PostgresBatches: BatchStore, Service, Sendable {
                     """, logger: self.logger)
             }
             let depth = try await self.bounded { try await self.queue.depth() }
-            self.metrics.queueDepth(depth.map { ($0.key.rawValue, $0.value) })
+            self.metrics.queueDepth(depth)
         } catch {
             self.logger.debug("the queue's sweep failed", metadata: ["error": "\(error)"])
         }

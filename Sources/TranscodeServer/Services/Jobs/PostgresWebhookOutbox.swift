@@ -108,7 +108,7 @@ final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
             case .failed(let reason):
                 let wait = self.webhooks.retryWait(after: claimed.attempt)
                 if Date().timeIntervalSince1970 - message.createdAt + wait > self.webhooks.maxRetrySeconds {
-                    self.metrics.webhook("failed")
+                    self.metrics.webhook(.failed)
                     self.logger.warning(
                         "webhook given up",
                         metadata: [
@@ -117,7 +117,7 @@ final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
                         ])
                     _ = try await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
                 } else {
-                    self.metrics.webhook("retried")
+                    self.metrics.webhook(.retried)
                     _ = try await self.bounded {
                         try await self.queue.fail(
                             claimed.id, owner: claimed.owner, error: reason, retryAfterSeconds: wait)
