@@ -178,8 +178,8 @@ import Testing
             let logger = Logger(label: "test")
             let queue = PostgresQueue(client: client, logger: logger)
             try await queue.migrate()
-            func add(_ name: String, spec: String = PostgresBatches.spec, _ update: String?) async throws {
-                let (id, _) = try await queue.enqueue(resultKey: name, spec: spec, payload: "{}", maxAttempts: 3)
+            func add(_ name: String, kind: JobKind = .conversion, _ update: String?) async throws {
+                let (id, _) = try await queue.enqueue(resultKey: name, kind: kind, payload: "{}", maxAttempts: 3)
                 if let update {
                     try await client.query(
                         PostgresQuery(unsafeSQL: "UPDATE transcode_jobs SET \(update) WHERE id = \(id)"))
@@ -196,14 +196,14 @@ import Testing
             try await add("last-attempt", expired + ", attempts = 3")
             try await add("done", "state = 'done'")
             try await add("dead", "state = 'dead'")
-            try await add("webhook", spec: PostgresWebhookOutbox.spec, nil)
+            try await add("webhook", kind: .webhook, nil)
 
             var counted = -1
             for try await count in try await client.query(PostgresQuery(unsafeSQL: query)).decode(Int.self) {
                 counted = count
             }
             var claimed = 0
-            while try await queue.claim(owner: "test", leaseSeconds: 60, spec: PostgresBatches.spec) != nil {
+            while try await queue.claim(owner: "test", leaseSeconds: 60, kind: .conversion) != nil {
                 claimed += 1
             }
             #expect(claimed == 5)

@@ -96,7 +96,7 @@ import Testing
                 let url = harness.originURL("/corpus/\(BatchTests.gifs[0])")
                 let id = try await BatchTests.submit(harness, [url])
                 let queue = PostgresQueue(client: client, logger: harness.services.transcodes.logger)
-                let stolen = try await queue.claim(owner: "vanished-node", leaseSeconds: 1)
+                let stolen = try await queue.claim(owner: "vanished-node", leaseSeconds: 1, kind: .conversion)
                 #expect(stolen != nil)
                 #expect(try await slow.value.status == 200)
                 let status = try await BatchTests.wait(harness, id) { $0["complete"] as? Bool == true }

@@ -38,7 +38,7 @@ import Testing
                 for index in 0..<10 {
                     group.addTask {
                         let added = try await queue.enqueue(
-                            resultKey: "k1", spec: "h264", payload: "{\"n\":\(index)}", maxAttempts: 3)
+                            resultKey: "k1", kind: .conversion, payload: "{\"n\":\(index)}", maxAttempts: 3)
                         return (added.id, added.created)
                     }
                 }
@@ -46,14 +46,14 @@ import Testing
             }
             #expect(Set(ids.map(\.0)).count == 1)
             #expect(ids.filter(\.1).count == 1)
-            // Another spec of the same result is another job.
-            let other = try await queue.enqueue(resultKey: "k1", spec: "av1", payload: "{}", maxAttempts: 3)
+            // Another kind of job for the same result is another job.
+            let other = try await queue.enqueue(resultKey: "k1", kind: .webhook, payload: "{}", maxAttempts: 3)
             #expect(other.created && other.id != ids[0].0)
             // Once the job is done, the result may be enqueued again (a purge, a new conversion).
-            let claimed = try #require(try await queue.claim(owner: "a", leaseSeconds: 30))
+            let claimed = try #require(try await queue.claim(owner: "a", leaseSeconds: 30, kind: .conversion))
             #expect(claimed.id == ids[0].0 && claimed.attempt == 1 && !claimed.reclaimed)
             #expect(try await queue.complete(claimed.id, owner: "a"))
-            let again = try await queue.enqueue(resultKey: "k1", spec: "h264", payload: "{}", maxAttempts: 3)
+            let again = try await queue.enqueue(resultKey: "k1", kind: .conversion, payload: "{}", maxAttempts: 3)
             #expect(again.created && again.id != claimed.id)
         }
     }
@@ -63,14 +63,15 @@ import Testing
             let queue = try await Self.migrated(client)
             for index in 0..<40 {
                 _ = try await queue.enqueue(
-                    resultKey: "k\(index)", spec: "h264", payload: "{\"n\":\(index)}", maxAttempts: 3)
+                    resultKey: "k\(index)", kind: .conversion, payload: "{\"n\":\(index)}", maxAttempts: 3)
             }
             // Four workers claim until the table is empty: every job once.
             let claimed = try await withThrowingTaskGroup(of: [Int64].self) { group in
                 for worker in 0..<4 {
                     group.addTask {
                         var mine: [Int64] = []
-                        while let job = try await queue.claim(owner: "w\(worker)", leaseSeconds: 30) {
+                        while let job = try await queue.claim(owner: "w\(worker)", leaseSeconds: 30, kind: .conversion)
+                        {
                             mine.append(job.id)
                             #expect(try await queue.complete(job.id, owner: "w\(worker)"))
                         }
@@ -87,13 +88,13 @@ import Testing
     @Test func anExpiredLeaseIsClaimedAgainAndTheOldOwnerLosesIt() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
-            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{\"a\":1}", maxAttempts: 3)
-            let first = try #require(try await queue.claim(owner: "dead-node", leaseSeconds: 0.2))
-            #expect(first.payload == "{\"a\": 1}" && first.resultKey == "k" && first.spec == "h264")
+            let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{\"a\":1}", maxAttempts: 3)
+            let first = try #require(try await queue.claim(owner: "dead-node", leaseSeconds: 0.2, kind: .conversion))
+            #expect(first.payload == "{\"a\": 1}" && first.resultKey == "k" && first.kind == .conversion)
             // Leased: nobody else gets it.
-            #expect(try await queue.claim(owner: "other", leaseSeconds: 30) == nil)
+            #expect(try await queue.claim(owner: "other", leaseSeconds: 30, kind: .conversion) == nil)
             try await Task.sleep(for: .milliseconds(400))
-            let second = try #require(try await queue.claim(owner: "other", leaseSeconds: 30))
+            let second = try #require(try await queue.claim(owner: "other", leaseSeconds: 30, kind: .conversion))
             #expect(second.id == job.id && second.attempt == 2 && second.reclaimed)
             // The first owner's reports are refused: the job is not its any more.
             #expect(try await !queue.heartbeat(job.id, owner: "dead-node", leaseSeconds: 30))
@@ -111,51 +112,51 @@ import Testing
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
             let backfill = try await queue.enqueue(
-                resultKey: "b", spec: "h264", payload: #"{"priority":"backfill"}"#, maxAttempts: 3)
+                resultKey: "b", kind: .conversion, payload: #"{"priority":"backfill"}"#, maxAttempts: 3)
             let upgrade = try await queue.enqueue(
-                resultKey: "u", spec: "h264", payload: #"{"priority":"upgrade"}"#, maxAttempts: 3)
+                resultKey: "u", kind: .conversion, payload: #"{"priority":"upgrade"}"#, maxAttempts: 3)
             let reader = try await queue.enqueue(
-                resultKey: "i", spec: "h264", payload: #"{"priority":"interactive"}"#, maxAttempts: 3)
-            let first = try #require(try await queue.claim(owner: "dead-node", leaseSeconds: 0.2))
+                resultKey: "i", kind: .conversion, payload: #"{"priority":"interactive"}"#, maxAttempts: 3)
+            let first = try #require(try await queue.claim(owner: "dead-node", leaseSeconds: 0.2, kind: .conversion))
             #expect(first.id == reader.id)
             try await Task.sleep(for: .milliseconds(400))
             // Its lease expired: claimed again before the upgrade and the backfill, though they were due earlier.
-            let again = try #require(try await queue.claim(owner: "other", leaseSeconds: 30))
+            let again = try #require(try await queue.claim(owner: "other", leaseSeconds: 30, kind: .conversion))
             #expect(again.id == reader.id && again.reclaimed)
-            #expect(try await queue.claim(owner: "other", leaseSeconds: 30)?.id == upgrade.id)
-            #expect(try await queue.claim(owner: "other", leaseSeconds: 30)?.id == backfill.id)
+            #expect(try await queue.claim(owner: "other", leaseSeconds: 30, kind: .conversion)?.id == upgrade.id)
+            #expect(try await queue.claim(owner: "other", leaseSeconds: 30, kind: .conversion)?.id == backfill.id)
         }
     }
 
     @Test func aHeartbeatKeepsTheLease() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
-            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 3)
-            _ = try #require(try await queue.claim(owner: "a", leaseSeconds: 0.5))
+            let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{}", maxAttempts: 3)
+            _ = try #require(try await queue.claim(owner: "a", leaseSeconds: 0.5, kind: .conversion))
             for _ in 0..<4 {
                 try await Task.sleep(for: .milliseconds(250))
                 #expect(try await queue.heartbeat(job.id, owner: "a", leaseSeconds: 0.5))
             }
-            #expect(try await queue.claim(owner: "b", leaseSeconds: 30) == nil)
+            #expect(try await queue.claim(owner: "b", leaseSeconds: 30, kind: .conversion) == nil)
         }
     }
 
     @Test func failuresBackOffThenBecomeADeadLetterWithTheLastError() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
-            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 2)
-            let first = try #require(try await queue.claim(owner: "a", leaseSeconds: 30))
+            let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{}", maxAttempts: 2)
+            let first = try #require(try await queue.claim(owner: "a", leaseSeconds: 30, kind: .conversion))
             #expect(try await queue.fail(first.id, owner: "a", error: "origin 503", retryAfterSeconds: 0.3) == .queued)
             // Not due before its backoff.
-            #expect(try await queue.claim(owner: "a", leaseSeconds: 30) == nil)
+            #expect(try await queue.claim(owner: "a", leaseSeconds: 30, kind: .conversion) == nil)
             try await Task.sleep(for: .milliseconds(500))
-            let second = try #require(try await queue.claim(owner: "b", leaseSeconds: 30))
+            let second = try #require(try await queue.claim(owner: "b", leaseSeconds: 30, kind: .conversion))
             #expect(second.id == job.id && second.attempt == 2 && !second.reclaimed)
             #expect(try await queue.fail(second.id, owner: "b", error: "origin 500", retryAfterSeconds: 0) == .dead)
             #expect(try await queue.row(job.id) == .init(state: .dead, attempts: 2, lastError: "origin 500"))
-            #expect(try await queue.claim(owner: "c", leaseSeconds: 30) == nil)
+            #expect(try await queue.claim(owner: "c", leaseSeconds: 30, kind: .conversion) == nil)
             // A dead letter is not live: the result may be enqueued again.
-            #expect(try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 2).created)
+            #expect(try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{}", maxAttempts: 2).created)
         }
     }
 
@@ -164,9 +165,10 @@ import Testing
     @Test func uncountedFailuresNeverMakeADeadLetter() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
-            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 1)
+            let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{}", maxAttempts: 1)
             for round in 0..<4 {
-                let claimed = try #require(try await queue.claim(owner: "w\(round)", leaseSeconds: 30))
+                let claimed = try #require(
+                    try await queue.claim(owner: "w\(round)", leaseSeconds: 30, kind: .conversion))
                 #expect(claimed.attempt == 1)
                 #expect(
                     try await queue.fail(
@@ -180,10 +182,10 @@ import Testing
     @Test func aLeaseThatExpiresOnTheLastAttemptIsADeadLetter() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
-            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 1)
-            _ = try #require(try await queue.claim(owner: "a", leaseSeconds: 0.2))
+            let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{}", maxAttempts: 1)
+            _ = try #require(try await queue.claim(owner: "a", leaseSeconds: 0.2, kind: .conversion))
             try await Task.sleep(for: .milliseconds(400))
-            #expect(try await queue.claim(owner: "b", leaseSeconds: 30) == nil)
+            #expect(try await queue.claim(owner: "b", leaseSeconds: 30, kind: .conversion) == nil)
             #expect(try await queue.row(job.id) == .init(state: .dead, attempts: 1, lastError: "lease expired"))
         }
     }
@@ -191,14 +193,14 @@ import Testing
     @Test func jobsSurviveADatabaseRestart() async throws {
         try await withPostgres { server, client in
             let queue = try await Self.migrated(client)
-            let job = try await queue.enqueue(resultKey: "k", spec: "h264", payload: "{}", maxAttempts: 3)
+            let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{}", maxAttempts: 3)
             server.stop()
             try await server.start()
             // The port changed: a new client, as a node whose database moved would have.
             try await withClient(of: server) { again in
                 let queue = PostgresQueue(client: again, logger: Self.logger)
                 #expect(try await queue.migrate() == [])
-                let claimed = try #require(try await queue.claim(owner: "a", leaseSeconds: 30))
+                let claimed = try #require(try await queue.claim(owner: "a", leaseSeconds: 30, kind: .conversion))
                 #expect(claimed.id == job.id)
             }
         }
@@ -214,7 +216,7 @@ import Testing
             #expect(report.claimP50Milliseconds <= report.claimP99Milliseconds)
             #expect(try await queue.depth().values.reduce(0, +) == 0)
             // Live jobs that are not its own: refused, nothing claimed.
-            let live = try await queue.enqueue(resultKey: "real", spec: "mp4", payload: "{}", maxAttempts: 1)
+            let live = try await queue.enqueue(resultKey: "real", kind: .conversion, payload: "{}", maxAttempts: 1)
             await #expect(throws: (any Error).self) {
                 _ = try await QueueCommand.Bench.measure(queue: queue, jobs: 10, workers: 1, connections: 20)
             }

@@ -92,7 +92,7 @@ struct QueueCommand: AsyncParsableCommand {
                 try await queue.client.withTransaction(logger: queue.logger) { connection in
                     for index in chunk..<min(jobs, chunk + 1000) {
                         _ = try await PostgresQueue.enqueue(
-                            on: connection, resultKey: "bench-\(run)-\(index)", spec: "bench", payload: "{}",
+                            on: connection, resultKey: "bench-\(run)-\(index)", kind: .bench, payload: "{}",
                             maxAttempts: 1, logger: queue.logger)
                     }
                 }
@@ -106,7 +106,7 @@ struct QueueCommand: AsyncParsableCommand {
                         let owner = "bench-\(run)-\(worker)"
                         while true {
                             let before = ContinuousClock.now
-                            guard let claimed = try await queue.claim(owner: owner, leaseSeconds: 60, spec: "bench")
+                            guard let claimed = try await queue.claim(owner: owner, leaseSeconds: 60, kind: .bench)
                             else {
                                 break
                             }
@@ -122,7 +122,7 @@ struct QueueCommand: AsyncParsableCommand {
             }
             let drained = (ContinuousClock.now - drainStarted).seconds
             try await queue.client.query(
-                "DELETE FROM transcode_jobs WHERE spec = 'bench' AND result_key LIKE \("bench-\(run)-%")",
+                "DELETE FROM transcode_jobs WHERE spec = \(JobKind.bench.rawValue) AND result_key LIKE \("bench-\(run)-%")",
                 logger: queue.logger)
             guard latencies.count == jobs else {
                 throw ValidationError("\(latencies.count) jobs claimed of \(jobs)")

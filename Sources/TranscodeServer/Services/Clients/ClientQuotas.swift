@@ -127,7 +127,7 @@ final class ClientQuotas: Sendable {
             self.now() >= self.sharedUnavailableUntil.withLock({ $0 })
         else { return self.take(client) }
         do {
-            let took = try await PostgresBatches.bounded(seconds: self.sharedTimeoutSeconds) {
+            let took = try await PostgresQueue.bounded(seconds: self.sharedTimeoutSeconds) {
                 try await shared.take(client.key, policy: policy)
             }
             var reading = ClientQuotas.Reading(
@@ -157,7 +157,7 @@ final class ClientQuotas: Sendable {
             return self.giveBack(charge.client)
         }
         do {
-            try await PostgresBatches.bounded(seconds: self.sharedTimeoutSeconds) {
+            try await PostgresQueue.bounded(seconds: self.sharedTimeoutSeconds) {
                 try await shared.giveBack(charge.client.key, policy: policy)
             }
         } catch {

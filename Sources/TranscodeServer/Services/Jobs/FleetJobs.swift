@@ -71,9 +71,9 @@ final class FleetJobs: TranscodeJobs {
     func recorded(_ id: String) async throws -> JobState? {
         let latest: (state: PostgresQueue.State, result: String?, lastError: String?)?
         do {
-            latest = try await PostgresBatches.bounded(seconds: self.configuration.timeoutSeconds) {
+            latest = try await PostgresQueue.bounded(seconds: self.configuration.timeoutSeconds) {
                 try await self.migrate()
-                return try await self.queue.latest(resultKey: id, spec: PostgresBatches.spec)
+                return try await self.queue.latest(resultKey: id, kind: .conversion)
             }
         } catch {
             // Not "no such job": it may be running on another node.
@@ -103,12 +103,12 @@ final class FleetJobs: TranscodeJobs {
         let owner = "\(self.owner)#r\(self.adoptions.withLock { $0 += 1; return $0 })"
         guard let payload = try? String(decoding: JSONEncoder().encode(job), as: UTF8.self) else { return }
         do {
-            let adopted = try await PostgresBatches.bounded(
+            let adopted = try await PostgresQueue.bounded(
                 seconds: self.configuration.timeoutSeconds,
                 {
                     try await self.migrate()
                     return try await self.queue.adopt(
-                        resultKey: job.id, spec: PostgresBatches.spec, payload: payload, owner: owner,
+                        resultKey: job.id, kind: .conversion, payload: payload, owner: owner,
                         leaseSeconds: self.configuration.leaseSeconds, maxAttempts: self.configuration.maxAttempts)
                 },
                 // Taken after all, once the 202 was sent: followed all the same, not left as a lease nobody holds.
@@ -143,7 +143,7 @@ final class FleetJobs: TranscodeJobs {
     {
         guard let batches = self.batches.withLock({ $0 }) else { return }
         let claimed = PostgresQueue.Claimed(
-            id: id, resultKey: job.id, spec: PostgresBatches.spec, payload: payload, attempt: 1, reclaimed: false,
+            id: id, resultKey: job.id, kind: .conversion, payload: payload, attempt: 1, reclaimed: false,
             owner: owner)
         await batches.hold(claimed) { await watcher.end() }
     }

@@ -58,7 +58,7 @@ extension PostgresBatches {
                     payloads.isEmpty
                     ? [:]
                     : try await PostgresQueue.enqueue(
-                        on: connection, spec: Self.spec, jobs: payloads, maxAttempts: maxAttempts, logger: logger)
+                        on: connection, kind: .conversion, jobs: payloads, maxAttempts: maxAttempts, logger: logger)
                 let items = itemKeys.map { jobIDs[$0] ?? 0 }
                 try await connection.query(
                     """

@@ -64,9 +64,6 @@ final class PostgresBatches: BatchStore, Service, Sendable {
     /// workers' startup did).
     let schema: JobSchema
 
-    /// The rendition spec of a batch item's job: the one output there is today.
-    static let spec = "mp4"
-
     init(
         client: PostgresClient, service: TranscodeService, links: PublicLinks, webhooks: WebhookDispatcher,
         metrics: ServiceMetrics, configuration: QueueConfiguration, retentionSeconds: Double, logger: Logger
@@ -111,44 +108,11 @@ final class PostgresBatches: BatchStore, Service, Sendable {
         }
     }
 
-    /// The database did not answer one call within `queue.timeoutSeconds`.
-    struct DatabaseTimeout: Error, CustomStringConvertible {
-        var seconds: Double
-        var description: String { "the job database did not answer within \(self.seconds) s" }
-    }
-
-    /// Runs one database call within `queue.timeoutSeconds`, cancelling it after that. Every call the routes and
-    /// the workers make goes through here: a call waits for one of the pool's connections, and while the database
-    /// is away (or the pool is between connection attempts) that wait has no end of its own. An item whose end
-    /// could not be recorded held a worker's place for as long, and with two cores its node's only batch place:
-    /// after an outage a node then stopped claiming. A call cut short is safe to lose: a claim not returned, or a
-    /// result not recorded, is a lease that expires and is claimed again (counted in the metrics).
-    /// - Throws: `DatabaseTimeout`, or what `body` threw.
+    /// One database call within `queue.timeoutSeconds` (`PostgresQueue.bounded`).
     private func bounded<T: Sendable>(
         seconds: Double? = nil, _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
-        try await Self.bounded(seconds: seconds ?? self.configuration.timeoutSeconds, body)
-    }
-
-    /// `bounded`, with its time limit given.
-    /// - Parameter late: given the result of a call that was cut short but still came (the statement was
-    ///   running when the time ran out: postgres-nio cancels a wait for a connection, not a statement under way,
-    ///   and a claim or an adoption committed so must not be left as a lease nobody holds).
-    static func bounded<T: Sendable>(
-        seconds: Double, _ body: @escaping @Sendable () async throws -> T,
-        late: (@Sendable (T) async -> Void)? = nil
-    ) async throws -> T {
-        let task = Task { try await body() }
-        guard let result = await InProcessJobs.wait(for: task, upTo: seconds) else {
-            task.cancel()
-            if let late {
-                Task {
-                    if case .success(let value) = await task.result { await late(value) }
-                }
-            }
-            throw DatabaseTimeout(seconds: seconds)
-        }
-        return try result.get()
+        try await PostgresQueue.bounded(seconds: seconds ?? self.configuration.timeoutSeconds, body)
     }
 
     // MARK: The workers
@@ -214,11 +178,11 @@ final class PostgresBatches: BatchStore, Service, Sendable {
                 do {
                     let started = ContinuousClock.now
                     let owner = self.claimOwner()
-                    if let claimed = try await Self.bounded(
+                    if let claimed = try await PostgresQueue.bounded(
                         seconds: self.configuration.timeoutSeconds,
                         {
                             try await self.queue.claim(
-                                owner: owner, leaseSeconds: self.configuration.leaseSeconds, spec: Self.spec)
+                                owner: owner, leaseSeconds: self.configuration.leaseSeconds, kind: .conversion)
                         }, late: { await self.giveBack($0) })
                     {
                         self.metrics.queueClaimed(after: ContinuousClock.now - started, reclaimed: claimed.reclaimed)
@@ -233,7 +197,7 @@ final class PostgresBatches: BatchStore, Service, Sendable {
                         continue
                     }
                     // At least 0.2 s: a due job a submit holds locked reads as due now (NOTIFY wakes for new ones).
-                    let due = try await self.bounded { try await self.queue.secondsToNextDue(spec: Self.spec) }
+                    let due = try await self.bounded { try await self.queue.secondsToNextDue(kind: .conversion) }
                     await self.wakeup.wait(upTo: min(30, max(0.2, due ?? 30)))
                 } catch {
                     self.logger.warning(

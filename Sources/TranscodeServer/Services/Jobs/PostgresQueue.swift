@@ -4,7 +4,7 @@ import PostgresNIO
 
 /// The fleet's job table in PostgreSQL: the storage half of the queue of issue 34. Nothing submits to it yet;
 /// `TranscodeJobs` gets its PostgreSQL implementation on top of it. One row per job:
-/// - at most one live (queued or running) job per result and rendition spec, fleet-wide: a unique index, so
+/// - at most one live (queued or running) job per result and kind (`JobKind`, the `spec` column), fleet-wide: a unique index, so
 ///   two nodes that enqueue the same result at once get the same job instead of racing;
 /// - claimed with `FOR UPDATE SKIP LOCKED` (workers never wait on each other's rows) under a lease the worker
 ///   renews (`heartbeat`); a lease that expires is claimed again by any worker, and counted;
@@ -31,7 +31,7 @@ struct PostgresQueue: Sendable {
     struct Claimed: Sendable, Equatable {
         let id: Int64
         let resultKey: String
-        let spec: String
+        let kind: JobKind
         /// The job, as enqueued (JSON).
         let payload: String
         /// Which claim this is: 1 for the first.
@@ -178,14 +178,14 @@ struct PostgresQueue: Sendable {
         }
     }
 
-    /// Adds a job for `resultKey` and `spec`, unless one is live: then that one is the job.
+    /// Adds a job for `resultKey` and `kind`, unless one is live: then that one is the job.
     /// - Returns: the live job's id, and whether this call created it.
-    func enqueue(resultKey: String, spec: String, payload: String, maxAttempts: Int) async throws
+    func enqueue(resultKey: String, kind: JobKind, payload: String, maxAttempts: Int) async throws
         -> (id: Int64, created: Bool)
     {
         try await self.client.withConnection { connection in
             try await Self.enqueue(
-                on: connection, resultKey: resultKey, spec: spec, payload: payload, maxAttempts: maxAttempts,
+                on: connection, resultKey: resultKey, kind: kind, payload: payload, maxAttempts: maxAttempts,
                 logger: self.logger)
         }
     }
@@ -196,9 +196,10 @@ struct PostgresQueue: Sendable {
     /// jobs in one transaction take them in one order (by result key and spec), so that two such transactions
     /// never wait on each other's rows.
     static func enqueue(
-        on connection: PostgresConnection, resultKey: String, spec: String, payload: String, maxAttempts: Int,
+        on connection: PostgresConnection, resultKey: String, kind: JobKind, payload: String, maxAttempts: Int,
         logger: Logger
     ) async throws -> (id: Int64, created: Bool) {
+        let spec = kind.rawValue
         // A live job may end between the insert that saw it and the select that reads it: then insert again.
         for _ in 0..<3 {
             for try await id in try await connection.query(
@@ -226,15 +227,16 @@ struct PostgresQueue: Sendable {
         throw PostgresQueueError.contended
     }
 
-    /// `enqueue` of many jobs of one `spec` at once on `connection`, for a caller's transaction: one insert and
+    /// `enqueue` of many jobs of one `kind` at once on `connection`, for a caller's transaction: one insert and
     /// one locking read for the lot (a 10,000-URL batch is three statements, not 20,000), rows taken in key
     /// order so that two such transactions never wait on each other. Live jobs found are locked `FOR SHARE`, as
     /// `enqueue(on:...)` does, and one notification is sent (on commit).
     /// - Parameter jobs: payload (JSON) by result key.
     /// - Returns: the live job's id by result key.
     static func enqueue(
-        on connection: PostgresConnection, spec: String, jobs: [String: String], maxAttempts: Int, logger: Logger
+        on connection: PostgresConnection, kind: JobKind, jobs: [String: String], maxAttempts: Int, logger: Logger
     ) async throws -> [String: Int64] {
+        let spec = kind.rawValue
         var ids: [String: Int64] = [:]
         var missing = jobs
         // A live job may end between the insert that saw it and the read: those are inserted again.
@@ -269,9 +271,10 @@ struct PostgresQueue: Sendable {
     /// Takes the job of the highest class (its payload's `JobPriority`) that is due, or whose lease expired, the
     /// oldest of its class first, for `owner`, leased for `leaseSeconds`.
     /// A running job whose lease expired after its last allowed claim becomes a dead letter instead.
-    /// - Parameter spec: only jobs of this rendition spec (nil: any).
+    /// - Parameter kind: only jobs of this kind.
     /// - Returns: nil when no job is ready.
-    func claim(owner: String, leaseSeconds: Double, spec: String? = nil) async throws -> Claimed? {
+    func claim(owner: String, leaseSeconds: Double, kind: JobKind) async throws -> Claimed? {
+        let spec = kind.rawValue
         // One statement, one round trip per claim. Each candidate is looked up through its own partial index
         // (a single query with an OR of the two read every row, done ones included: 4 ms a claim at 10,000
         // rows; scripts/bench-queue); the one due first is taken and the other's lock is let go at the
@@ -286,14 +289,13 @@ struct PostgresQueue: Sendable {
                 WHERE state = 'running' AND lease_until < now() AND attempts >= max_attempts
             ), due AS (
                 SELECT id, priority, run_after AS since FROM transcode_jobs
-                WHERE state = 'queued' AND run_after <= now() AND (\(spec)::text IS NULL OR spec = \(spec))
+                WHERE state = 'queued' AND run_after <= now() AND spec = \(spec)
                 ORDER BY priority, run_after, id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED
             ), stale AS (
                 SELECT id, priority, lease_until AS since FROM transcode_jobs
-                WHERE state = 'running' AND lease_until < now() AND attempts < max_attempts
-                    AND (\(spec)::text IS NULL OR spec = \(spec))
+                WHERE state = 'running' AND lease_until < now() AND attempts < max_attempts AND spec = \(spec)
                 ORDER BY priority, lease_until, id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED
@@ -309,13 +311,13 @@ struct PostgresQueue: Sendable {
                 lease_until = now() + make_interval(secs => \(leaseSeconds)), attempts = job.attempts + 1,
                 updated_at = now()
             FROM next WHERE job.id = next.id
-            RETURNING job.id, job.result_key, job.spec, job.payload::text, job.attempts, next.reclaimed
+            RETURNING job.id, job.result_key, job.payload::text, job.attempts, next.reclaimed
             """, logger: self.logger)
-        for try await (id, resultKey, spec, payload, attempt, reclaimed) in rows.decode(
-            (Int64, String, String, String, Int, Bool).self)
+        for try await (id, resultKey, payload, attempt, reclaimed) in rows.decode(
+            (Int64, String, String, Int, Bool).self)
         {
             return Claimed(
-                id: id, resultKey: resultKey, spec: spec, payload: payload, attempt: attempt, reclaimed: reclaimed,
+                id: id, resultKey: resultKey, kind: kind, payload: payload, attempt: attempt, reclaimed: reclaimed,
                 owner: owner)
         }
         return nil
@@ -324,11 +326,12 @@ struct PostgresQueue: Sendable {
     /// Records a job this node is running already, as claimed by `owner` for `leaseSeconds` (its first claim): a
     /// request's job that outlived the request's wait. Other nodes then see it, and claim it once the lease
     /// expires without a report.
-    /// - Returns: the job's id; nil when a live job of that result key and spec exists (a batch item queued or
+    /// - Returns: the job's id; nil when a live job of that result key and kind exists (a batch item queued or
     ///   running elsewhere: that one reports).
     func adopt(
-        resultKey: String, spec: String, payload: String, owner: String, leaseSeconds: Double, maxAttempts: Int
+        resultKey: String, kind: JobKind, payload: String, owner: String, leaseSeconds: Double, maxAttempts: Int
     ) async throws -> Int64? {
+        let spec = kind.rawValue
         let rows = try await self.client.query(
             """
             INSERT INTO transcode_jobs
@@ -342,8 +345,9 @@ struct PostgresQueue: Sendable {
         return nil
     }
 
-    /// The newest job of `resultKey` and `spec`: its state and, once it ended, its result (JSON) and last error.
-    func latest(resultKey: String, spec: String) async throws -> (state: State, result: String?, lastError: String?)? {
+    /// The newest job of `resultKey` and `kind`: its state and, once it ended, its result (JSON) and last error.
+    func latest(resultKey: String, kind: JobKind) async throws -> (state: State, result: String?, lastError: String?)? {
+        let spec = kind.rawValue
         let rows = try await self.client.query(
             """
             SELECT state, result::text, last_error FROM transcode_jobs
@@ -419,16 +423,17 @@ struct PostgresQueue: Sendable {
         return nil
     }
 
-    /// Seconds until the next job of `spec` (nil: any) becomes due (its `run_after`) or a lease expires; nil when
-    /// neither will happen without a new enqueue. An idle worker sleeps this long unless notified first.
-    func secondsToNextDue(spec: String? = nil) async throws -> Double? {
+    /// Seconds until the next job of `kind` becomes due (its `run_after`) or a lease expires; nil when neither will
+    /// happen without a new enqueue. An idle worker sleeps this long unless notified first.
+    func secondsToNextDue(kind: JobKind) async throws -> Double? {
+        let spec = kind.rawValue
         let rows = try await self.client.query(
             """
             SELECT extract(epoch FROM least(
                 (SELECT min(run_after) FROM transcode_jobs
-                 WHERE state = 'queued' AND (\(spec)::text IS NULL OR spec = \(spec))),
+                 WHERE state = 'queued' AND spec = \(spec)),
                 (SELECT min(lease_until) FROM transcode_jobs
-                 WHERE state = 'running' AND (\(spec)::text IS NULL OR spec = \(spec)))) - now())::float8
+                 WHERE state = 'running' AND spec = \(spec))) - now())::float8
             """, logger: self.logger)
         for try await seconds in rows.decode(Double?.self) { return seconds.map { max(0, $0) } }
         return nil
@@ -467,13 +472,58 @@ enum PostgresQueueError: Error, CustomStringConvertible {
 
 extension PostgresQueue {
     /// Gives back a claim that came after its caller stopped waiting: queued again at once, not counted; within
-    /// `seconds` (`PostgresBatches.bounded`), and dropped if that fails (its lease then expires).
+    /// `seconds` (`bounded`), and dropped if that fails (its lease then expires).
     func giveBack(_ claimed: Claimed?, within seconds: Double) async {
         guard let claimed else { return }
-        _ = try? await PostgresBatches.bounded(seconds: seconds) {
+        _ = try? await Self.bounded(seconds: seconds) {
             try await self.fail(
                 claimed.id, owner: claimed.owner, error: "claim answered too late", retryAfterSeconds: 0,
                 counted: false)
         }
+    }
+}
+
+/// The kinds of job the fleet's queue holds, as its `spec` column names them (the values are the rows').
+enum JobKind: String, CaseIterable, Sendable {
+    /// A conversion of a URL (`TranscodeJob`): a batch's item, or a request's job that outlived its wait.
+    case conversion = "mp4"
+    /// A webhook delivery kept in the outbox (`WebhookMessage`).
+    case webhook
+    /// `transcode-server queue bench`'s empty jobs.
+    case bench
+}
+
+/// The database did not answer one call within `queue.timeoutSeconds`.
+struct DatabaseTimeout: Error, CustomStringConvertible {
+    var seconds: Double
+    var description: String { "the job database did not answer within \(self.seconds) s" }
+}
+
+extension PostgresQueue {
+    /// Runs one database call within `seconds`, cancelling it after that. Every call the routes and the workers
+    /// make goes through here: a call waits for one of the pool's connections, and while the database is away
+    /// (or the pool is between connection attempts) that wait has no end of its own. An item whose end could not
+    /// be recorded held a worker's place for as long, and with two cores its node's only batch place: after an
+    /// outage a node then stopped claiming. A call cut short is safe to lose: a claim not returned, or a result
+    /// not recorded, is a lease that expires and is claimed again (counted in the metrics).
+    /// - Parameter late: given the result of a call that was cut short but still came (the statement was
+    ///   running when the time ran out: postgres-nio cancels a wait for a connection, not a statement under way,
+    ///   and a claim or an adoption committed so must not be left as a lease nobody holds).
+    /// - Throws: `DatabaseTimeout`, or what `body` threw.
+    static func bounded<T: Sendable>(
+        seconds: Double, _ body: @escaping @Sendable () async throws -> T,
+        late: (@Sendable (T) async -> Void)? = nil
+    ) async throws -> T {
+        let task = Task { try await body() }
+        guard let result = await InProcessJobs.wait(for: task, upTo: seconds) else {
+            task.cancel()
+            if let late {
+                Task {
+                    if case .success(let value) = await task.result { await late(value) }
+                }
+            }
+            throw DatabaseTimeout(seconds: seconds)
+        }
+        return try result.get()
     }
 }

@@ -23,8 +23,8 @@ final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
     /// Deliveries under way (at most `maxDeliveries`).
     private let delivering = Mutex(0)
 
-    /// The spec of a webhook delivery's job.
-    static let spec = "webhook"
+    /// The kind of a webhook delivery's job.
+    static let kind = JobKind.webhook
     /// Webhook deliveries one node makes at once from the outbox (the dispatcher's own bound applies too).
     static let maxDeliveries = 16
 
@@ -54,7 +54,7 @@ final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
         let payload = String(decoding: try JSONEncoder().encode(message), as: UTF8.self)
         // Retried until `webhooks.maxRetrySeconds` have passed, not until a number of attempts.
         _ = try await PostgresQueue.enqueue(
-            on: connection, resultKey: message.id, spec: Self.spec, payload: payload, maxAttempts: 1_000_000,
+            on: connection, resultKey: message.id, kind: Self.kind, payload: payload, maxAttempts: 1_000_000,
             logger: self.logger)
     }
 
@@ -68,12 +68,12 @@ final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
                 }
                 do {
                     let owner = self.claimOwner()
-                    if let claimed = try await PostgresBatches.bounded(
+                    if let claimed = try await PostgresQueue.bounded(
                         seconds: self.configuration.timeoutSeconds,
                         {
                             try await self.queue.claim(
                                 owner: owner, leaseSeconds: max(30, self.configuration.leaseSeconds),
-                                spec: Self.spec)
+                                kind: Self.kind)
                         }, late: { await self.giveBack($0) })
                     {
                         self.delivering.withLock { $0 += 1 }
@@ -84,7 +84,7 @@ final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
                         }
                         continue
                     }
-                    let due = try await self.bounded { try await self.queue.secondsToNextDue(spec: Self.spec) }
+                    let due = try await self.bounded { try await self.queue.secondsToNextDue(kind: Self.kind) }
                     await self.wakeup.wait(upTo: min(30, max(0.2, due ?? 30)))
                 } catch {
                     await self.wakeup.wait(upTo: 1)
@@ -141,9 +141,9 @@ final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
         "\(self.owner)#webhook-\(self.claims.withLock { $0 += 1; return $0 })"
     }
 
-    /// One database call within `queue.timeoutSeconds` (`PostgresBatches.bounded`).
+    /// One database call within `queue.timeoutSeconds` (`PostgresQueue.bounded`).
     private func bounded<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await PostgresBatches.bounded(seconds: self.configuration.timeoutSeconds, body)
+        try await PostgresQueue.bounded(seconds: self.configuration.timeoutSeconds, body)
     }
 }
 
