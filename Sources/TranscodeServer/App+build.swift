@@ -81,8 +81,24 @@ func buildApplication(
             store: sharedStore, cache: cache, tombstoneCheckSeconds: configuration.storage.tombstoneCheckSeconds,
             metrics: metrics)
     }
-    // Requests' jobs that outlive their wait are known fleet-wide (`FleetJobs`).
-    let fleetJobs = Mutex<FleetJobs?>(nil)
+    let webhooks = WebhookDispatcher(
+        signer: WebhookSigner(secrets: configuration.webhooks.secrets) ?? WebhookSigner(decoded: []),
+        downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhooks.firstRetrySeconds,
+        maxRetrySeconds: configuration.webhooks.maxRetrySeconds,
+        maxConcurrentDeliveries: configuration.webhooks.maxConcurrentDeliveries, logger: logger)
+    // In a fleet, how conversion jobs end (leases, results, batch items) is known before the service that runs them:
+    // requests' jobs that outlive their wait are recorded there (`FleetJobs`), batch workers' claims too.
+    let conversions = queueClient.map { client in
+        let queue = PostgresQueue(client: client, logger: logger)
+        let schema = JobSchema(queue: queue, logger: logger)
+        return ConversionJobs(
+            queue: queue, schema: schema,
+            outbox: PostgresWebhookOutbox(
+                queue: queue, schema: schema, webhooks: webhooks, metrics: metrics,
+                configuration: configuration.queue, logger: logger),
+            pool: pool, metrics: metrics, configuration: configuration.queue,
+            retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
+    }
     let transcodes = TranscodeService(
         cache: cache, downloader: downloader, pool: pool, defaultOptions: configuration.transcode.options,
         syncWaitSeconds: configuration.transcode.syncWaitSeconds, urlTTLSeconds: configuration.cache.urlTTLSeconds,
@@ -95,31 +111,20 @@ func buildApplication(
             PostgresContentLocks(client: $0, timeoutSeconds: configuration.queue.timeoutSeconds, logger: logger)
         },
         jobs: { local in
-            guard let client = queueClient else { return local }
-            let jobs = FleetJobs(
-                local: local, queue: PostgresQueue(client: client, logger: logger), configuration: configuration.queue,
-                owner: PostgresBatches.nodeName(), logger: logger)
-            fleetJobs.withLock { $0 = jobs }
-            return jobs
+            guard let conversions else { return local }
+            // Requests' jobs that outlive their wait are known fleet-wide.
+            return FleetJobs(local: local, conversions: conversions, owner: PostgresBatches.nodeName(), logger: logger)
         },
         quotas: quotas, metrics: metrics, logger: logger)
-    let webhooks = WebhookDispatcher(
-        signer: WebhookSigner(secrets: configuration.webhooks.secrets) ?? WebhookSigner(decoded: []),
-        downloader: downloader, metrics: metrics, firstRetrySeconds: configuration.webhooks.firstRetrySeconds,
-        maxRetrySeconds: configuration.webhooks.maxRetrySeconds,
-        maxConcurrentDeliveries: configuration.webhooks.maxConcurrentDeliveries, logger: logger)
     let links = PublicLinks(configuration: configuration)
     let batches: any BatchStore & Service
     var queueServices: [any Service] = []
-    if let client = queueClient {
+    if let client = queueClient, let conversions {
         queueServices.append(client)
-        let fleetBatches = PostgresBatches(
-            client: client, service: transcodes, links: links, webhooks: webhooks, metrics: metrics,
-            configuration: configuration.queue, retentionSeconds: configuration.batchRetentionSeconds, logger: logger)
         // Webhooks survive restarts: kept in the database once their event is known, delivered by any node.
-        webhooks.keep(in: fleetBatches.outbox)
-        fleetJobs.withLock { $0 }?.recordEnds(with: fleetBatches)
-        batches = fleetBatches
+        webhooks.keep(in: conversions.outbox)
+        batches = PostgresBatches(
+            conversions: conversions, service: transcodes, links: links, metrics: metrics, logger: logger)
     } else {
         batches = try BatchRunner(
             directory: cache.root + "/batches", service: transcodes, links: links, webhooks: webhooks,

@@ -13,7 +13,7 @@ import Synchronization
 ///   shared store's answer); 503 `queue-unavailable` when the table cannot be read, never a 404 for a job that
 ///   may be running elsewhere;
 /// - when this node dies, its lease expires and another node's workers claim and run it (`PostgresBatches`);
-///   its lease and its end are handled as a batch worker's claim is (`PostgresBatches.hold`): stopped gracefully,
+///   its lease and its end are handled as a batch worker's claim is (`ConversionJobs.hold`): stopped gracefully,
 ///   it is queued again at once, and after a passing failure (the shared store down) in 2 s.
 ///
 /// Jobs of an upload stay in this process (the bytes are only here), and so do those the database did not
@@ -25,23 +25,19 @@ final class FleetJobs: TranscodeJobs {
     let logger: Logger
     /// This node's name in leases.
     let owner: String
+    /// Where a recorded job's lease is held and its end recorded.
+    let conversions: ConversionJobs
     private let adoptions = Mutex(0)
     /// Until when not to ask the database to take a pending job (it failed to, a moment ago).
     private let unavailableUntil = Mutex<ContinuousClock.Instant?>(nil)
-    /// Where a recorded job's lease is held and its end recorded (set once both exist: it needs the service).
-    private let batches = Mutex<PostgresBatches?>(nil)
 
-    init(local: InProcessJobs, queue: PostgresQueue, configuration: QueueConfiguration, owner: String, logger: Logger) {
+    init(local: InProcessJobs, conversions: ConversionJobs, owner: String, logger: Logger) {
         self.local = local
-        self.queue = queue
-        self.configuration = configuration
+        self.conversions = conversions
+        self.queue = conversions.queue
+        self.configuration = conversions.configuration
         self.owner = owner
         self.logger = logger
-    }
-
-    /// Lets `batches` hold the leases of the jobs recorded from now on and record their ends.
-    func recordEnds(with batches: PostgresBatches) {
-        self.batches.withLock { $0 = batches }
     }
 
     func submit(
@@ -131,20 +127,19 @@ final class FleetJobs: TranscodeJobs {
     /// Brings the schema up to date first (a request may come before the workers' startup migrated it: the job
     /// table, or its columns, may not exist yet).
     private func migrate() async throws {
-        try await self.batches.withLock({ $0 })?.schema.migrate()
+        try await self.conversions.schema.migrate()
     }
 
     /// Holds the lease of job `id` until `watcher` is told its end, then records that end, as a batch worker does
-    /// (`PostgresBatches.hold`).
+    /// (`ConversionJobs.hold`).
     private func follow(
         _ id: Int64, job: TranscodeJob, payload: String, owner: String, endingWith watcher: JobSubscription
     )
         async
     {
-        guard let batches = self.batches.withLock({ $0 }) else { return }
         let claimed = PostgresQueue.Claimed(
             id: id, resultKey: job.id, kind: .conversion, payload: payload, attempt: 1, reclaimed: false,
             owner: owner)
-        await batches.hold(claimed) { await watcher.end() }
+        await self.conversions.hold(claimed) { await watcher.end() }
     }
 }

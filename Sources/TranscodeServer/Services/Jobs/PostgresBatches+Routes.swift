@@ -74,7 +74,7 @@ extension PostgresBatches {
             }
         }
         // A batch of refused URLs only is complete already.
-        if jobs.isEmpty { try? await self.notifyCompleted([id]) }
+        if jobs.isEmpty { try? await self.conversions.notifyCompleted([id]) }
         return id
     }
 

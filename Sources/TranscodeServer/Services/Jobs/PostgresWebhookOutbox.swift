@@ -4,40 +4,31 @@ import PostgresNIO
 import ServiceLifecycle
 import Synchronization
 
-/// The fleet's webhook outbox (`queue.kind: postgres`): a delivery whose event is known is kept as a job of spec
-/// `webhook` in `transcode_jobs` (its result key the `webhook-id`), so it survives restarts, and any node's loop
-/// (`deliver()`, run by `PostgresBatches` beside its workers) claims and attempts it, with the dispatcher's checks,
-/// signing and backoff, until `webhooks.maxRetrySeconds` have passed.
-final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
+/// The fleet's webhook outbox (`queue.kind: postgres`): a delivery whose event is known is kept as a job of kind
+/// `webhook` in `transcode_jobs` (its result key the `webhook-id`), so it survives restarts, and any node's
+/// `QueueWorker` of that kind (run by `PostgresBatches` beside its conversions) claims and attempts it, up to
+/// `maxDeliveries` at once, with the dispatcher's checks, signing and backoff, until `webhooks.maxRetrySeconds` have
+/// passed.
+final class PostgresWebhookOutbox: WebhookOutbox, JobHandler, Sendable {
     let queue: PostgresQueue
     let webhooks: WebhookDispatcher
     let metrics: ServiceMetrics
     let configuration: QueueConfiguration
     let logger: Logger
-    /// This node's name on leases (`PostgresBatches.nodeName()`); each claim adds its own number.
-    let owner: String
-    /// Wakes the deliveries' loop (every enqueue in the fleet, `PostgresBatches`' listener).
-    let wakeup = Wakeup()
     private let schema: JobSchema
-    private let claims = Mutex(0)
-    /// Deliveries under way (at most `maxDeliveries`).
-    private let delivering = Mutex(0)
 
-    /// The kind of a webhook delivery's job.
-    static let kind = JobKind.webhook
     /// Webhook deliveries one node makes at once from the outbox (the dispatcher's own bound applies too).
     static let maxDeliveries = 16
 
     init(
         queue: PostgresQueue, schema: JobSchema, webhooks: WebhookDispatcher, metrics: ServiceMetrics,
-        configuration: QueueConfiguration, owner: String, logger: Logger
+        configuration: QueueConfiguration, logger: Logger
     ) {
         self.queue = queue
         self.schema = schema
         self.webhooks = webhooks
         self.metrics = metrics
         self.configuration = configuration
-        self.owner = owner
         self.logger = logger
     }
 
@@ -54,48 +45,17 @@ final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
         let payload = String(decoding: try JSONEncoder().encode(message), as: UTF8.self)
         // Retried until `webhooks.maxRetrySeconds` have passed, not until a number of attempts.
         _ = try await PostgresQueue.enqueue(
-            on: connection, resultKey: message.id, kind: Self.kind, payload: payload, maxAttempts: 1_000_000,
+            on: connection, resultKey: message.id, kind: .webhook, payload: payload, maxAttempts: 1_000_000,
             logger: self.logger)
     }
 
-    /// Delivers the outbox's webhooks, any node's, up to `maxDeliveries` at once, until shutdown.
-    func deliver() async {
-        await withDiscardingTaskGroup { group in
-            while !Task.isCancelled, !Task.isShuttingDownGracefully {
-                guard self.delivering.withLock({ $0 }) < Self.maxDeliveries else {
-                    await self.wakeup.wait(upTo: 1)
-                    continue
-                }
-                do {
-                    let owner = self.claimOwner()
-                    if let claimed = try await PostgresQueue.bounded(
-                        seconds: self.configuration.timeoutSeconds,
-                        {
-                            try await self.queue.claim(
-                                owner: owner, leaseSeconds: max(30, self.configuration.leaseSeconds),
-                                kind: Self.kind)
-                        }, late: { await self.giveBack($0) })
-                    {
-                        self.delivering.withLock { $0 += 1 }
-                        group.addTask {
-                            await self.deliver(claimed)
-                            self.delivering.withLock { $0 -= 1 }
-                            self.wakeup.signal()
-                        }
-                        continue
-                    }
-                    let due = try await self.bounded { try await self.queue.secondsToNextDue(kind: Self.kind) }
-                    await self.wakeup.wait(upTo: min(30, max(0.2, due ?? 30)))
-                } catch {
-                    await self.wakeup.wait(upTo: 1)
-                }
-            }
-        }
+    func hasRoom(running: Int) -> Bool {
+        running < Self.maxDeliveries
     }
 
     /// One attempt at a claimed webhook: done when delivered or refused, retried after the dispatcher's backoff
     /// while `webhooks.maxRetrySeconds` allow, then given up.
-    private func deliver(_ claimed: PostgresQueue.Claimed) async {
+    func perform(_ claimed: PostgresQueue.Claimed) async {
         guard let message = try? JSONDecoder().decode(WebhookMessage.self, from: Data(claimed.payload.utf8)) else {
             _ = try? await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
             return
@@ -129,16 +89,6 @@ final class PostgresWebhookOutbox: WebhookOutbox, Sendable {
                 "cannot record a webhook attempt; its lease will expire and it is tried again",
                 metadata: ["webhook.id": "\(message.id)"])
         }
-    }
-
-    /// Gives back a claim that came after its caller stopped waiting (`PostgresQueue.giveBack`).
-    private func giveBack(_ claimed: PostgresQueue.Claimed?) async {
-        await self.queue.giveBack(claimed, within: self.configuration.timeoutSeconds)
-    }
-
-    /// The owner of one claim: this node's name and the claim's number.
-    private func claimOwner() -> String {
-        "\(self.owner)#webhook-\(self.claims.withLock { $0 += 1; return $0 })"
     }
 
     /// One database call within `queue.timeoutSeconds` (`PostgresQueue.bounded`).
