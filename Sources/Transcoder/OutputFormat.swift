@@ -88,6 +88,43 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
+/// A file's role in an object: what answers, signed links and manifests call it (the keys of `POST /transcode`'s
+/// signed-URL map, a manifest entry's `role`). The video's is `mp4`, the poster's `poster`, the manifest's
+/// `metadata`, an extra's its format's name; a newer node's manifest may name another (`mp4-480`), kept as it is.
+/// Encoded as its name, and as a JSON object's key when it keys a map.
+public struct ObjectRole: RawRepresentable, Hashable, Codable, CodingKeyRepresentable, Sendable,
+    CustomStringConvertible
+{
+    public let rawValue: String
+
+    public init(rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    public init(from decoder: any Decoder) throws {
+        self.rawValue = try decoder.singleValueContainer().decode(String.self)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(self.rawValue)
+    }
+
+    public var description: String { self.rawValue }
+
+    /// The video's (`ObjectFiles.video`): its format's name, as clients have always known it.
+    public static let video = ObjectRole(rawValue: ObjectFiles.video.name)
+    /// The still shown before playback.
+    public static let poster = ObjectRole(rawValue: "poster")
+    /// The manifest.
+    public static let metadata = ObjectRole(rawValue: "metadata")
+
+    /// An extra file's (`ObjectFiles.extras`): its format's name (`webp`, `poster.avif`).
+    public static func extra(_ format: OutputFormat) -> ObjectRole {
+        ObjectRole(rawValue: format.name)
+    }
+}
+
 /// The files of one stored object, each with its role: what a store writes, checks, copies and deletes.
 public enum ObjectFiles {
     /// The video (the `mp4` role of the answers and signed links).
@@ -98,8 +135,8 @@ public enum ObjectFiles {
     public static let manifest = OutputFormat.manifest
 
     /// The role of each file in answers (the signed-URL map of `POST /transcode`, rewrites, batch results).
-    public static let roles: [(role: String, format: OutputFormat)] = [
-        (video.name, video), ("poster", poster), ("metadata", manifest),
+    public static let roles: [(role: ObjectRole, format: OutputFormat)] = [
+        (.video, video), (.poster, poster), (.metadata, manifest),
     ]
 
     /// The files every object has, which the manifest describes and whose sizes it records.

@@ -20,7 +20,7 @@ public enum SourceFormat: String, Codable, Hashable, Sendable, CaseIterable {
 /// One file of an object, as its manifest lists it.
 public struct ManifestEntry: Codable, Hashable, Sendable {
     /// Its role in answers and signed links (`ObjectFiles.roles`: the video's is its format's name, `poster`).
-    public var role: String
+    public var role: ObjectRole
     /// Its format, by registry name (`OutputFormat.name`).
     public var format: String
     /// Its size in bytes.
@@ -45,7 +45,7 @@ public struct ManifestEntry: Codable, Hashable, Sendable {
     public var recommendation: TranscodeMetadata.Recommendation?
 
     public init(
-        role: String, format: String, bytes: Int, sha256: String?, width: Int? = nil, height: Int? = nil,
+        role: ObjectRole, format: String, bytes: Int, sha256: String?, width: Int? = nil, height: Int? = nil,
         codecs: String? = nil
     ) {
         self.codecs = codecs
@@ -148,11 +148,11 @@ public struct TranscodeMetadata: Codable, Hashable, Sendable {
         switch which {
         case .video:
             ManifestEntry(
-                role: ObjectFiles.video.name, format: ObjectFiles.video.name, bytes: self.mp4Bytes,
+                role: .video, format: ObjectFiles.video.name, bytes: self.mp4Bytes,
                 sha256: self.mp4Sha256, codecs: self.mp4Codecs)
         case .poster:
             ManifestEntry(
-                role: "poster", format: ObjectFiles.poster.name, bytes: self.posterBytes, sha256: self.posterSha256)
+                role: .poster, format: ObjectFiles.poster.name, bytes: self.posterBytes, sha256: self.posterSha256)
         }
     }
 

@@ -138,7 +138,7 @@ public struct Transcoder: Sendable {
             let temporary = try OutputFile.writeTemporary(image.bytes, beside: path)
             temporaries.append(temporary)
             var entry = ManifestEntry(
-                role: format.name, format: format.name, bytes: image.bytes.count,
+                role: .extra(format), format: format.name, bytes: image.bytes.count,
                 sha256: try ContentHash.sha256(image.bytes), width: image.width, height: image.height)
             entry.lossless = image.lossless
             entry.codecs = image.codecs

@@ -61,7 +61,8 @@ import Transcoder
                 sourceBytes: 1000, mp4Bytes: smaller ? 500 : 2000, posterBytes: 100,
                 recommendation: smaller ? .video : .keepGIF)
             for format in ["webp", "avif"] {
-                var entry = ManifestEntry(role: format, format: format, bytes: smaller ? 400 : 1200, sha256: nil)
+                var entry = ManifestEntry(
+                    role: ObjectRole(rawValue: format), format: format, bytes: smaller ? 400 : 1200, sha256: nil)
                 if !smaller { entry.recommendation = .keepGIF }
                 metadata.otherArtifacts.append(entry)
             }

@@ -120,8 +120,8 @@ enum ResultStoreContract {
         }
         var newer = try self.makeObject(in: future).metadata
         newer.otherArtifacts = [
-            ManifestEntry(role: "still", format: "heic", bytes: 3, sha256: nil),
-            ManifestEntry(role: "mp4-480", format: "mp4", bytes: 5, sha256: nil),
+            ManifestEntry(role: ObjectRole(rawValue: "still"), format: "heic", bytes: 3, sha256: nil),
+            ManifestEntry(role: ObjectRole(rawValue: "mp4-480"), format: "mp4", bytes: 5, sha256: nil),
         ]
         try JSONEncoder().encode(newer).write(to: URL(fileURLWithPath: "\(future)/\(key).json"))
         FileManager.default.createFile(atPath: "\(future)/\(key).heic", contents: Data([1, 2, 3]))

@@ -29,7 +29,7 @@ import Testing
         #expect(json["manifestVersion"] as? Int == TranscodeMetadata.currentManifestVersion)
         let listed = try #require(json["artifacts"] as? [[String: Any]])
         #expect(listed.map { $0["format"] as? String } == [ObjectFiles.video.name, ObjectFiles.poster.name])
-        #expect(listed.map { $0["role"] as? String } == ObjectFiles.roles.prefix(2).map(\.role))
+        #expect(listed.map { $0["role"] as? String } == ObjectFiles.roles.prefix(2).map(\.role.rawValue))
         #expect(listed.map { $0["bytes"] as? Int } == [4000, 700])
         #expect(listed.map { $0["sha256"] as? String } == [metadata.mp4Sha256, metadata.posterSha256])
         // The fields clients read stay.
@@ -57,9 +57,11 @@ import Testing
     /// what a node that knows them writes, a node that does not yet know them reads and passes on.
     @Test func otherArtifactsAreKept() throws {
         var metadata = Self.metadata()
-        let webm = ManifestEntry(role: "webm", format: "webm", bytes: 3000, sha256: String(repeating: "d4", count: 32))
+        let webm = ManifestEntry(
+            role: .extra(.webm), format: "webm", bytes: 3000, sha256: String(repeating: "d4", count: 32))
         let small = ManifestEntry(
-            role: "mp4-480", format: ObjectFiles.video.name, bytes: 2000, sha256: String(repeating: "e5", count: 32))
+            role: ObjectRole(rawValue: "mp4-480"), format: ObjectFiles.video.name, bytes: 2000,
+            sha256: String(repeating: "e5", count: 32))
         metadata.otherArtifacts = [webm, small]
         let decoded = try JSONDecoder().decode(TranscodeMetadata.self, from: JSONEncoder().encode(metadata))
         #expect(decoded.otherArtifacts == [webm, small])
@@ -85,7 +87,7 @@ import Testing
         #expect(ObjectFiles.recordedSize(of: ObjectFiles.video, in: decoded) == 4000)
         #expect(ObjectFiles.recordedSize(of: ObjectFiles.manifest, in: decoded) == nil)
         // The renamed poster entry is kept as another file; the fields' poster stays.
-        #expect(decoded.otherArtifacts.map(\.role) == ["still"])
+        #expect(decoded.otherArtifacts.map(\.role.rawValue) == ["still"])
         #expect(ObjectFiles.recordedSize(of: ObjectFiles.poster, in: decoded) == 700)
     }
 }

@@ -154,12 +154,12 @@ struct RewriteController<Context: RequestContext>: Sendable {
             guard
                 let signed = links.signed(
                     sourceURL: url.absoluteString, background: background, extras: Self.videoExtras),
-                let mp4 = signed[ObjectFiles.video.name], let poster = signed["poster"]
+                let mp4 = signed[.video], let poster = signed[.poster]
             else { continue }
             var target = RewriteTarget(
-                mp4URL: mp4, posterURL: poster, webmURL: signed[OutputFormat.webm.name],
-                alphaPosterURL: signed[OutputFormat.webpPoster.name], metadata: known)
-            target.manifestURL = signed["metadata"]
+                mp4URL: mp4, posterURL: poster, webmURL: signed[.extra(.webm)],
+                alphaPosterURL: signed[.extra(.webpPoster)], metadata: known)
+            target.manifestURL = signed[.metadata]
             replacements.append(
                 (
                     element.range,

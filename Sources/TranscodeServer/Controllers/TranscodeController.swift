@@ -74,7 +74,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     @Sendable func transcode(_ request: Request, context: Context) async throws -> Response {
         let contentType = request.headers[.contentType]?.lowercased() ?? ""
         let answer: TranscodeAnswer
-        var signed: [String: String]?
+        var signed: SignedLinks?
         var sourceURL: String?
         if Self.uploadMediaTypes.contains(where: { contentType.hasPrefix($0) }) {
             let limit = min(self.service.defaultOptions.limits.maxInputBytes, self.maxBodyBytes)
@@ -259,7 +259,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
 final class ResolvedBodies: Sendable {
     struct Target: Sendable {
         let keys: SourceKeys
-        let signed: [String: String]?
+        let signed: SignedLinks?
         /// The GIF's URL as the body gave it (a keep-gif result's snippet is the GIF's `<img>`).
         var sourceURL: String?
     }
@@ -332,13 +332,13 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
     let baseURL: String
     /// The signed `GET /v1/...` URLs of the source (`mp4`, `poster`, `metadata`), when the request named a
     /// URL and signing is configured.
-    let signed: [String: String]?
+    let signed: SignedLinks?
 
     /// The GIF's URL, when the request named one: a keep-gif result's snippet is then the GIF's own `<img>`.
     let sourceURL: String?
 
     init(
-        _ outcome: TranscodeOutcome, baseURL: String = "", signed: [String: String]? = nil, sourceURL: String? = nil
+        _ outcome: TranscodeOutcome, baseURL: String = "", signed: SignedLinks? = nil, sourceURL: String? = nil
     ) {
         self.key = outcome.key
         self.metadata = outcome.metadata
@@ -353,7 +353,7 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
     /// does not (a fragment), which would otherwise all collide.
     func hash(into hasher: inout Hasher) {
         hasher.combine(self.key)
-        hasher.combine(self.signed?[ObjectFiles.video.name])
+        hasher.combine(self.signed?[.video])
     }
 
     private enum Keys: String, CodingKey {

@@ -50,8 +50,8 @@ enum BatchOutput: String, Sendable {
         let background = background.flatMap(RGBColor.init(hex:))
         let signed = links.signed(sourceURL: result.url, background: background, extras: self.extras)
         result.key = key
-        result.mp4 = signed?[ObjectFiles.video.name] ?? links.absolute(key.mediaPath(ObjectFiles.video))
-        result.poster = signed?["poster"] ?? links.absolute(key.mediaPath(ObjectFiles.poster))
+        result.mp4 = signed?[.video] ?? links.absolute(key.mediaPath(ObjectFiles.video))
+        result.poster = signed?[.poster] ?? links.absolute(key.mediaPath(ObjectFiles.poster))
         if self == .img, links.signer.canSign {
             let path = SourcePath(
                 sourceURL: result.url, background: background, fileExtension: SourcePath.negotiated
