@@ -21,6 +21,8 @@ run: build
 
 lint:
 	swift format lint --strict -r Sources Tests Package.swift Client/Sources Client/Tests Client/Package.swift
+	node --check Sources/TranscodeServer/Resources/player.js
+	node --check Sources/TranscodeServer/Resources/demo.js
 
 # The system tier: suites tagged `.system` (headless Chromium, SeaweedFS, the built binary as a child process).
 # They run after the unit and integration tiers, in a `swift test` of their own, so that browsers timing a

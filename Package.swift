@@ -83,6 +83,7 @@ let package = Package(
             ],
             resources: [
                 .copy("Resources/openapi.yaml"), .copy("Resources/sample.gif"), .copy("Resources/favicon.ico"),
+                .copy("Resources/player.js"), .copy("Resources/demo.css"), .copy("Resources/demo.js"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)],
             // EncoderHeap's memalign must be the one libx264 finds at run time.
