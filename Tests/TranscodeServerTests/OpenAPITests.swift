@@ -66,6 +66,15 @@ import Transcoder
         }
     }
 
+    /// A job's statuses in the spec are `ItemStatus`'s but `kept-gif`, which only a batch's line and counts have (a
+    /// job that made its files is `done`, and its result's recommendation says the rest).
+    @Test func jobStatusesAreItemStatuses() throws {
+        let text = try String(contentsOfFile: Self.specPath, encoding: .utf8)
+        let statuses = ItemStatus.allCases.filter { $0 != .keptGIF }.map(\.rawValue)
+        #expect(text.contains("status: { type: string, enum: [\(statuses.joined(separator: ", "))] }"))
+        #expect(text.contains("keptGif: { type: integer }"))
+    }
+
     @Test func servedAtOpenAPIYAML() async throws {
         try await withHarness { harness in
             let reply = try await harness.request(.GET, "/openapi.yaml")
