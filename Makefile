@@ -28,7 +28,7 @@ lint:
 # They run after the unit and integration tiers, in a `swift test` of their own, so that browsers timing a
 # video do not share the two cores with every other test (TierTests keeps this list equal to the tags). A test's
 # id is `Target.Suite/test()/File.swift:line`: the pattern names suites, not the files they are in.
-SYSTEM_SUITES = AlphaVideoEnginesTests|AlphaVideoOutputTests|AnimatedAVIFFileTests|AnimatedFormatsTests|AnimatedWebPOutputTests|BatchTests|BrowserTimingTests|ChildProcessTests|ConvertCommandTests|CorpusTests|DemoPageTests|DeployTests|NegotiatedImageTests|OperationsTests|PageBytesTests|PageFidelityTests|PlayerScriptTests|PostgresBatchTests|PostgresQueueTests|S3StoreTests|ThreadedEncodeTests|TracingTests
+SYSTEM_SUITES = AlphaVideoEnginesTests|AlphaVideoOutputTests|AnimatedAVIFFileTests|AnimatedFormatsTests|AnimatedWebPOutputTests|BatchTests|BrowserRouteTests|BrowserTimingTests|ChildProcessTests|ConvertCommandTests|CorpusTests|DemoPageTests|DeployTests|NegotiatedImageTests|OperationsTests|PageBytesTests|PageFidelityTests|PlayerScriptTests|PostgresBatchTests|PostgresQueueTests|S3StoreTests|ThreadedEncodeTests|TracingTests
 
 # Of the system tier, the suites that make AVIFs (tens of CPU-seconds each in a debug build) run last, in a `swift test`
 # of their own: beside them, the timing-bound system tests (descriptor limits, SIGTERM drains, the fleet's job table

@@ -199,6 +199,32 @@ import Testing
         #expect(deadlines > 10)
     }
 
+    /// No browser runs outside the system tier: a file whose suites are all of another tier starts no Chromium,
+    /// WebKit or Firefox (`runBrowserScript`, the oracles' scripts). Eight browser tests in tier 1 raced every other
+    /// test for two cores, and a loaded machine kept a renderer past its bound (issue 54).
+    @Test func browsersRunInTheSystemTierOnly() throws {
+        let root = ConfigurationTests.repositoryRoot
+        let system = Set(try Self.taggedSuites().filter { $0.tier == "system" }.map(\.suite))
+        let markers = ["runBrowserScript(", "chromium_oracle", "page_fidelity", "requireChromium(", "webdriver"]
+        var checked = 0
+        for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests"] {
+            let directory = root.appendingPathComponent(target).path
+            for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".swift") {
+                let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
+                let suites = text.matches(of: /\) struct (\w+)/).map { String($0.1) }
+                guard !suites.isEmpty, suites.allSatisfy({ !system.contains($0) }) else { continue }
+                guard name != "PackagingTests.swift" else { continue }
+                checked += 1
+                for marker in markers {
+                    #expect(
+                        !text.contains(marker),
+                        "\(name) (\(suites)) starts a browser (\(marker)) outside the system tier")
+                }
+            }
+        }
+        #expect(checked > 30)
+    }
+
     /// The Makefile's `SYSTEM_SUITES` are exactly the suites tagged `.system`.
     @Test func theMakefileRunsTheSystemTierApart() throws {
         let makefile = try PackagingTests.read("Makefile")

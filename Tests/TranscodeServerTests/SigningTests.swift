@@ -77,41 +77,6 @@ import Transcoder
         #expect(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == expected)
     }
 
-    /// The JavaScript signer of docs/api.md (WebCrypto), run in headless Chromium, gives the server's URLs.
-    @Test func readmeJavaScriptSignerAgrees() async throws {
-        let readme = try PackagingTests.read("docs/api.md")
-        let start = try #require(readme.range(of: "```js\n"), "docs/api.md has no ```js block")
-        let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
-        let key = String(repeating: "3c", count: 32), salt = "73616c7479"
-        let signer = try #require(URLSigner(hexKeys: [key], hexSalts: [salt]))
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("Browser/sign_url_check.py").path
-        try await withHarness { harness in
-            try await withTemporaryDirectory { directory in
-                let code = directory + "/sign.js"
-                try String(readme[start.upperBound..<end.lowerBound]).write(
-                    toFile: code, atomically: true, encoding: .utf8)
-                for (source, fileExtension, background) in [
-                    ("https://example.com/cats/dancing.gif", "mp4", nil),
-                    ("https://例え.jp/ü.gif?w=1&h=2", "jpg", "000000"),
-                ] {
-                    let run = try await runBrowserScript(
-                        script,
-                        ["http://127.0.0.1:\(harness.appPort)/healthz", code, key, salt, source, fileExtension]
-                            + (background.map { [$0] } ?? []),
-                        timeout: .seconds(90))
-                    #expect(run.status == 0, "\(run.output)")
-                    let expected = signer.signedPath(
-                        SourcePath(
-                            sourceURL: source, background: background.flatMap { RGBColor(hex: $0) },
-                            fileExtension: fileExtension
-                        ).path)
-                    #expect(run.result["url"] as? String == expected, "\(run.output)")
-                }
-            }
-        }
-    }
-
     /// `transcode-server sign` prints the path the server accepts, with keys read like the server reads them.
     @Test func signCommand() async throws {
         let binary = try OperationsTests.debugBinary()

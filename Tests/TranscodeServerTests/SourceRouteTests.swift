@@ -732,35 +732,6 @@ import Transcoder
         }
     }
 
-    /// A `<video src>` pointed straight at the route, on a page of another origin: Chromium plays it to the
-    /// end (the first request converts the GIF while the browser waits).
-    /// The route's video, and a rendition of it (`w:100`), play once in Chromium at their sizes and the GIF's time.
-    @Test func playsInChromium() async throws {
-        try await withSigningHarness { harness in
-            harness.origin.setVersion("once.gif", "cartoon_hotdog.gif")
-            let url = harness.originURL("/corpus/cartoon_hotdog.gif")
-            let app = "http://127.0.0.1:\(harness.appPort)"
-            for (width, expected) in [(nil, [200, 150]), (100, [100, 76])] as [(Int?, [Int])] {
-                let path = Self.signer.signedPath(SourcePath(sourceURL: url, width: width, fileExtension: "mp4").path)
-                let html = "<video autoplay muted playsinline src=\"\(app)\(path)\"></video>"
-                let run = try await runBrowserScript(
-                    PlayerScriptTests.oracle, ["snippet", "--app", app, "--html", html, "--timeout", "60"],
-                    timeout: .seconds(120))
-                let observed = try #require(
-                    try? JSONDecoder().decode(PlayerScriptTests.Observed.self, from: Data(run.line.utf8)),
-                    "\(run.output)")
-                #expect(run.status == 0, "\(run.output)")
-                #expect(observed.plays == 1 && observed.ended, "\(run.output)")
-                #expect([observed.videoWidth ?? 0, observed.videoHeight ?? 0] == expected, "\(run.output)")
-                let metadata = try await harness.request(
-                    .GET, Self.signer.signedPath(SourcePath(sourceURL: url, width: width, fileExtension: "json").path))
-                let durationMs = try #require(try metadata.json()["durationMs"] as? Int)
-                #expect(
-                    abs(observed.duration - Double(durationMs) / 1000) < 0.002, "\(observed) vs \(durationMs) ms")
-            }
-            #expect(harness.services.transcodes.counters.transcodes == 2)
-        }
-    }
 }
 
 /// Collects a response body written outside a server.
