@@ -155,6 +155,8 @@ final class BatchRunner: BatchStore, Service, Sendable {
     let logger: Logger
     private let state = Mutex(State())
     private let pendingNotifications: [String]
+    /// Wakes the loop: a slot of the pool released, a batch submitted.
+    private let wakeup = Wakeup()
 
     private struct Batch {
         let record: BatchRecord
@@ -208,6 +210,7 @@ final class BatchRunner: BatchStore, Service, Sendable {
         self.webhooks = webhooks
         self.retentionSeconds = retentionSeconds
         self.logger = logger
+        service.pool.wakeOnRelease(self.wakeup)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var loaded: [(String, Batch)] = []
         for id in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where BatchID.isValid(id) {
@@ -260,6 +263,7 @@ final class BatchRunner: BatchStore, Service, Sendable {
             state.batches[id] = Batch(record: record)
             state.order.append(id)
         }
+        self.wakeup.signal()
         return id
     }
 
@@ -299,12 +303,14 @@ final class BatchRunner: BatchStore, Service, Sendable {
                             await self.runItem(id: id, index: index)
                         }
                     }
+                    // At most one item per 25 ms, so that the pool's load counts the item just started (admitted
+                    // within a millisecond) before the next is considered; interactive jobs come and go in between.
+                    try? await Task.sleep(for: .milliseconds(25))
+                    continue
                 }
-                // One item per tick, so that the pool's load counts the item just started (admitted within
-                // a millisecond) before the next is considered; interactive jobs come and go in between. With
-                // no batch unfinished, a slower tick: an idle server need not wake 40 times a second.
-                let busy = self.state.withLock { $0.batches.values.contains { !$0.complete } }
-                try? await Task.sleep(for: .milliseconds(busy ? 25 : 250))
+                // Nothing to start (no idle worker, or no item): until a slot is released or a batch comes, and
+                // at least every 250 ms (a pause ends, expired batches go). It used to look every 25 ms.
+                await self.wakeup.wait(upTo: 0.25)
             }
         }
     }

@@ -68,6 +68,8 @@ final class TranscodePool: Service, Sendable {
     /// Whether a client's interactive conversions run on the background threads too (by `RequestClient.key`).
     private let lowersCPU: @Sendable (String) -> Bool
     private let state = Mutex(State())
+    /// Told each time a slot is released (`wakeOnRelease`).
+    private let releaseWakeups = Mutex<[Wakeup]>([])
     private let graceSeconds: Double
 
     private struct Waiter {
@@ -135,6 +137,7 @@ final class TranscodePool: Service, Sendable {
             self.pool.state.withLock {
                 if self.priority == .upgrade { $0.admittedUpgrades -= 1 } else { $0.admitted -= 1 }
             }
+            for wakeup in self.pool.releaseWakeups.withLock({ $0 }) { wakeup.signal() }
         }
     }
 
@@ -162,6 +165,12 @@ final class TranscodePool: Service, Sendable {
             guard state.accepting else { throw ServiceError.shuttingDown }
             guard state.admitted < self.capacity else { throw ServiceError.queueFull() }
         }
+    }
+
+    /// Wakes `wakeup` each time a job's slot is released: a loop that waits for an idle worker (the batch workers,
+    /// the drain at shutdown) is told when `load` falls instead of reading it every few milliseconds.
+    func wakeOnRelease(_ wakeup: Wakeup) {
+        self.releaseWakeups.withLock { $0.append(wakeup) }
     }
 
     /// Whether new jobs are admitted (false once shutdown began).
@@ -285,9 +294,13 @@ final class TranscodePool: Service, Sendable {
     /// Stops admitting, lets admitted jobs finish within the grace period, then stops the threads.
     func stop() async throws {
         self.state.withLock { $0.accepting = false }
-        let deadline = Date().addingTimeInterval(self.graceSeconds)
-        while self.load > 0, Date() < deadline {
-            try? await Task.sleep(for: .milliseconds(50))
+        let released = Wakeup()
+        self.wakeOnRelease(released)
+        let deadline = ContinuousClock.now + .milliseconds(Int64(self.graceSeconds * 1000))
+        while self.load > 0, ContinuousClock.now < deadline {
+            let left = deadline - ContinuousClock.now
+            let seconds = Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18
+            await released.wait(upTo: min(1, max(0.01, seconds)))
         }
         try await self.threadPool.shutdownGracefully()
         try await self.backgroundThreadPool.shutdownGracefully()

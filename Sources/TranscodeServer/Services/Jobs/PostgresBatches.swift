@@ -17,7 +17,7 @@ import Transcoder
 ///   `TranscodeService` as a request (the single flight, the shared store); `ConversionJobs` holds its lease and
 ///   records its end, and the items waiting on the job take it in the same transaction.
 /// - Idle workers wait on `LISTEN transcode_jobs`, woken by each enqueue, or by the time the next backoff or
-///   lease ends; a node whose pool is busy with requests looks again at its own pool every 50 ms.
+///   lease ends; a node whose pool is busy with requests is woken when a slot of it is released.
 /// - The routes give the database `queue.timeoutSeconds`, then answer 503 `queue-unavailable`; interactive
 ///   requests never touch it.
 final class PostgresBatches: BatchStore, Service, Sendable {
@@ -50,10 +50,11 @@ final class PostgresBatches: BatchStore, Service, Sendable {
             handler: ConversionWorker(conversions: conversions) { await service.run($0) },
             settings: .init(
                 leaseSeconds: configuration.leaseSeconds, timeoutSeconds: configuration.timeoutSeconds,
-                // Busy with requests or with its share of items: a finishing item wakes it; the pool is looked at
-                // again soon (in memory). An item started is let reach the pool before its load is read again.
-                busyWaitSeconds: 0.05, settleSeconds: 0.005, sweepSeconds: 30),
+                // Busy with requests or with its share of items: a finishing item, or any slot of the pool released,
+                // wakes it. An item started is let reach the pool before its load is read again.
+                busyWaitSeconds: 0.25, settleSeconds: 0.005, sweepSeconds: 30),
             owner: self.owner, metrics: metrics, logger: logger)
+        conversions.pool.wakeOnRelease(self.conversionWorker.wakeup)
         self.webhookWorker = QueueWorker(
             queue: conversions.queue, kind: .webhook, handler: conversions.outbox,
             settings: .init(
