@@ -45,6 +45,7 @@ import http.server
 import json
 import math
 import os
+import select
 import shutil
 import signal
 import socket
@@ -389,12 +390,26 @@ class WebKitGTK(SeleniumEngine):
         self.quit()
         from selenium import webdriver
 
-        display = ":%d" % (100 + free_port() % 800)
+        # Xvfb picks a free display and writes its number once it takes connections (-displayfd): a display
+        # guessed from a port and a fixed second's wait was once taken or not up yet on a loaded machine, and
+        # MiniBrowser, "cannot open display", hung until the test's deadline.
+        ready, written = os.pipe()
         self.xvfb = subprocess.Popen(
-            ["Xvfb", display, "-screen", "0", "2000x1200x24", "-nolisten", "tcp"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1)
-        os.environ["DISPLAY"] = display
+            ["Xvfb", "-displayfd", str(written), "-screen", "0", "2000x1200x24", "-nolisten", "tcp"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(written,))
+        os.close(written)
+        number = b""
+        deadline = time.monotonic() + 30
+        while not number.endswith(b"\n") and time.monotonic() < deadline:
+            if select.select([ready], [], [], max(0, deadline - time.monotonic()))[0]:
+                chunk = os.read(ready, 16)
+                if not chunk:
+                    break
+                number += chunk
+        os.close(ready)
+        if not number.strip().isdigit():
+            raise RuntimeError("Xvfb did not start within 30 s")
+        os.environ["DISPLAY"] = ":" + number.decode().strip()
         # WebKitGTK's prefers-color-scheme follows the GTK theme's variant.
         os.environ["GTK_THEME"] = "Adwaita:dark" if scheme == "dark" else "Adwaita"
         options = webdriver.WebKitGTKOptions()
