@@ -91,7 +91,8 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
 /// A file's role in an object: what answers, signed links and manifests call it (the keys of `POST /transcode`'s
 /// signed-URL map, a manifest entry's `role`). The video's is `mp4`, the poster's `poster`, the manifest's
 /// `metadata`, an extra's its format's name; a newer node's manifest may name another (`mp4-480`), kept as it is.
-/// Encoded as its name, and as a JSON object's key when it keys a map.
+/// Encoded as its name (the standard library's `RawRepresentable` coding), and as a JSON object's key when it keys a
+/// map.
 public struct ObjectRole: RawRepresentable, Hashable, Codable, CodingKeyRepresentable, Sendable,
     CustomStringConvertible
 {
@@ -99,15 +100,6 @@ public struct ObjectRole: RawRepresentable, Hashable, Codable, CodingKeyRepresen
 
     public init(rawValue: String) {
         self.rawValue = rawValue
-    }
-
-    public init(from decoder: any Decoder) throws {
-        self.rawValue = try decoder.singleValueContainer().decode(String.self)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(self.rawValue)
     }
 
     public var description: String { self.rawValue }
