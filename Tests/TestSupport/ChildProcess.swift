@@ -9,8 +9,7 @@ import Synchronization
 /// Not Foundation's `Process`: on Linux its `run()` copies each `/proc/self/fd` entry's whole 256-byte name
 /// out of glibc's `readdir` buffer and now and then reads past its end, a SIGSEGV that took down one full test
 /// run in about five here (fixed upstream by swift-corelibs-foundation #5472, after Swift 6.3.1).
-/// swift-subprocess avoids that but is async only, and the corpus oracle runs inside a synchronous static
-/// initializer. Every descriptor above standard error is closed in the child
+/// swift-subprocess avoids that, but it is not among the packages mirrored here. Every descriptor above standard error is closed in the child
 /// (`posix_spawn_file_actions_addclosefrom_np`), so a test's sockets never leak into a server it starts.
 public final class ChildProcess: Sendable {
     /// Where the child's standard output or error goes.
@@ -148,11 +147,16 @@ public final class ChildProcess: Sendable {
         }
     }
 
-    /// Waits, without holding a thread, until the child ends.
+    /// Waits, without holding a thread of the async executor, until the child ends. In a cancelled task (where
+    /// `Task.sleep` returns at once, and polling would spin on one of the executor's few threads) the wait goes to a
+    /// thread of its own.
     public func exited() async -> Termination {
-        while true {
+        while !Task.isCancelled {
             if let termination = self.exit { return termination }
             try? await Task.sleep(for: .milliseconds(10))
+        }
+        return await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: self.waitUntilExit()) }
         }
     }
 

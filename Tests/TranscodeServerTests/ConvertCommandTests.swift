@@ -83,7 +83,7 @@ import Testing
             func convert(_ inputs: [String], into folder: String) async throws -> [UInt8] {
                 let out = directory + "/" + folder
                 let arguments = ["convert"] + inputs + ["--out", out]
-                let result = try await runProcess(binary, arguments, timeout: .seconds(120))
+                let result = try await runProcess(binary, arguments, timeout: .seconds(120), heavy: true)
                 try #require(result.status == 0, "\(result.stderr)")
                 return [UInt8](try Data(contentsOf: URL(fileURLWithPath: out + "/\(name).mp4")))
             }
@@ -112,7 +112,8 @@ import Testing
         try await withTemporaryDirectory { directory in
             for (folder, extra) in [("simd", [String]()), ("plain", ["--without-simd"])] {
                 let result = try await runProcess(
-                    binary, ["convert"] + inputs + ["--out", directory + "/" + folder] + extra, timeout: .seconds(120))
+                    binary, ["convert"] + inputs + ["--out", directory + "/" + folder] + extra, timeout: .seconds(120),
+                    heavy: true)
                 try #require(result.status == 0, "\(result.stderr)")
             }
             for name in names {

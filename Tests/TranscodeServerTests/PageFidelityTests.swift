@@ -165,7 +165,8 @@ import Testing
                 var runs: [[String: Any]] = []
                 for arguments in argumentSets {
                     let run = try await runProcess(
-                        "/usr/bin/python3", [Self.oracle, before, after] + arguments, timeout: .seconds(120))
+                        "/usr/bin/python3", [Self.oracle, before, after] + arguments, timeout: .seconds(120),
+                        heavy: true)
                     let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
                     let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
                     let result = try #require(

@@ -55,29 +55,15 @@ import Testing
     static func show(_ webm: String, engine: String, colour: UInt32, out: String) async throws -> (
         shown: Shown?, output: String
     ) {
-        try await withTemporaryDirectory { directory in
-            let stdoutPath = directory + "/stdout", stderrPath = directory + "/stderr"
-            let arguments = [
-                Self.script, "--engine", engine, "--page-colour", String(format: "%06X", colour), "--out", out, webm,
-            ]
-            let child = try ChildProcess(
-                "/usr/bin/python3", arguments, standardOutput: .file(stdoutPath), standardError: .file(stderrPath))
-            let deadline = ContinuousClock.now + .seconds(120)
-            while child.isRunning && ContinuousClock.now < deadline && !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(20))
-            }
-            child.send(SIGTERM)
-            let status = await child.exited().status
-            func read(_ path: String) -> String {
-                String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self)
-            }
-            let stdout = read(stdoutPath)
-            let line = stdout.split(separator: "\n").last.map(String.init) ?? ""
-            return (
-                try? JSONDecoder().decode(Shown.self, from: Data(line.utf8)),
-                "\(engine): exit status \(status)\nstdout:\n\(stdout)\nstderr:\n\(read(stderrPath))"
-            )
-        }
+        let arguments = [
+            Self.script, "--engine", engine, "--page-colour", String(format: "%06X", colour), "--out", out, webm,
+        ]
+        let run = try await runProcess("/usr/bin/python3", arguments, timeout: .seconds(120), heavy: true)
+        let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+        return (
+            try? JSONDecoder().decode(Shown.self, from: Data(line.utf8)),
+            "\(engine): exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
+        )
     }
 
     @Test(arguments: cases)
@@ -97,7 +83,7 @@ import Testing
             for colour in Self.pageColours {
                 let out = directory + "/over-" + String(format: "%06x", colour)
                 try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
-                try ChromiumOracle.decode([sourcePath], background: colour, into: out)
+                try await ChromiumOracle.decode([sourcePath], background: colour, into: out)
                 let decoding = try ChromiumOracle.decoding(of: sourcePath, in: out)
                 try #require(decoding.error == nil, "\(decoding.error ?? "")")
                 expected[colour] = (

@@ -83,7 +83,7 @@ import Testing
             for background: UInt32 in [0x000000, 0xFFFFFF] {
                 let out = directory + "/over-\(background)"
                 try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
-                try ChromiumOracle.decode([sourcePath], background: background, into: out)
+                try await ChromiumOracle.decode([sourcePath], background: background, into: out)
                 readings[background] = (try ChromiumOracle.decoding(of: sourcePath, in: out), out)
             }
             let gif = try #require(readings[0x000000]?.decoding)
@@ -94,7 +94,7 @@ import Testing
 
             let pixels = directory + "/probes"
             let playback = try #require(
-                try ChromiumOracle.play(
+                try await ChromiumOracle.play(
                     [webmPath], rate: 1, probes: [webmPath: starts.dropLast().map { Double($0) / 1000 }],
                     pixels: pixels
                 ).first)

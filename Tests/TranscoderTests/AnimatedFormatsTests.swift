@@ -170,7 +170,7 @@ import Testing
                 try Data(testCase.bytes).write(to: URL(fileURLWithPath: path))
                 paths.append(path)
             }
-            try ChromiumOracle.decode(paths, background: 0xFFFFFF, into: chromiumDirectory)
+            try await ChromiumOracle.decode(paths, background: 0xFFFFFF, into: chromiumDirectory)
             for testCase in Self.cases {
                 try await self.check(testCase, directory: directory, chromiumDirectory: chromiumDirectory)
             }

@@ -85,7 +85,7 @@ import Testing
             for background: UInt32 in [0x000000, 0xFFFFFF] {
                 let out = directory + "/over-\(background)"
                 try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
-                try ChromiumOracle.decode([sourcePath, webpPath], background: background, into: out)
+                try await ChromiumOracle.decode([sourcePath, webpPath], background: background, into: out)
                 readings[background] = (
                     try ChromiumOracle.decoding(of: sourcePath, in: out),
                     try ChromiumOracle.decoding(of: webpPath, in: out), out
@@ -193,7 +193,7 @@ import Testing
             for background: UInt32 in [0x000000, 0xFFFFFF] {
                 let out = directory + "/over-\(background)"
                 try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
-                try ChromiumOracle.decode([sourcePath, posterPath], background: background, into: out)
+                try await ChromiumOracle.decode([sourcePath, posterPath], background: background, into: out)
                 let gif = try ChromiumOracle.decoding(of: sourcePath, in: out)
                 let still = try ChromiumOracle.decoding(of: posterPath, in: out)
                 try #require(gif.error == nil && still.error == nil, "\(gif.error ?? "") \(still.error ?? "")")

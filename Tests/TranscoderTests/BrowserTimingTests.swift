@@ -90,8 +90,8 @@ import Testing
         return metadata
     }
 
-    @Test func chromiumPlaysTheGIFTiming() throws {
-        try withTemporaryDirectorySync { directory in
+    @Test func chromiumPlaysTheGIFTiming() async throws {
+        try await withTemporaryDirectory { directory in
             var paths: [String] = []
             for testCase in Self.cases {
                 let metadata = try Self.convert(testCase, into: directory)
@@ -106,7 +106,7 @@ import Testing
             }
             // At normal speed, as a page plays it: at 0.25x Chromium skipped a short last frame after a long one
             // (a 100 ms frame after a 350 ms one) that it shows at 1x; the seeks check every frame exactly.
-            let playbacks = try ChromiumOracle.play(paths, rate: 1, probes: probes)
+            let playbacks = try await ChromiumOracle.play(paths, rate: 1, probes: probes)
             #expect(playbacks.count == Self.cases.count)
             for (testCase, playback) in zip(Self.cases, playbacks) {
                 #expect(playback.error == nil, "\(testCase.name): \(playback.error ?? "")")

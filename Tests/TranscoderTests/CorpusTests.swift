@@ -115,7 +115,7 @@ import Testing
             try await expectFailure(bytes, code)
             return
         }
-        let run = try CorpusRun.shared.get()
+        let run = try await CorpusRun.shared.value.get()
         defer { run.dropFrames(of: entry.name) }
         let metadata = try #require(run.metadata[entry.name], "\(run.failures[entry.name] ?? "not converted")")
         let video = try MP4Probe(path: run.directory + "/" + entry.name + ".mp4")

@@ -44,13 +44,10 @@ import Testing
         var threadedPSNR = 0.0
     }
 
-    /// Async, its blocking work (two encodes, Chromium runs) on a dispatch thread: a cooperative thread held
-    /// for seconds slows every async test of the suite.
+    /// Async, its blocking work (two encodes) on a thread of its own and the Chromium runs awaited: a cooperative
+    /// thread held for seconds slows every async test of the process.
     @Test func frameThreadsPlayAndLookLikeTheGIFInChromium() async throws {
-        let seen = try await withCheckedThrowingContinuation {
-            (continuation: CheckedContinuation<Observed, any Error>) in
-            DispatchQueue.global().async { continuation.resume(with: Result { try Self.observe() }) }
-        }
+        let seen = try await Self.observe()
         #expect(seen.threadedDurationMs == seen.singleDurationMs)
         #expect(seen.threadedPTS == seen.singlePTS, "frame threads must not move a picture")
         #expect(seen.playbackError == nil, "\(seen.playbackError ?? "")")
@@ -69,17 +66,19 @@ import Testing
 
     /// Converts with one and two threads, plays the two-thread MP4 in Chromium (duration, a seek to each
     /// picture's start) and scores both against Chromium's ImageDecoder frames.
-    static func observe() throws -> Observed {
+    static func observe() async throws -> Observed {
         let bytes = try Self.gif()
-        return try withTemporaryDirectorySync { directory in
+        return try await withTemporaryDirectory { directory in
             var seen = Observed()
             let source = directory + "/" + Self.name
             try Data(bytes).write(to: URL(fileURLWithPath: source))
-            var options = TranscodeOptions()
-            options.threads = 1
-            let single = try Transcoder(options: options).convert(bytes, directory: directory, name: "one")
-            options.threads = 2
-            let threaded = try Transcoder(options: options).convert(bytes, directory: directory, name: "two")
+            let (single, threaded) = try await onOwnThread {
+                var options = TranscodeOptions()
+                options.threads = 1
+                let single = try Transcoder(options: options).convert(bytes, directory: directory, name: "one")
+                options.threads = 2
+                return (single, try Transcoder(options: options).convert(bytes, directory: directory, name: "two"))
+            }
             seen.singleDurationMs = single.durationMs
             seen.threadedDurationMs = threaded.durationMs
             seen.sourceSize = (threaded.sourceWidth, threaded.sourceHeight)
@@ -89,7 +88,7 @@ import Testing
             seen.threadedPTS = two.ptsMilliseconds
 
             let starts = two.ptsMilliseconds.map { Double($0) / 1000 }
-            let playback = try ChromiumOracle.play(
+            let playback = try await ChromiumOracle.play(
                 [directory + "/two.mp4"], rate: 1, probes: [directory + "/two.mp4": starts]
             ).first
             seen.playbackError = playback == nil ? "no playback" : playback?.error
@@ -98,7 +97,7 @@ import Testing
 
             let chromiumDirectory = directory + "/chromium"
             try FileManager.default.createDirectory(atPath: chromiumDirectory, withIntermediateDirectories: true)
-            try ChromiumOracle.decode([source], background: 0xFFFFFF, into: chromiumDirectory)
+            try await ChromiumOracle.decode([source], background: 0xFFFFFF, into: chromiumDirectory)
             let chromium = try ChromiumOracle.decoding(of: Self.name, in: chromiumDirectory)
             seen.chromiumSize = (chromium.width, chromium.height)
             func meanPSNR(_ video: MP4Probe) throws -> Double {

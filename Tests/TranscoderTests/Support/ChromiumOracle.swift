@@ -57,9 +57,9 @@ enum ChromiumOracle {
     static func play(
         _ paths: [String], rate: Double = 0.25, metadataOnly: Bool = false, probes: [String: [Double]] = [:],
         pixels: String? = nil
-    ) throws -> [Playback] {
+    ) async throws -> [Playback] {
         try requireBrowser()
-        return try withTemporaryDirectorySync { directory in
+        return try await withTemporaryDirectory { directory in
             let out = directory + "/playback.json"
             var arguments = [Self.script, "video", "--rate", String(rate), "--out", out]
             if metadataOnly { arguments.append("--metadata-only") }
@@ -69,7 +69,7 @@ enum ChromiumOracle {
                 try JSONEncoder().encode(probes).write(to: URL(fileURLWithPath: file))
                 arguments += ["--probes", file]
             }
-            try runOracle(arguments + paths)
+            try await runOracle(arguments + paths)
             return try JSONDecoder().decode([Playback].self, from: Data(contentsOf: URL(fileURLWithPath: out)))
         }
     }
@@ -88,9 +88,9 @@ enum ChromiumOracle {
 
     /// Decodes every image with Chromium's `ImageDecoder`, flattening each frame over `background`
     /// (0xRRGGBB), into `directory`: `<basename>.json` and `<basename>.rgba`.
-    static func decode(_ paths: [String], background: UInt32, into directory: String) throws {
+    static func decode(_ paths: [String], background: UInt32, into directory: String) async throws {
         try requireBrowser()
-        try runOracle(
+        try await runOracle(
             [Self.script, "frames", "--background", String(format: "%06x", background), "--out", directory] + paths)
     }
 
@@ -119,8 +119,10 @@ enum ChromiumOracle {
         }
     }
 
-    private static func runOracle(_ arguments: [String]) throws {
-        let result = try runCapturing("/usr/bin/python3", arguments)
+    /// The script, waited for without holding a thread of the async executor (`runProcess`); at most 30 minutes
+    /// (the whole corpus in one session), a bound the tests' own time limits make tighter.
+    private static func runOracle(_ arguments: [String]) async throws {
+        let result = try await runProcess("/usr/bin/python3", arguments, timeout: .seconds(1800), heavy: true)
         guard result.status == 0 else {
             throw OracleError.failed(status: result.status, output: result.stdout + result.stderr)
         }
@@ -136,20 +138,5 @@ enum ChromiumOracle {
             case .shortFrame(let name, let index): "\(name): frame \(index) missing from Chromium's frames"
             }
         }
-    }
-}
-
-/// Runs a program to its end, its standard error in a temporary file (so neither pipe can fill and stall it).
-func runCapturing(_ executable: String, _ arguments: [String]) throws -> (
-    status: Int32, stdout: String, stderr: String
-) {
-    try withTemporaryDirectorySync { directory in
-        let errorPath = directory + "/stderr"
-        let child = try ChildProcess(
-            executable, arguments, standardOutput: .pipe, standardError: .file(errorPath))
-        let output = child.readOutput()
-        let status = child.waitUntilExit().status
-        let errors = FileManager.default.contents(atPath: errorPath) ?? Data()
-        return (status, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
     }
 }

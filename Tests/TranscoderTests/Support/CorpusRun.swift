@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import Transcoder
@@ -9,14 +10,19 @@ import Testing
 /// frames flattened over white) and its `<video>`'s duration for every MP4. Built on first use; the
 /// directory (about 1.8 GB of Chromium's frames at its largest) is removed when the test process exits, and
 /// each source's frames as soon as its test has read them.
+///
+/// Built by a task the corpus tests await, never in a static initializer: the first caller of one runs it
+/// to its end while every other caller blocks on it, so minutes of conversions and browser sessions would hold
+/// every thread of the async executor (two on a two-core machine) and stall every test in the process.
 final class CorpusRun: Sendable {
-    static let shared: Result<CorpusRun, CorpusRunError> = {
+    static let shared = Task<Result<CorpusRun, CorpusRunError>, Never> {
         do {
-            return .success(try CorpusRun(entries: CorpusTests.entries.filter { CorpusTests.expectedCode($0) == nil }))
+            return .success(
+                try await CorpusRun(entries: CorpusTests.entries.filter { CorpusTests.expectedCode($0) == nil }))
         } catch {
             return .failure(CorpusRunError(description: "\(error)"))
         }
-    }()
+    }
 
     /// Our outputs: `NAME.mp4`, `NAME.jpg`, `NAME.json` for the corpus file `NAME`.
     let directory: String
@@ -28,7 +34,7 @@ final class CorpusRun: Sendable {
     /// Chromium's `<video>` reading of each MP4, by corpus name.
     let playback: [String: ChromiumOracle.Playback]
 
-    private init(entries: [CorpusTests.Entry]) throws {
+    private init(entries: [CorpusTests.Entry]) async throws {
         self.directory = corpusRunDirectory
         self.chromiumDirectory = corpusRunDirectory + "/chromium"
         try FileManager.default.createDirectory(atPath: self.chromiumDirectory, withIntermediateDirectories: true)
@@ -36,16 +42,21 @@ final class CorpusRun: Sendable {
 
         let sources = entries.map { CorpusTests.corpusDirectory + "/" + $0.name }
         let outcomes = Mutex<(metadata: [String: TranscodeMetadata], failures: [String: String])>(([:], [:]))
-        DispatchQueue.concurrentPerform(iterations: entries.count) { index in
-            let name = entries[index].name
-            let outcome = Result {
-                let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: sources[index])))
-                return try Transcoder().convert(bytes, directory: corpusRunDirectory, name: name)
-            }
-            outcomes.withLock {
-                switch outcome {
-                case .success(let value): $0.metadata[name] = value
-                case .failure(let error): $0.failures[name] = "\(error)"
+        // Every core, and so a heavy-work slot, like a command-line conversion's.
+        try await WorkSlots.heavy.withSlot {
+            try await onOwnThread {
+                DispatchQueue.concurrentPerform(iterations: entries.count) { index in
+                    let name = entries[index].name
+                    let outcome = Result {
+                        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: sources[index])))
+                        return try Transcoder().convert(bytes, directory: corpusRunDirectory, name: name)
+                    }
+                    outcomes.withLock {
+                        switch outcome {
+                        case .success(let value): $0.metadata[name] = value
+                        case .failure(let error): $0.failures[name] = "\(error)"
+                        }
+                    }
                 }
             }
         }
@@ -53,9 +64,9 @@ final class CorpusRun: Sendable {
         self.metadata = metadata
         self.failures = failures
 
-        try ChromiumOracle.decode(sources, background: 0xFFFFFF, into: self.chromiumDirectory)
+        try await ChromiumOracle.decode(sources, background: 0xFFFFFF, into: self.chromiumDirectory)
         let converted = entries.map(\.name).filter { metadata[$0] != nil }
-        let playbacks = try ChromiumOracle.play(
+        let playbacks = try await ChromiumOracle.play(
             converted.map { corpusRunDirectory + "/" + $0 + ".mp4" }, metadataOnly: true)
         self.playback = Dictionary(uniqueKeysWithValues: zip(converted, playbacks))
     }
