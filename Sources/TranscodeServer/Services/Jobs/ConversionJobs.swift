@@ -60,11 +60,6 @@ final class ConversionJobs: Sendable {
         self.logger = logger
     }
 
-    /// One database call within `queue.timeoutSeconds` (`PostgresQueue.bounded`).
-    private func bounded<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await PostgresQueue.bounded(seconds: self.configuration.timeoutSeconds, body)
-    }
-
     /// Holds `claimed`'s lease, renewed every third of it, until `run` tells how the job ended, then records that
     /// end and finishes the items waiting on it. A failure that is not the URL's own (`BatchItemRules`, or this
     /// node stopping) gives the claim back uncounted, for a retry here or on another node after 2^n s (at once when
@@ -75,7 +70,7 @@ final class ConversionJobs: Sendable {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(Int64(lease * 1000 / 3)))
                 guard !Task.isCancelled else { return }
-                let renewed = try? await self.bounded {
+                let renewed = try? await self.configuration.bounded {
                     try await self.queue.heartbeat(claimed.id, owner: claimed.owner, leaseSeconds: lease)
                 }
                 if renewed == false {
@@ -96,7 +91,7 @@ final class ConversionJobs: Sendable {
                 failure.code == .shuttingDown || !self.pool.isAccepting
                 ? 0 : min(60, pow(2, Double(claimed.attempt)))
             do {
-                let state = try await self.bounded {
+                let state = try await self.configuration.bounded {
                     try await self.queue.fail(
                         claimed.id, owner: claimed.owner, error: "\(failure.code): \(failure.message)",
                         retryAfterSeconds: backoff, result: QueuedJobResult(failure).json, counted: false)
@@ -112,7 +107,7 @@ final class ConversionJobs: Sendable {
             result = QueuedJobResult(failure)
         }
         do {
-            let completed = try await self.bounded {
+            let completed = try await self.configuration.bounded {
                 try await self.queue.complete(claimed.id, owner: claimed.owner, result: result.json)
             }
             guard completed else { return }
@@ -128,7 +123,7 @@ final class ConversionJobs: Sendable {
     /// announces the batches that became complete.
     private func finishItems(of id: Int64?) async {
         do {
-            let batches = try await self.bounded {
+            let batches = try await self.configuration.bounded {
                 var batches: [String] = []
                 for try await batch in try await self.queue.client.query(
                     """
@@ -150,7 +145,7 @@ final class ConversionJobs: Sendable {
                 }
                 return batches
             }
-            if !batches.isEmpty { try await self.bounded { try await self.notifyCompleted(batches) } }
+            if !batches.isEmpty { try await self.configuration.bounded { try await self.notifyCompleted(batches) } }
         } catch {
             self.logger.warning(
                 "cannot record batch items; the sweep will", metadata: ["error": "\(String(reflecting: error))"])
@@ -205,7 +200,7 @@ final class ConversionJobs: Sendable {
         await self.finishItems(of: nil)
         do {
             // Complete but not announced: the node that finished them stopped between the two transactions.
-            let unannounced = try await self.bounded {
+            let unannounced = try await self.configuration.bounded {
                 var unannounced: [String] = []
                 for try await id in try await self.queue.client.query(
                     """
@@ -218,9 +213,11 @@ final class ConversionJobs: Sendable {
                 }
                 return unannounced
             }
-            if !unannounced.isEmpty { try await self.bounded { try await self.notifyCompleted(unannounced) } }
+            if !unannounced.isEmpty {
+                try await self.configuration.bounded { try await self.notifyCompleted(unannounced) }
+            }
             let cutoff = Date().timeIntervalSince1970 - self.retentionSeconds
-            _ = try await self.bounded {
+            _ = try await self.configuration.bounded {
                 try await self.queue.client.query(
                     """
                     DELETE FROM transcode_batches AS batch
@@ -229,7 +226,7 @@ final class ConversionJobs: Sendable {
                                         WHERE batch_id = batch.id AND finished_seq IS NULL)
                     """, logger: self.logger)
             }
-            _ = try await self.bounded {
+            _ = try await self.configuration.bounded {
                 try await self.queue.client.query(
                     """
                     DELETE FROM transcode_jobs AS job
@@ -237,7 +234,7 @@ final class ConversionJobs: Sendable {
                         AND NOT EXISTS (SELECT 1 FROM transcode_batch_items WHERE job_id = job.id)
                     """, logger: self.logger)
             }
-            let depth = try await self.bounded { try await self.queue.depth() }
+            let depth = try await self.configuration.bounded { try await self.queue.depth() }
             self.metrics.queueDepth(depth)
         } catch {
             self.logger.debug("the queue's sweep failed", metadata: ["error": "\(error)"])

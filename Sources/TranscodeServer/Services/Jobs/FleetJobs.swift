@@ -67,7 +67,7 @@ final class FleetJobs: TranscodeJobs {
     func recorded(_ id: String) async throws -> JobState? {
         let latest: (state: PostgresQueue.State, result: String?, lastError: String?)?
         do {
-            latest = try await PostgresQueue.bounded(seconds: self.configuration.timeoutSeconds) {
+            latest = try await self.configuration.bounded {
                 try await self.migrate()
                 return try await self.queue.latest(resultKey: id, kind: .conversion)
             }

@@ -72,7 +72,7 @@ final class PostgresBatches: BatchStore, Service, Sendable {
     /// - Throws: 503 `queue-unavailable` when the database does not answer in time or fails.
     func withDatabase<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
         do {
-            return try await self.bounded {
+            return try await self.configuration.bounded {
                 try await self.conversions.schema.migrate()
                 return try await body()
             }
@@ -88,13 +88,6 @@ final class PostgresBatches: BatchStore, Service, Sendable {
         }
     }
 
-    /// One database call within `queue.timeoutSeconds` (`PostgresQueue.bounded`).
-    private func bounded<T: Sendable>(
-        seconds: Double? = nil, _ body: @escaping @Sendable () async throws -> T
-    ) async throws -> T {
-        try await PostgresQueue.bounded(seconds: seconds ?? self.configuration.timeoutSeconds, body)
-    }
-
     // MARK: The workers
 
     func run() async throws {
@@ -105,7 +98,7 @@ final class PostgresBatches: BatchStore, Service, Sendable {
             while !Task.isCancelled {
                 do {
                     // Bounded like every other call, more generously: another node may be migrating.
-                    try await self.bounded(seconds: max(60, self.configuration.timeoutSeconds)) {
+                    try await self.configuration.bounded(seconds: max(60, self.configuration.timeoutSeconds)) {
                         try await self.conversions.schema.migrate()
                     }
                     break

@@ -47,3 +47,12 @@ extension PostgresQueue {
         return try result.get()
     }
 }
+
+extension QueueConfiguration {
+    /// One database call within `timeoutSeconds`, or `seconds` when given (`PostgresQueue.bounded`).
+    func bounded<T: Sendable>(
+        seconds: Double? = nil, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        try await PostgresQueue.bounded(seconds: seconds ?? self.timeoutSeconds, body)
+    }
+}

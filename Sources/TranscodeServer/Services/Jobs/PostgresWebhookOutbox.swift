@@ -33,7 +33,7 @@ final class PostgresWebhookOutbox: WebhookOutbox, JobHandler, Sendable {
     }
 
     func keep(_ message: WebhookMessage) async throws {
-        try await self.bounded {
+        try await self.configuration.bounded {
             try await self.schema.migrate()
             try await self.queue.client.withConnection { try await self.keep(message, on: $0) }
         }
@@ -57,14 +57,18 @@ final class PostgresWebhookOutbox: WebhookOutbox, JobHandler, Sendable {
     /// while `webhooks.maxRetrySeconds` allow, then given up.
     func perform(_ claimed: PostgresQueue.Claimed) async {
         guard let message = try? JSONDecoder().decode(WebhookMessage.self, from: Data(claimed.payload.utf8)) else {
-            _ = try? await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
+            _ = try? await self.configuration.bounded {
+                try await self.queue.complete(claimed.id, owner: claimed.owner)
+            }
             return
         }
         let outcome = await self.webhooks.attempt(message)
         do {
             switch outcome {
             case .delivered, .refused:
-                _ = try await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
+                _ = try await self.configuration.bounded {
+                    try await self.queue.complete(claimed.id, owner: claimed.owner)
+                }
             case .failed(let reason):
                 let wait = self.webhooks.retryWait(after: claimed.attempt)
                 if Date().timeIntervalSince1970 - message.createdAt + wait > self.webhooks.maxRetrySeconds {
@@ -75,10 +79,12 @@ final class PostgresWebhookOutbox: WebhookOutbox, JobHandler, Sendable {
                             "webhook.id": "\(message.id)", "webhook.attempts": "\(claimed.attempt)",
                             "error": "\(reason)",
                         ])
-                    _ = try await self.bounded { try await self.queue.complete(claimed.id, owner: claimed.owner) }
+                    _ = try await self.configuration.bounded {
+                        try await self.queue.complete(claimed.id, owner: claimed.owner)
+                    }
                 } else {
                     self.metrics.webhook(.retried)
-                    _ = try await self.bounded {
+                    _ = try await self.configuration.bounded {
                         try await self.queue.fail(
                             claimed.id, owner: claimed.owner, error: reason, retryAfterSeconds: wait)
                     }
@@ -89,11 +95,6 @@ final class PostgresWebhookOutbox: WebhookOutbox, JobHandler, Sendable {
                 "cannot record a webhook attempt; its lease will expire and it is tried again",
                 metadata: ["webhook.id": "\(message.id)"])
         }
-    }
-
-    /// One database call within `queue.timeoutSeconds` (`PostgresQueue.bounded`).
-    private func bounded<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await PostgresQueue.bounded(seconds: self.configuration.timeoutSeconds, body)
     }
 }
 
