@@ -188,7 +188,9 @@ import Testing
         var deadlines = 0
         for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests", "Tests/TestSupport"] {
             let directory = root.appendingPathComponent(target).path
-            for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".swift") {
+            // Their support folders too.
+            let names = try FileManager.default.subpathsOfDirectory(atPath: directory)
+            for name in names where name.hasSuffix(".swift") {
                 let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
                 for match in text.matches(of: /timeout: *(?:TimeAmount)?\.seconds\((\d+)\)/) {
                     deadlines += 1

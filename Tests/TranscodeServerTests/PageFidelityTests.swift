@@ -106,10 +106,13 @@ import Testing
     /// compared with the original the same way, each video paused at its start.
     @Test(.serialized, arguments: engines.map(\.name))
     func aRewrittenArticleInVideoModeLooksLikeTheOriginal(engine: String) async throws {
-        // One browser process per scheme: each within the 120 s a child process is given (a video is held half a
-        // second for /player.js to settle, and every run starts its browser afresh).
-        let perScheme = ["light", "dark"].map { ["--engine", engine, "--schemes", $0] }
-        try await Self.rewriteAndCompare(perScheme, query: "?output=video") { runs in
+        // One browser process per scheme and width: each within the 120 s a child process is given (a video is
+        // held half a second for /player.js to settle, and every run starts its browser afresh). WebKitGTK took
+        // 55-68 s for both widths of a scheme, under the heavy tier.
+        let perRun = ["light", "dark"].flatMap { scheme in
+            ["390", "1280"].map { ["--engine", engine, "--schemes", scheme, "--widths", $0] }
+        }
+        try await Self.rewriteAndCompare(perRun, query: "?output=video") { runs in
             #expect(runs.count == 4)
             for page in runs {
                 #expect(page["pageScriptRan"] as? Bool == true, "\(engine): the page's script did not run")
@@ -164,9 +167,16 @@ import Testing
                 try Data(reply.body).write(to: URL(fileURLWithPath: after))
                 var runs: [[String: Any]] = []
                 for arguments in argumentSets {
+                    // Each run's time in the log, against its 120 s bound (the script's standard error, in a
+                    // failure's message, says where a run that was ended stood).
+                    let started = ContinuousClock.now
                     let run = try await runProcess(
                         "/usr/bin/python3", [Self.oracle, before, after] + arguments, timeout: .seconds(120),
                         heavy: true)
+                    print(
+                        "page_fidelity \(arguments.joined(separator: " ")): exit \(run.status) after "
+                            + "\((ContinuousClock.now - started).formatted(.units(allowed: [.seconds], fractionalPart: .show(length: 1))))"
+                    )
                     let output = "exit status \(run.status)\nstdout:\n\(run.stdout)\nstderr:\n\(run.stderr)"
                     let line = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
                     let result = try #require(

@@ -58,9 +58,37 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "TranscoderTests", "Browser"))
-from chromium_oracle import PACKAGES, Browser, report  # noqa: E402
+from chromium_oracle import PACKAGES, Browser, descendants, report  # noqa: E402
 
 LOAD_SECONDS = 60
+STARTED = time.monotonic()
+
+
+# One attempt at a width (a fresh browser, both pages read) takes 5-35 s here under the whole heavy tier (WebKitGTK
+# with videos the longest), and a run is given 120 s: a hung attempt and the one after it fit.
+ATTEMPT_SECONDS = 60
+
+
+def progress(what):
+    """A timed line on standard error: a run the test ends at its deadline says where it stood."""
+    print("page_fidelity %6.1f s: %s" % (time.monotonic() - STARTED, what), file=sys.stderr, flush=True)
+
+
+class Stuck(Exception):
+    """An attempt that did not end within ATTEMPT_SECONDS: a driver command that never answered."""
+
+
+def within(seconds, body):
+    """body(), or Stuck after `seconds` (SIGALRM, which interrupts a blocked socket read of the driver's client)."""
+    def expire(number, frame):
+        raise Stuck("no answer within %d s" % seconds)
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        return body()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def decode_png(data):
@@ -331,6 +359,19 @@ class Firefox:
     def fresh(self, width, scheme):
         self.start(scheme)
 
+    def abandon(self):
+        """After a stuck attempt: WebKitWebDriver, MiniBrowser and its processes are killed, not asked to quit
+        (a driver that did not answer would not answer that either), then Xvfb goes."""
+        if self.driver is not None:
+            root = self.driver.service.process.pid
+            for pid in [root] + list(descendants(root)):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:  # gone in the meantime
+                    pass
+            self.driver = None
+        self.quit()
+
     # Headless Firefox's window is at least 500 px wide: a phone's width is the page zoomed to 60/46 (Firefox's
     # zoom steps are 60 app units per CSS pixel over a whole number per device pixel) in a window 509 px wide,
     # as a phone draws CSS pixels at more than one device pixel. The zoom is reset by each navigation.
@@ -426,6 +467,19 @@ class WebKitGTK(SeleniumEngine):
 
     def fresh(self, width, scheme):
         self.start(scheme)
+
+    def abandon(self):
+        """After a stuck attempt: WebKitWebDriver, MiniBrowser and its processes are killed, not asked to quit
+        (a driver that did not answer would not answer that either), then Xvfb goes."""
+        if self.driver is not None:
+            root = self.driver.service.process.pid
+            for pid in [root] + list(descendants(root)):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:  # gone in the meantime
+                    pass
+            self.driver = None
+        self.quit()
 
     def open(self, url, width, scheme):
         self.driver.set_window_size(width, 800)
@@ -531,22 +585,30 @@ def main():
                 # A browser of its own for each run: nothing cached from the run before (an image in the memory
                 # cache is shown at once, lazy or not).
                 def compare():
-                    for attempt in range(2):
+                    def attempt():
                         engine.fresh(width, scheme)
+                        progress("%s %d px %s: reading the pages" % (args.engine, width, scheme))
+                        return (read_page(engine, base + os.path.basename(args.original), width, scheme)
+                                + read_page(engine, base + os.path.basename(args.rewritten), width, scheme))
+
+                    for number in range(2):
+                        progress("%s %d px %s: fresh browser, attempt %d" % (args.engine, width, scheme, number + 1))
                         try:
-                            before, before_images = read_page(
-                                engine, base + os.path.basename(args.original), width, scheme)
-                            after, after_images = read_page(
-                                engine, base + os.path.basename(args.rewritten), width, scheme)
+                            before, before_images, after, after_images = within(ATTEMPT_SECONDS, attempt)
                             break
                         except Exception as error:  # noqa: BLE001 - one driver failure is retried
                             # WebKitWebDriver now and then fails to read back a script's plain result ("Could not
                             # parse script result"), or never answers a command on a loaded machine (a
-                            # TimeoutException with no message; seen once in the heavy tier), in either page: the run
-                            # is made again, in a fresh browser, once. A page that hangs hangs twice and fails.
+                            # TimeoutException with no message; seen once in the heavy tier), in either page. Once
+                            # the heavy tier's WebKitGTK run answered nothing for its whole 120 s, where it takes
+                            # 17-25 s (Stuck): its processes are killed. The run is made again, in a fresh browser,
+                            # once. A page that hangs hangs twice and fails.
+                            progress("%s %d px %s: %s: %s" % (args.engine, width, scheme, type(error).__name__, error))
                             transient = ("Could not parse script result" in str(error)
-                                         or type(error).__name__ == "TimeoutException")
-                            if attempt == 1 or not transient:
+                                         or type(error).__name__ in ("TimeoutException", "Stuck"))
+                            if isinstance(error, Stuck) and hasattr(engine, "abandon"):
+                                engine.abandon()
+                            if number == 1 or not transient:
                                 raise
                     compared = []
                     for index, ((box_a, shot_a), (box_b, shot_b)) in enumerate(zip(before_images, after_images)):
@@ -563,6 +625,7 @@ def main():
                     return before, after, compared
 
                 before, after, compared = compare()
+                progress("%s %d px %s: compared" % (args.engine, width, scheme))
                 # A second look, in a fresh browser, at a run where a picture reads under 30 dB (the tests' bound):
                 # under the whole suite Chromium's screenshot of a paused video twice caught another picture of it
                 # (16-18 dB, one placement of twelve, 1280 px dark), each in one run of four. A picture that is
@@ -582,6 +645,7 @@ def main():
             engine.quit()
         report({"ok": False, "error": "%s: %s" % (type(error).__name__, error), "runs": runs}, 1)
     engine.quit()
+    progress("done")
     report({"ok": True, "runs": runs}, 0)
 
 
