@@ -8,7 +8,7 @@ import Transcoder
 /// What Chromium makes of the routes' answers: rewritten pages played with `/player.js`, the signed route's video,
 /// and the documented JavaScript signer. In the system tier, where browsers do not share the two cores with every
 /// other test: in tier 1 a loaded machine kept a renderer past its bound.
-@Suite(.tags(.system), .timeLimit(.minutes(10))) struct BrowserRouteTests {
+@Suite(.tags(.system), .timeLimit(.minutes(20))) struct BrowserRouteTests {
     /// A rewritten `<img loading="lazy">` in Chromium: nothing loaded below the fold, played in view (through
     /// the signed GET route, converting on that first view), paused out of view.
     @Test func aLazyVideoPlaysWhenInView() async throws {

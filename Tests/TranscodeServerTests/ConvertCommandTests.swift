@@ -5,7 +5,7 @@ import Testing
 
 @testable import TranscodeServer
 
-@Suite(.tags(.system), .timeLimit(.minutes(10))) struct ConvertCommandTests {
+@Suite(.tags(.system), .timeLimit(.minutes(20))) struct ConvertCommandTests {
     /// `d1/x.gif` and `d2/x.gif` would both become `x.mp4`: refused before any work.
     @Test func twoInputsWithOneNameAreRefused() throws {
         do {

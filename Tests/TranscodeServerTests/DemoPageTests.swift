@@ -4,7 +4,7 @@ import Testing
 
 @testable import TranscodeServer
 
-@Suite(.tags(.system), .timeLimit(.minutes(10))) struct DemoPageTests {
+@Suite(.tags(.system), .timeLimit(.minutes(20))) struct DemoPageTests {
     /// The elements the page's script and the browser check rely on.
     static let elementIDs = [
         "url", "convert", "file", "status", "result", "gif", "video", "gif-size", "mp4-size", "saved", "snippet",

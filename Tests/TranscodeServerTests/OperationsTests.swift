@@ -5,7 +5,7 @@ import Transcoder
 
 @testable import TranscodeServer
 
-@Suite(.tags(.system), .timeLimit(.minutes(10))) struct OperationsTests {
+@Suite(.tags(.system), .timeLimit(.minutes(20))) struct OperationsTests {
     @Test func healthAndReadiness() async throws {
         try await withHarness { harness in
             let health = try await harness.request(.GET, "/healthz")
@@ -159,7 +159,9 @@ import Transcoder
     }
 
     /// Runs `body` while the debug binary serves on a loopback port over a fresh cache directory (`DIRECTORY/cache`),
-    /// once its `/healthz` answers; the process is killed afterwards, whatever `body` did to it.
+    /// once its `/healthz` answers; the process is killed afterwards, whatever `body` did to it. It holds a heavy-work
+    /// slot throughout, as the browsers and the command-line conversions do: at the system tier's start, beside the
+    /// corpus conversions and two browsers, a 3-second conversion in it did not answer within 120 s.
     /// - Parameters:
     ///   - descriptorLimit: the process's limit on open files, soft and hard (so it cannot raise it).
     ///   - logLevel: its `--log-level` (an option given twice is refused, and the server would not start).
@@ -169,6 +171,16 @@ import Transcoder
             async throws -> Void
     ) async throws {
         let binary = try Self.debugBinary()
+        try await WorkSlots.heavy.withSlot {
+            try await Self.serveBinary(binary, descriptorLimit, logLevel, extra, body)
+        }
+    }
+
+    private static func serveBinary(
+        _ binary: String, _ descriptorLimit: Int?, _ logLevel: String, _ extra: [String],
+        _ body: (_ process: ChildProcess, _ client: URLSessionlessClient, _ port: Int, _ directory: String)
+            async throws -> Void
+    ) async throws {
         try await withTemporaryDirectory { directory in
             // A port nothing listens on: a random one could be a listener of another test (the in-process
             // servers take ephemeral ports), where a binary that cannot bind leaves `/healthz` to a stranger.
@@ -246,7 +258,7 @@ import Transcoder
             // the suite. many_380f_terminal.gif, used before, takes 0.7 s too since the size guard stops its first
             // encode at the key frame.
             let gif = try corpusBytes("huge_1080_transparent_30f.gif")
-            // The system tier runs on its own (no suite beside it): 120 s is forty times the job.
+            // The binary holds a heavy-work slot (`withServingBinary`): 120 s is forty times the job.
             async let inFlight = client.post(
                 "/transcode?formats=poster.avif", contentType: "image/gif", body: gif, timeout: .seconds(120))
             // Once the job is admitted (its upload read): a fixed wait sometimes sent SIGTERM before the upload's

@@ -11,7 +11,7 @@ import Testing
 /// request continuing a `traceparent` gives one complete trace (every span's parent in it, the server span's the
 /// caller's), with the queue wait, the download, the conversion's steps and the storage; the origin gets the
 /// trace's `traceparent` only with `tracing.propagate`.
-@Suite(.tags(.system), .timeLimit(.minutes(10))) struct TracingTests {
+@Suite(.tags(.system), .timeLimit(.minutes(20))) struct TracingTests {
     struct Span: Decodable {
         let trace: String
         let span: String

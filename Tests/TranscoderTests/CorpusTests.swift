@@ -10,7 +10,7 @@ import Testing
 /// and pixels are checked against Chromium's own decoder; for GIFs also against ffprobe's reading (an
 /// independent decoder that applies the same browser delay rule) and ffmpeg's composite where ffmpeg
 /// composites like a browser.
-@Suite(.tags(.system), .timeLimit(.minutes(10))) struct CorpusTests {
+@Suite(.tags(.system), .timeLimit(.minutes(20))) struct CorpusTests {
     struct Entry: Sendable, CustomTestStringConvertible {
         var name: String
         var bytes: Int

@@ -289,17 +289,26 @@ final class TranscodeService: Sendable {
             return .done(TranscodeOutcome(key: key, metadata: metadata))
         }
         if let failure = self.jobs.failure(of: id) { return .failed(failure.error) }
-        // A job another node ran: its URL link or its object in the shared store.
+        if let outcome = await self.sharedOutcome(urlKey, objectKey) { return .done(outcome) }
+        // Pending or failed on another node of the fleet.
+        if let state = try await self.jobs.recorded(id) { return state }
+        // Done on another node, or unknown. That node published the result before it recorded the job done, but
+        // the look above may have come before both: looked again, the poll never answers 404 between pending and
+        // done.
+        return await self.sharedOutcome(urlKey, objectKey).map { .done($0) }
+    }
+
+    /// A job another node ran: its URL link or its object in the shared store.
+    private func sharedOutcome(_ urlKey: URLKey, _ objectKey: ObjectKey) async -> TranscodeOutcome? {
         if let link = try? await self.results.sharedLink(urlKey: urlKey),
             let outcome = try? await self.resolver.adopt(link, urlKey: urlKey)
         {
-            return .done(outcome)
+            return outcome
         }
         if let metadata = try? await self.results.object(objectKey) {
-            return .done(TranscodeOutcome(key: objectKey, metadata: metadata))
+            return TranscodeOutcome(key: objectKey, metadata: metadata)
         }
-        // Pending or failed on another node of the fleet.
-        return try await self.jobs.recorded(id)
+        return nil
     }
 
     /// The metadata of `url`'s result when this node has it already (a rewrite's sizes and loop counts).

@@ -15,10 +15,14 @@ import Testing
 /// to its end while every other caller blocks on it, so minutes of conversions and browser sessions would hold
 /// every thread of the async executor (two on a two-core machine) and stall every test in the process.
 final class CorpusRun: Sendable {
+    /// One heavy-work slot throughout (the conversions, then every Chromium session): every corpus case waits for
+    /// this run, within its time limit.
     static let shared = Task<Result<CorpusRun, CorpusRunError>, Never> {
         do {
             return .success(
-                try await CorpusRun(entries: CorpusTests.entries.filter { CorpusTests.expectedCode($0) == nil }))
+                try await WorkSlots.heavy.withSlot {
+                    try await CorpusRun(entries: CorpusTests.entries.filter { CorpusTests.expectedCode($0) == nil })
+                })
         } catch {
             return .failure(CorpusRunError(description: "\(error)"))
         }
@@ -42,20 +46,17 @@ final class CorpusRun: Sendable {
 
         let sources = entries.map { CorpusTests.corpusDirectory + "/" + $0.name }
         let outcomes = Mutex<(metadata: [String: TranscodeMetadata], failures: [String: String])>(([:], [:]))
-        // Every core, and so a heavy-work slot, like a command-line conversion's.
-        try await WorkSlots.heavy.withSlot {
-            try await onOwnThread {
-                DispatchQueue.concurrentPerform(iterations: entries.count) { index in
-                    let name = entries[index].name
-                    let outcome = Result {
-                        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: sources[index])))
-                        return try Transcoder().convert(bytes, directory: corpusRunDirectory, name: name)
-                    }
-                    outcomes.withLock {
-                        switch outcome {
-                        case .success(let value): $0.metadata[name] = value
-                        case .failure(let error): $0.failures[name] = "\(error)"
-                        }
+        try await onOwnThread {
+            DispatchQueue.concurrentPerform(iterations: entries.count) { index in
+                let name = entries[index].name
+                let outcome = Result {
+                    let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: sources[index])))
+                    return try Transcoder().convert(bytes, directory: corpusRunDirectory, name: name)
+                }
+                outcomes.withLock {
+                    switch outcome {
+                    case .success(let value): $0.metadata[name] = value
+                    case .failure(let error): $0.failures[name] = "\(error)"
                     }
                 }
             }
