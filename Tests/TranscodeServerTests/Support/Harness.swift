@@ -129,7 +129,11 @@ func withHarness(
             configuration: configuration, logger: logger, sharedStore: sharedStore)
         let originApplication = Application(
             router: origin.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)))
-        try await originApplication.test(.live) { originClient in
+        // The body's error is carried out of both live tests, not thrown through them: HummingbirdTesting cancels
+        // its server's task group when the test throws, and a connection accepted but not yet handled is then
+        // dropped with its writer unfinished, which NIO answers with a fatal error (one failed browser test
+        // took the whole system tier's process down). Returned, the servers shut down gracefully.
+        let failure: (any Error)? = try await originApplication.test(.live) { originClient in
             try await application.test(.live) { appClient in
                 var clientConfiguration = HTTPClient.Configuration()
                 clientConfiguration.connectionPool = .init(
@@ -143,10 +147,12 @@ func withHarness(
                     try await body(harness)
                 } catch {
                     try? await client.shutdown()
-                    throw error
+                    return error
                 }
                 try await client.shutdown()
+                return nil
             }
         }
+        if let failure { throw failure }
     }
 }

@@ -842,35 +842,47 @@ def run_snippet(arguments):
               "loopAttribute": None, "lastMediaTime": None, "cspViolations": [], "console": []}
     with Server() as server:
         server.pages["/snippet.html"] = SNIPPET_PAGE.format(source=base, base=base, snippet=arguments.html)
-        # The snippet's own script can keep the page from loading (or busy the renderer): that counts against
-        # the same timeout.
-        browser = Browser(record_csp=True, instrument=WATCH_FIRST_VIDEO, page_load_timeout=arguments.timeout)
-        try:
-            try:
-                driver = browser.start()
-            except Exception as error:  # noqa: BLE001
-                report(dict(result, error="Chromium did not start: " + describe(error)), 1)
+        initial = dict(result)
+        for attempt in (1, 2):
+            first = result.get("error") if attempt == 2 else None
+            result.clear()
+            result.update(initial)
+            if first:
+                result["retriedAfter"] = first
+            # The snippet's own script can keep the page from loading (or busy the renderer): that counts against
+            # the same timeout.
+            browser = Browser(record_csp=True, instrument=WATCH_FIRST_VIDEO, page_load_timeout=arguments.timeout)
             renderer_answers = True
             try:
-                # The timeout counts from here: loading the page (which the snippet's script can hold up) too.
-                deadline = time.monotonic() + arguments.timeout
-                driver.get(server.origin + "/snippet.html")
-                watch_until_ended(driver, deadline, arguments.timeout, result)
-            except TimeoutException as error:  # the renderer is stuck: asking it again would wait as long
-                result["error"] = describe(error)
-                renderer_answers = False
-            except Exception as error:  # noqa: BLE001 - reported with whatever was observed
-                result["error"] = describe(error)
-            try:
-                # Both ask the renderer (so does get_log); a stuck one would only make them wait out their bound.
-                if renderer_answers:
-                    result["cspViolations"] = driver.execute_script("return window.__cspViolations || []")
-                    result["console"] = [entry["message"] for entry in driver.get_log("browser")
-                                         if entry.get("level") == "SEVERE"]
-            except Exception:  # noqa: BLE001 - the browser itself may be gone
-                pass
-        finally:
-            browser.quit()
+                try:
+                    driver = browser.start()
+                except Exception as error:  # noqa: BLE001
+                    report(dict(result, error="Chromium did not start: " + describe(error)), 1)
+                try:
+                    # The timeout counts from here: loading the page (which the snippet's script can hold up) too.
+                    deadline = time.monotonic() + arguments.timeout
+                    driver.get(server.origin + "/snippet.html")
+                    watch_until_ended(driver, deadline, arguments.timeout, result)
+                except TimeoutException as error:  # the renderer is stuck: asking it again would wait as long
+                    result["error"] = describe(error)
+                    renderer_answers = False
+                except Exception as error:  # noqa: BLE001 - reported with whatever was observed
+                    result["error"] = describe(error)
+                try:
+                    # Both ask the renderer (so does get_log); a stuck one would only make them wait out their bound.
+                    if renderer_answers:
+                        result["cspViolations"] = driver.execute_script("return window.__cspViolations || []")
+                        result["console"] = [entry["message"] for entry in driver.get_log("browser")
+                                             if entry.get("level") == "SEVERE"]
+                except Exception:  # noqa: BLE001 - the browser itself may be gone
+                    pass
+            finally:
+                browser.quit()
+            # A renderer that did not answer within the bound: at the system tier's start (the corpus conversions on
+            # both cores) Chromium once took longer than 30 s to load the snippet's page. Once more in a fresh
+            # browser, as check_page does; a snippet that hangs the page hangs it again.
+            if renderer_answers:
+                break
     report_page(result)
 
 
