@@ -359,19 +359,6 @@ class Firefox:
     def fresh(self, width, scheme):
         self.start(scheme)
 
-    def abandon(self):
-        """After a stuck attempt: WebKitWebDriver, MiniBrowser and its processes are killed, not asked to quit
-        (a driver that did not answer would not answer that either), then Xvfb goes."""
-        if self.driver is not None:
-            root = self.driver.service.process.pid
-            for pid in [root] + list(descendants(root)):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:  # gone in the meantime
-                    pass
-            self.driver = None
-        self.quit()
-
     # Headless Firefox's window is at least 500 px wide: a phone's width is the page zoomed to 60/46 (Firefox's
     # zoom steps are 60 app units per CSS pixel over a whole number per device pixel) in a window 509 px wide,
     # as a phone draws CSS pixels at more than one device pixel. The zoom is reset by each navigation.
