@@ -153,7 +153,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             return response
         case .pending(let id):
             var response = try Self.json(
-                JobStatus(status: .pending, id: id, result: nil, error: nil), status: .accepted)
+                JobReport(id: id, state: .pending, baseURL: self.links.baseURL), status: .accepted)
             response.headers[.location] = self.links.absolute("/jobs/\(id)")
             response.headers[.retryAfter] = "2"
             return response
@@ -165,25 +165,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         guard let state = try await self.service.job(id) else {
             throw ServiceError.notFound("no job \(id)")
         }
-        switch state {
-        case .pending:
-            return try Self.json(JobStatus(status: .pending, id: id, result: nil, error: nil))
-        case .done(let outcome):
-            return try Self.json(
-                JobStatus(
-                    status: .done, id: id, result: TranscodeResult(outcome, baseURL: self.links.baseURL), error: nil))
-        case .failed(let error):
-            return try Self.json(JobStatus(status: .failed, id: id, result: nil, error: ReportedFailure(error)))
-        }
-    }
-
-    /// The data of a `transcode.done` or `transcode.failed` webhook.
-    struct JobEvent: Encodable, Sendable {
-        let id: String
-        let url: String?
-        let status: ItemStatus
-        let result: TranscodeResult?
-        let error: ReportedFailure?
+        return try Self.json(JobReport(id: id, state: state, baseURL: self.links.baseURL))
     }
 
     /// Queues the webhook of job `id`, sent once the request it subscribes to ends (a cache hit and a refusal
@@ -193,19 +175,11 @@ struct TranscodeController<Context: RequestContext>: Sendable {
         let ended = JobSubscription()
         self.webhooks.enqueue(
             WebhookDelivery(url: callback) {
-                let event: JobEvent
-                switch await ended.end() {
-                case .done(let outcome):
-                    event = JobEvent(
-                        id: id, url: url, status: .done,
-                        result: TranscodeResult(outcome, baseURL: baseURL, sourceURL: url), error: nil)
-                case .failed(let failure):
-                    event = JobEvent(id: id, url: url, status: .failed, result: nil, error: ReportedFailure(failure))
-                }
+                let event = JobReport(id: id, url: url, state: .ended(await ended.end()), baseURL: baseURL)
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys]
                 let data = (try? encoder.encode(event)).map { [UInt8]($0) } ?? Array("{}".utf8)
-                return (event.status == .done ? "transcode.done" : "transcode.failed", data)
+                return (event.webhookType, data)
             })
         return ended
     }
@@ -422,10 +396,32 @@ struct TranscodeResult: Encodable, Hashable, Sendable {
     }
 }
 
-/// `GET /jobs/{id}`.
-struct JobStatus: Encodable, Sendable {
-    let status: ItemStatus
+/// How a job stands, on the wire: `GET /jobs/{id}`, the `202` of `POST /transcode` that ran out of its wait, and the
+/// `data` of a `transcode.done` or `transcode.failed` webhook (which also names the job's `url`). One type, so the
+/// three never tell the same job apart differently.
+struct JobReport: Encodable, Sendable {
     let id: String
+    /// The GIF's URL, when the request named one and the report is a webhook's.
+    let url: String?
+    let status: ItemStatus
     let result: TranscodeResult?
     let error: ReportedFailure?
+
+    /// - Parameter baseURL: prefixed to the result's links (`http.publicBaseURL`).
+    init(id: String, url: String? = nil, state: JobState, baseURL: String) {
+        self.id = id
+        self.url = url
+        switch state {
+        case .pending:
+            (self.status, self.result, self.error) = (.pending, nil, nil)
+        case .ended(.done(let outcome)):
+            (self.status, self.error) = (.done, nil)
+            self.result = TranscodeResult(outcome, baseURL: baseURL, sourceURL: url)
+        case .ended(.failed(let failure)):
+            (self.status, self.result, self.error) = (.failed, nil, ReportedFailure(failure))
+        }
+    }
+
+    /// The type of its webhook.
+    var webhookType: String { self.status == .done ? "transcode.done" : "transcode.failed" }
 }

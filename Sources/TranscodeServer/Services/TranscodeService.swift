@@ -40,11 +40,13 @@ enum TranscodeAnswer: Sendable {
     case pending(jobID: String)
 }
 
-/// The state of a job, for `GET /jobs/{id}`.
+/// The state of a job, for `GET /jobs/{id}`: still running somewhere, or ended as its subscribers hear it.
 enum JobState: Sendable {
     case pending
-    case done(TranscodeOutcome)
-    case failed(ServiceError)
+    case ended(JobEnd)
+
+    static func done(_ outcome: TranscodeOutcome) -> JobState { .ended(.done(outcome)) }
+    static func failed(_ failure: ServiceError) -> JobState { .ended(.failed(failure)) }
 }
 
 /// What the service has done so far, as tests read it (the Prometheus counters are for operators).
