@@ -10,17 +10,17 @@ struct ServerConfiguration: Sendable, Equatable {
     var host = "127.0.0.1"
     /// `port`, default 8080 (0 picks a free port; tests use it).
     var port = 8080
-    /// `cache.*` (`Services/DiskCache+Configuration.swift`).
+    /// `cache.*` (`Services/Storage/DiskCache+Configuration.swift`).
     var cache = CacheConfiguration()
-    /// `download.*` (`Services/Downloader+Configuration.swift`).
+    /// `download.*` (`Services/Fetch/Downloader+Configuration.swift`).
     var download = DownloadConfiguration()
-    /// `transcode.*` and `limits.*` (`Services/TranscodePool+Configuration.swift`).
+    /// `transcode.*` and `limits.*` (`Services/Conversion/TranscodePool+Configuration.swift`).
     var transcode = TranscodeConfiguration()
     /// `http.*` (`Controllers/HTTPConfiguration.swift`).
     var http = HTTPConfiguration()
-    /// `signing.*` (`Services/URLSigner+Configuration.swift`).
+    /// `signing.*` (`Services/Signing/URLSigner+Configuration.swift`).
     var signing = SigningConfiguration()
-    /// `webhooks.*` (`Services/Webhooks+Configuration.swift`).
+    /// `webhooks.*` (`Services/Webhooks/Webhooks+Configuration.swift`).
     var webhooks = WebhookConfiguration()
     /// `rewrite.*` (`Controllers/RewriteController+Configuration.swift`).
     var rewrite = RewriteConfiguration()
