@@ -46,7 +46,7 @@ public enum MemoryPrediction {
             maxHeight: options.maxOutputHeight)
         let pixels = size.width * size.height
         var peak = self.video.bytes(pixels: pixels)
-        for extra in ExtraFormat.registry where options.rendition.extraFormats.contains(extra.format.name) {
+        for extra in ExtraFormat.registry where options.rendition.extraFormats.contains(extra.format) {
             if let maxSide = extra.maxSide, max(size.width, size.height) > maxSide { continue }
             peak = max(peak, extra.cost.bytes(pixels: pixels))
         }

@@ -86,6 +86,30 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
     public static func withExtension(_ fileExtension: Substring) -> OutputFormat? {
         self.withExtension(String(fileExtension))
     }
+
+    /// Whether its pictures are AV1 (the animated AVIF and its still): the encoders with the largest memory and
+    /// the ladder that gave such objects keys of their own (`TranscodeOptions.outputFingerprint`).
+    public var isAVIF: Bool { self.mediaType == OutputFormat.avif.mediaType }
+}
+
+/// A format travels as its name, as clients and manifests spell it (`"webp"`, `"poster.avif"`): options queued for a
+/// fleet, and the options a key records, read the same as when they were `[String]`. A name the registry does not
+/// know does not decode; a manifest keeps its entries' names as text, so a newer node's format is still listed there.
+extension OutputFormat: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let name = try container.decode(String.self)
+        guard let format = OutputFormat.named(name) else {
+            throw DecodingError.dataCorruptedError(
+                in: container, debugDescription: "\"\(name)\" is not an output format this build makes")
+        }
+        self = format
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(self.name)
+    }
 }
 
 /// A file's role in an object: what answers, signed links and manifests call it (the keys of `POST /transcode`'s

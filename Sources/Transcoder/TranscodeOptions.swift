@@ -104,7 +104,7 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
     /// Files made besides the video and the poster, by registry name (`ObjectFiles.extras`): `webp` is an
     /// animated WebP that keeps transparency. Each at most once, in the registry's order (`withExtraFormats`).
     /// Default none.
-    public var extraFormats: [String] = []
+    public var extraFormats: [OutputFormat] = []
     /// A preview rendition: the animation's first `previewSeconds` seconds (the frame that crosses the cut shown
     /// until it), its video at most `previewMaxBytes` (`Transcoder.encodePreview`); nil, the default: all of it.
     public var previewSeconds: Int? = nil
@@ -116,13 +116,14 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
 
     public init() {}
 
-    /// This rendition also making `formats` (registry names), each once, in the registry's order.
-    public func withExtraFormats(_ formats: some Sequence<String>) -> RenditionSpec {
+    /// This rendition also making `formats`, each once, in the registry's order (a format that is not an extra
+    /// after them, by name: `violations` names it).
+    public func withExtraFormats(_ formats: some Sequence<OutputFormat>) -> RenditionSpec {
         var copy = self
         let wanted = Set(self.extraFormats).union(formats)
         copy.extraFormats =
-            ObjectFiles.extras.map(\.name).filter(wanted.contains)
-            + wanted.subtracting(ObjectFiles.extras.map(\.name)).sorted()
+            ObjectFiles.extras.filter(wanted.contains)
+            + wanted.subtracting(ObjectFiles.extras).sorted { $0.name < $1.name }
         return copy
     }
 
@@ -139,7 +140,7 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
         self.threads = try container.decode(Int.self, forKey: .threads)
         self.maxOutputWidth = try container.decode(Int.self, forKey: .maxOutputWidth)
         self.maxOutputHeight = try container.decode(Int.self, forKey: .maxOutputHeight)
-        self.extraFormats = try container.decodeIfPresent([String].self, forKey: .extraFormats) ?? []
+        self.extraFormats = try container.decodeIfPresent([OutputFormat].self, forKey: .extraFormats) ?? []
         self.previewSeconds = try container.decodeIfPresent(Int.self, forKey: .previewSeconds)
     }
 
@@ -156,12 +157,12 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
             "maxOutputWidth", self.maxOutputWidth >= 2, "at least 2", self.maxOutputWidth, into: &found)
         RangeViolation.check(
             "maxOutputHeight", self.maxOutputHeight >= 2, "at least 2", self.maxOutputHeight, into: &found)
-        let known = ObjectFiles.extras.map(\.name)
         RangeViolation.check(
             "extraFormats",
-            self.extraFormats.allSatisfy(known.contains) && Set(self.extraFormats).count == self.extraFormats.count,
-            "each at most once, of \(known.joined(separator: ", "))", self.extraFormats.joined(separator: ","),
-            into: &found)
+            self.extraFormats.allSatisfy(ObjectFiles.extras.contains)
+                && Set(self.extraFormats).count == self.extraFormats.count,
+            "each at most once, of \(ObjectFiles.extras.map(\.name).joined(separator: ", "))",
+            self.extraFormats.map(\.name).joined(separator: ","), into: &found)
         if let seconds = self.previewSeconds {
             let range = Self.previewSecondsRange
             RangeViolation.check(
@@ -299,10 +300,10 @@ public struct TranscodeOptions: Hashable, Sendable, Codable {
             + "guard=\(self.maxSizeRatio)/\(self.maxExtraAttempts)/\(self.minSSIM)"
             // Only when asked: the keys of objects without extra files stay what they were.
             + (self.rendition.extraFormats.isEmpty
-                ? "" : ";extra=\(self.rendition.extraFormats.joined(separator: ","))")
+                ? "" : ";extra=\(self.rendition.extraFormats.map(\.name).joined(separator: ","))")
             + (self.rendition.previewSeconds.map { ";preview=\($0)" } ?? "")
             // The AVIF's ladder (q40 up to q56, no alpha plane for an opaque source) makes other bytes than the q32
             // rungs did: objects with an AVIF get keys of their own; the others keep theirs.
-            + (self.rendition.extraFormats.contains { $0.hasSuffix("avif") } ? ";avif=2" : "")
+            + (self.rendition.extraFormats.contains(where: \.isAVIF) ? ";avif=2" : "")
     }
 }

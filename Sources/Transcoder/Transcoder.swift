@@ -117,7 +117,7 @@ public struct Transcoder: Sendable {
         _ bytes: UnsafeRawBufferPointer, plan: Plan, transparent: Bool, beside base: String, temporaries: inout [String]
     ) throws -> [(entry: ManifestEntry, temporary: String, path: String)] {
         var made: [(entry: ManifestEntry, temporary: String, path: String)] = []
-        for extra in ExtraFormat.registry where self.options.rendition.extraFormats.contains(extra.format.name) {
+        for extra in ExtraFormat.registry where self.options.rendition.extraFormats.contains(extra.format) {
             let format = extra.format
             let path = base + "." + format.fileExtension
             guard extra.isMade(self, plan, transparent) else { continue }

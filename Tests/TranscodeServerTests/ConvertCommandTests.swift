@@ -44,7 +44,7 @@ import Testing
         ])
         #expect(listed.alsoFormats == ["webm", "poster.webp"] && listed.alsoFormats == repeated.alsoFormats)
         let twice = try ConvertCommand.parse(["a.gif", "--also", "webm,webm", "--out", "/nonexistent/out"])
-        #expect(twice.options.rendition.extraFormats == ["webm"])
+        #expect(twice.options.rendition.extraFormats == [.webm])
         for refused in ["webm,", "webm,gif"] {
             #expect(throws: (any Error).self, "\(refused)") {
                 _ = try ConvertCommand.parse(["a.gif", "--also", refused, "--out", "/nonexistent/out"])

@@ -259,7 +259,7 @@ import Transcoder
             #expect(converted.text.contains(#"<img src="/corpus/odd_3x1_anim.gif"><img src="/corpus/none.gif">"#))
             // The 3x1 GIF (95 bytes) was converted, and is left because nothing beats it (not because it failed).
             var options = harness.services.transcodes.defaultOptions
-            options.rendition = options.rendition.withExtraFormats(ImageNegotiation.objectFormats.map(\.name))
+            options.rendition = options.rendition.withExtraFormats(ImageNegotiation.objectFormats)
             let tiny = try #require(
                 try harness.services.transcodes.cachedMetadata(
                     url: URL(string: harness.originURL("/corpus/odd_3x1_anim.gif"))!, options: options))

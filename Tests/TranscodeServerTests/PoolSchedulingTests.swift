@@ -176,7 +176,7 @@ import Transcoder
     @Test func predictionsFollowFormatsAndTheBox() {
         var options = TranscodeOptions()
         let video = MemoryPrediction.peakBytes(width: 1080, height: 1080, sourceBytes: 0, options: options)
-        options.rendition = options.rendition.withExtraFormats(["webp", "avif"])
+        options.rendition = options.rendition.withExtraFormats([.webp, .avif])
         let avif = MemoryPrediction.peakBytes(width: 1080, height: 1080, sourceBytes: 0, options: options)
         #expect(video == MemoryPrediction.video.bytes(pixels: 1080 * 1080))
         #expect(avif == MemoryPrediction.avif.bytes(pixels: 1080 * 1080))

@@ -9,9 +9,9 @@ import Transcoder
 /// What every `ResultStore` must do, run against each implementation: the local disk here, S3 (SeaweedFS) in
 /// `S3StoreTests`.
 enum ResultStoreContract {
-    /// A real object: `loop_1.gif` converted into `directory` (with `extras`, say `["webp"]`). - Returns: its key
+    /// A real object: `loop_1.gif` converted into `directory` (with `extras`, say `[.webp]`). - Returns: its key
     /// and metadata.
-    static func makeObject(in directory: String, extras: [String] = []) throws -> (
+    static func makeObject(in directory: String, extras: [OutputFormat] = []) throws -> (
         key: ObjectKey, metadata: TranscodeMetadata
     ) {
         let gif = try corpusBytes("loop_1.gif")
@@ -30,7 +30,7 @@ enum ResultStoreContract {
         for directory in [made, back] {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
-        let (key, metadata) = try self.makeObject(in: made, extras: ["webp"])
+        let (key, metadata) = try self.makeObject(in: made, extras: [.webp])
         let webp = try #require(FileManager.default.contents(atPath: "\(made)/\(key).webp"))
         #expect(metadata.otherArtifacts.map(\.format) == ["webp"])
         try await store.putObject(key, from: made)

@@ -193,7 +193,7 @@ import Transcoder
             #expect(output.contains(missing))
             #expect(output.contains(kept))
             var options = TranscodeOptions()
-            options.rendition = options.rendition.withExtraFormats(["webm", "poster.webp"])
+            options.rendition = options.rendition.withExtraFormats([.webm, .webpPoster])
             let metadata = try #require(
                 try harness.services.transcodes.cachedMetadata(
                     url: URL(string: harness.originURL("/corpus/cartoon_hotdog.gif"))!, options: options))

@@ -77,7 +77,7 @@ import Testing
         let sourcePath = CorpusTests.corpusDirectory + "/" + test.name
         let source = try [UInt8](Data(contentsOf: URL(fileURLWithPath: sourcePath)))
         var options = TranscodeOptions()
-        options.rendition = options.rendition.withExtraFormats(["webm"])
+        options.rendition = options.rendition.withExtraFormats([.webm])
         try await withTemporaryDirectory { directory in
             let metadata = try await convertFiles(source, options: options, directory: directory, name: "out")
             let entry = try #require(metadata.otherArtifacts.first { $0.format == "webm" }, "no WebM made")

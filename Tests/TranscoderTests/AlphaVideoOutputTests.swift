@@ -59,7 +59,7 @@ import Testing
             ? try Self.oddTransparent(transparent: test.name == "odd-transparent")
             : try [UInt8](Data(contentsOf: URL(fileURLWithPath: CorpusTests.corpusDirectory + "/" + test.name)))
         var options = TranscodeOptions()
-        options.rendition = options.rendition.withExtraFormats(["webm"])
+        options.rendition = options.rendition.withExtraFormats([.webm])
         try await withTemporaryDirectory { directory in
             let metadata = try await convertFiles(source, options: options, directory: directory, name: "out")
             let webmPath = directory + "/out.webm"

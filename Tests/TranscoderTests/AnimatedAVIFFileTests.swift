@@ -33,7 +33,7 @@ import Testing
         let path = CorpusTests.corpusDirectory + "/cartoon_hotdog.gif"
         let gif = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
         var options = TranscodeOptions()
-        options.rendition = options.rendition.withExtraFormats(["avif"])
+        options.rendition = options.rendition.withExtraFormats([.avif])
         var files: [[UInt8]] = []
         for round in 0..<2 {
             // A second apart: libavif's clock is in seconds.
@@ -80,7 +80,7 @@ import Testing
     func theLadderKeepsTheFloorAndAlphaOnlyWhenTransparent(name: String) async throws {
         let gif = try [UInt8](Data(contentsOf: URL(fileURLWithPath: CorpusTests.corpusDirectory + "/" + name)))
         var options = TranscodeOptions()
-        options.rendition = options.rendition.withExtraFormats(["avif"])
+        options.rendition = options.rendition.withExtraFormats([.avif])
         try await withTemporaryDirectory { directory in
             let metadata = try await convertFiles(gif, options: options, directory: directory, name: "a")
             let entry = try #require(ObjectFiles.recorded(.avif, in: metadata), "\(name): no AVIF kept")

@@ -52,7 +52,7 @@ import Testing
     /// The options that convert `test` with `format` as an extra, in its box when it has one.
     static func options(_ test: Case, format: String) -> TranscodeOptions {
         var options = TranscodeOptions()
-        options.rendition = options.rendition.withExtraFormats([format])
+        options.rendition = options.rendition.withExtraFormats(OutputFormat.named(format).map { [$0] } ?? [])
         if let box = test.box {
             options.maxOutputWidth = box.width
             options.maxOutputHeight = box.height

@@ -91,7 +91,7 @@ struct ConvertCommand: ParsableCommand {
         options.maxSizeRatio = self.maxSizeRatio
         options.maxExtraAttempts = self.maxExtraAttempts
         options.minSSIM = self.minSSIM
-        options.rendition = options.rendition.withExtraFormats(self.alsoFormats)
+        options.rendition = options.rendition.withExtraFormats(self.alsoFormats.compactMap(Self.extra(named:)))
         options.rendition.previewSeconds = self.preview
         return options
     }
@@ -99,6 +99,10 @@ struct ConvertCommand: ParsableCommand {
     func validate() throws {
         guard RGBColor(hex: self.background) != nil else {
             throw ValidationError("--background must be RRGGBB or #RRGGBB, got \(self.background)")
+        }
+        for name in self.alsoFormats where Self.extra(named: name) == nil {
+            let known = ObjectFiles.extras.map(\.name).joined(separator: ", ")
+            throw ValidationError("--also: unknown format \"\(name)\"; the formats are \(known)")
         }
         do {
             try self.options.validate()
@@ -109,7 +113,7 @@ struct ConvertCommand: ParsableCommand {
         // and an extension of two parts (`a.gif` with `--also poster.webp`, `a.poster.gif` with `--also webp`).
         let extensions =
             [ObjectFiles.video, ObjectFiles.poster, ObjectFiles.manifest].map(\.fileExtension)
-            + ObjectFiles.extras.filter { self.alsoFormats.contains($0.name) }.map(\.fileExtension)
+            + self.options.rendition.extraFormats.map(\.fileExtension)
         var seen: [String: String] = [:]
         for input in self.inputs {
             let name = Self.name(of: input)
@@ -120,6 +124,11 @@ struct ConvertCommand: ParsableCommand {
                 seen[file] = input
             }
         }
+    }
+
+    /// The extra format `name` names (`ObjectFiles.extras`), nil for any other.
+    static func extra(named name: String) -> OutputFormat? {
+        ObjectFiles.extras.first { $0.name == name }
     }
 
     /// The output name of an input: its file name without the extension.

@@ -143,7 +143,7 @@ final class TranscodeService: Sendable {
         options.rendition.previewSeconds = previewSeconds
         if let maxWidth { options.maxOutputWidth = min(options.maxOutputWidth, maxWidth) }
         if let maxHeight { options.maxOutputHeight = min(options.maxOutputHeight, maxHeight) }
-        options.rendition = options.rendition.withExtraFormats(extraFormats.map(\.name))
+        options.rendition = options.rendition.withExtraFormats(extraFormats)
         return options
     }
 

@@ -217,10 +217,10 @@ struct TranscodeWork: JobPerformer {
     ) -> (options: TranscodeOptions, memory: Int) {
         let memory = MemoryPrediction.peakBytes(of: gif, options: options)
         guard let limit = self.pool.conversionBytes, memory > limit,
-            options.rendition.extraFormats.contains(where: { $0.hasSuffix("avif") })
+            options.rendition.extraFormats.contains(where: \.isAVIF)
         else { return (options, memory) }
         var lighter = options
-        lighter.rendition.extraFormats.removeAll { $0.hasSuffix("avif") }
+        lighter.rendition.extraFormats.removeAll(where: \.isAVIF)
         self.logger.info(
             "avif not made: over the memory budget",
             metadata: [
