@@ -57,6 +57,18 @@ import Transcoder
         let asked = OutputFormat.all.filter { $0 != ObjectFiles.manifest }.map(\.name)
         #expect(text.contains("enum: [\(asked.joined(separator: ", "))]"), "the formats' enum is not \(asked)")
         #expect(text.contains("Its format's name: \(asked.joined(separator: ", "))."))
+        // The extras, where the spec lists them in prose (the query's `formats`, the signed path's `also:`), and the
+        // media route's file pattern.
+        let extras = ObjectFiles.extras.map { "`\($0.name)`" }.joined(separator: ", ")
+        #expect(text.components(separatedBy: "(\(extras))").count - 1 == 1, "the query's formats are not \(extras)")
+        #expect(text.contains("`also:webm`: \(extras) in that order"), "also: does not list \(extras)")
+        let pattern = OutputFormat.all.map { $0.fileExtension.replacingOccurrences(of: ".", with: "\\\\.") }
+        #expect(text.contains("\\\\.(\(pattern.joined(separator: "|")))$"), "the media pattern is not \(pattern)")
+        // `convert --also`'s help names every extra.
+        let convertHelp = ConvertCommand.helpMessage(columns: 10_000)
+        for extra in ObjectFiles.extras {
+            #expect(convertHelp.contains(" \(extra.name), "), "convert --help does not name \(extra.name)")
+        }
         let help = try await runProcess(try OperationsTests.debugBinary(), ["sign", "--help"], timeout: .seconds(60))
         let words = help.stdout.replacingOccurrences(of: "\n", with: " ").split(whereSeparator: \.isWhitespace)
             .joined(separator: " ")
