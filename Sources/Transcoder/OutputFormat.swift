@@ -17,6 +17,8 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
     public let isAnimated: Bool
     /// libavformat's muxer for it, when libavformat writes it.
     public let muxerName: String?
+    /// What it is, in a few words, for help texts (`convert --also`): "an animated WebP that keeps transparency".
+    public let summary: String
 
     public var description: String { self.name }
 
@@ -28,42 +30,52 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
     /// H.264 in MP4 (yuv420p, faststart): what every browser and AVPlayer play.
     public static let mp4 = OutputFormat(
         name: "mp4", fileExtension: "mp4", mediaType: "video/mp4", supportsAlpha: false, isAnimated: true,
-        muxerName: "mp4")
+        muxerName: "mp4",
+        summary: "H.264 in MP4, what every browser and AVPlayer play")
     /// The JPEG poster: the first frame as shown.
     public static let jpeg = OutputFormat(
         name: "jpg", fileExtension: "jpg", mediaType: "image/jpeg", supportsAlpha: false, isAnimated: false,
-        muxerName: nil)
+        muxerName: nil,
+        summary: "the JPEG poster, the first picture as shown")
     /// An animated WebP that keeps transparency, each picture's own duration and the play count: what a page's
     /// `<img>` shows over whatever is behind it, in Chromium, Firefox and Safari 14 and later.
     public static let webp = OutputFormat(
         name: "webp", fileExtension: "webp", mediaType: "image/webp", supportsAlpha: true, isAnimated: true,
-        muxerName: nil)
+        muxerName: nil,
+        summary: "an animated WebP that keeps transparency")
     /// An animated AVIF (AV1) that keeps transparency and each picture's own duration: the smallest file a page's
     /// `<img>` shows in Chromium, Firefox and Safari 16 and later. Made only of sources that loop forever (its
     /// encoder writes no loop count).
     public static let avif = OutputFormat(
         name: "avif", fileExtension: "avif", mediaType: "image/avif", supportsAlpha: true, isAnimated: true,
-        muxerName: nil)
+        muxerName: nil,
+        summary: "an animated AVIF that keeps transparency (of inputs that loop forever)")
     /// VP9 with alpha in WebM: a `<video>` that keeps transparency (Chromium, Firefox), at the source's own size
     /// (VP9 has no even-size rule), each picture's own display time.
     public static let webm = OutputFormat(
         name: "webm", fileExtension: "webm", mediaType: "video/webm", supportsAlpha: true, isAnimated: true,
-        muxerName: "webm")
+        muxerName: "webm",
+        summary:
+            "VP9 with alpha in WebM, a video that keeps transparency and odd sizes (of inputs with transparency or of odd size)"
+    )
     /// A still WebP of the first picture as shown, transparency kept: the poster of a transparent GIF's WebM (the
     /// JPEG is flattened over the background colour), and the still an app shows before playback over its own
     /// background. Its extension has two parts (`<key>.poster.webp`, `/v1/.../<source>.poster.webp`), as the animated
     /// WebP has `webp`.
     public static let webpPoster = OutputFormat(
         name: "poster.webp", fileExtension: "poster.webp", mediaType: "image/webp", supportsAlpha: true,
-        isAnimated: false, muxerName: nil)
+        isAnimated: false, muxerName: nil,
+        summary: "a still WebP of the first picture that keeps transparency")
     /// The same still as an AVIF (`<key>.poster.avif`): smaller, as costly as the AVIF's encoder makes one picture.
     public static let avifPoster = OutputFormat(
         name: "poster.avif", fileExtension: "poster.avif", mediaType: "image/avif", supportsAlpha: true,
-        isAnimated: false, muxerName: nil)
+        isAnimated: false, muxerName: nil,
+        summary: "a still AVIF of the first picture that keeps transparency")
     /// The object's manifest: `TranscodeMetadata` as JSON.
     public static let manifest = OutputFormat(
         name: "json", fileExtension: "json", mediaType: "application/json; charset=utf-8", supportsAlpha: false,
-        isAnimated: false, muxerName: nil)
+        isAnimated: false, muxerName: nil,
+        summary: "the object's manifest (JSON)")
 
     /// Every format in the registry.
     public static let all: [OutputFormat] = [.mp4, .jpeg, .webp, .avif, .webm, .webpPoster, .avifPoster, .manifest]

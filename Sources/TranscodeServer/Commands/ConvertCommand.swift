@@ -40,12 +40,16 @@ struct ConvertCommand: ParsableCommand {
     @Option(name: .long, help: "Size guard: the SSIM (luma, 0-1) no re-encode may fall under.")
     var minSSIM: Double = TranscodeOptions.defaultMinSSIM
 
-    @Option(
-        name: .customLong("also"),
-        help:
-            "Also make this file of each input (repeatable, or several comma-separated as in the signed URL's also:webm,poster.webp): webp, an animated WebP that keeps transparency; avif, an animated AVIF that keeps it too (of inputs that loop forever); webm, VP9 with alpha in WebM, a video that keeps it and odd sizes (of inputs with transparency or of odd size); poster.webp, a still WebP of the first picture that keeps it; poster.avif, the same still as an AVIF."
-    )
+    @Option(name: .customLong("also"), help: ArgumentHelp(Self.alsoHelp))
     var extraFormats: [String] = []
+
+    /// `--also`'s help: every extra of the registry (`ObjectFiles.extras`) with its summary, so a format added there
+    /// is listed here without an edit.
+    static var alsoHelp: String {
+        "Also make this file of each input (repeatable, or several comma-separated as in the signed URL's "
+            + "also:webm,poster.webp): "
+            + ObjectFiles.extras.map { "\($0.name), \($0.summary)" }.joined(separator: "; ") + "."
+    }
 
     /// `--also`'s formats, each of its values split at commas.
     var alsoFormats: [String] {
