@@ -5,7 +5,7 @@ import Testing
 
 /// Formats travel as themselves (`OutputFormat`) from a request to the encoder, and as their names on the wire: the
 /// options a fleet queued and the keys objects were stored under read the same as when the list was `[String]`.
-@Suite struct OutputFormatCodingTests {
+@Suite(.tags(.unit), .timeLimit(.minutes(1))) struct OutputFormatCodingTests {
     /// The registry's order, whatever the order asked, and each once.
     @Test func extrasAreKeptInTheRegistrysOrder() {
         let spec = RenditionSpec().withExtraFormats([.avifPoster, .webp, .webp])
