@@ -1,7 +1,8 @@
 import HTTPTypes
 import Hummingbird
 
-/// Which routes browsers on other origins may call, applied with Hummingbird's `CORSMiddleware`:
+/// Which routes browsers on other origins may call (`ResponsePolicy.cors`, the rule the hit handlers ahead of the
+/// router follow too), applied with Hummingbird's `CORSMiddleware`:
 ///
 /// - `/media/...` and `GET /v1/...` are public (content-addressed or signed): `Access-Control-Allow-Origin: *`,
 ///   with the headers a video player reads (`Content-Range`, `Accept-Ranges`, ...) exposed.
@@ -31,13 +32,15 @@ struct CORSPolicyMiddleware<Context: RequestContext>: RouterMiddleware {
         let path = request.uri.path
         let policy: CORSMiddleware<Context>
         let exposed: String
-        if path.hasPrefix("/media/") || (path.hasPrefix("/v1/") && request.method != .delete && !Self.isAdmin(path)) {
+        switch ResponsePolicy.cors(path: path, method: request.method) {
+        case .publicRead:
             (policy, exposed) = (self.publicPolicy, CORSHeaders.publicExposedValue)
-        } else if path == "/transcode" || path.hasPrefix("/jobs/"), let origin = request.headers[.origin],
-            self.allowedOrigins.contains("*") || self.allowedOrigins.contains(origin)
-        {
+        case .api:
+            guard let origin = request.headers[.origin],
+                self.allowedOrigins.contains("*") || self.allowedOrigins.contains(origin)
+            else { return try await next(request, context) }
             (policy, exposed) = (self.apiPolicy, CORSHeaders.apiExposedValue)
-        } else {
+        case .none:
             return try await next(request, context)
         }
         var response = try await policy.handle(request, context: context, next: next)
@@ -47,11 +50,6 @@ struct CORSPolicyMiddleware<Context: RequestContext>: RouterMiddleware {
             response.headers[.accessControlExposeHeaders] = exposed
         }
         return response
-    }
-
-    /// The purge routes, which no page calls.
-    private static func isAdmin(_ path: String) -> Bool {
-        path.hasPrefix("/v1/objects/") || path == "/v1/sources"
     }
 }
 

@@ -24,8 +24,8 @@ struct MediaController<Context: RequestContext>: Sendable {
     static var chunkLength: Int { 64 * 1024 }
 
     func addRoutes(to router: Router<Context>) {
-        router.get("media/{file}", use: self.get)
-        router.head("media/{file}", use: self.head)
+        router.get(RouterPath(ResponsePolicy.media.routerPath), use: self.get)
+        router.head(RouterPath(ResponsePolicy.media.routerPath), use: self.head)
     }
 
     @Sendable func get(_ request: Request, context: Context) async throws -> Response {
@@ -40,7 +40,8 @@ struct MediaController<Context: RequestContext>: Sendable {
         let name = try context.parameters.require("file")
         // The one spelling of a file's URL: the router also matches `//media/…` and `/media/…/` (it skips empty
         // path segments), which would give a file several URLs (split caches, and a second name to purge).
-        guard request.uri.path == "/media/" + name, let file = MediaAnswer.File(name: Substring(name)) else {
+        guard request.uri.path == ResponsePolicy.media.prefix + name, let file = MediaAnswer.File(name: Substring(name))
+        else {
             throw ServiceError.notFound("no such media")
         }
         return try await self.respond(

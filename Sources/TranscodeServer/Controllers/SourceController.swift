@@ -34,14 +34,14 @@ struct SourceController<Context: RequestContext>: Sendable {
     let resolved: ResolvedPaths
 
     /// Where the signed paths start.
-    static var prefix: String { "/v1/" }
+    static var prefix: String { ResponsePolicy.signed.prefix }
 
     /// `Cache-Control` of the route's answers: the URL's result may change when the origin's GIF does.
     static func cacheControl(maxAgeSeconds: Int) -> String { "public, max-age=\(maxAgeSeconds)" }
 
     func addRoutes(to router: Router<Context>) {
-        router.get("v1/**", use: self.get)
-        router.head("v1/**", use: self.head)
+        router.get(RouterPath(ResponsePolicy.signed.routerPath), use: self.get)
+        router.head(RouterPath(ResponsePolicy.signed.routerPath), use: self.head)
     }
 
     @Sendable func get(_ request: Request, context: Context) async throws -> Response {

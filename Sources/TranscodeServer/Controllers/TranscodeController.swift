@@ -23,7 +23,8 @@ struct TranscodeController<Context: RequestContext>: Sendable {
     let resolved: ResolvedBodies
 
     func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
-        router.group("transcode").add(middleware: authenticator).post(use: self.transcode)
+        router.group(RouterPath(ResponsePolicy.transcode.routerPath)).add(middleware: authenticator).post(
+            use: self.transcode)
         router.get("jobs/{id}", use: self.job)
     }
 

@@ -188,13 +188,15 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func candidate(path: String) -> Candidate? {
         // By UTF-8 code units: Character indexing was a visible part of a hit's cost.
         let query = path.utf8.firstIndex(of: UInt8(ascii: "?")) ?? path.endIndex
-        if path.utf8.starts(with: "/media/".utf8) {
+        let media = ResponsePolicy.media.prefix
+        if path.utf8.starts(with: media.utf8) {
             // A query is ignored, as by the router.
-            return MediaAnswer.File(name: path[path.utf8.index(path.startIndex, offsetBy: 7)..<query]).map {
-                .media($0)
-            }
+            return MediaAnswer.File(name: path[path.utf8.index(path.startIndex, offsetBy: media.utf8.count)..<query])
+                .map {
+                    .media($0)
+                }
         }
-        guard let route = self.source.signedRoute, path.hasPrefix(SourceController<AppRequestContext>.prefix)
+        guard let route = self.source.signedRoute, path.hasPrefix(ResponsePolicy.signed.prefix)
         else { return nil }
         // The raw path, as the route reads it (`uri.path`: no query, no percent-decoding).
         let signed = query == path.endIndex ? path : String(path[..<query])
@@ -261,10 +263,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 sink.add(MediaHitHandler.cacheField, "hit")
                 sink.add(.contentLength, length)
             }
-            sink.add(MediaHitHandler.requestIDField, self.id)
-            if self.publicCORS { CORSHeaders.addPublic(to: &sink) }
-            sink.add(.date, self.date)
-            if self.closing { sink.add(.connection, "close") }
+            ResponsePolicy.addClosingFields(
+                to: &sink, id: self.id, publicCORS: self.publicCORS, date: self.date, closing: self.closing)
         }
 
         /// The answer's head, for the HTTP codec.
@@ -284,7 +284,7 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let key: ObjectKey
         let fileExtension: String
         let cacheControl: String
-        let route: String
+        let route: ResponsePolicy.HitRoute
         let hit: HitLookup.FileHit
         switch candidate {
         case .media(let media):
@@ -292,14 +292,14 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 return nil
             }
             (key, fileExtension, cacheControl, route, hit) =
-                (media.key, media.fileExtension, self.source.cacheControl, "/media/{file}", found)
+                (media.key, media.fileExtension, self.source.cacheControl, ResponsePolicy.media, found)
         case .signed(let target):
             guard let signed = self.source.signedRoute,
                 let found = self.source.lookup.signed(
                     target.keys, fileExtension: target.source.fileExtension, service: signed.service)
             else { return nil }
             (key, fileExtension, cacheControl, route, hit) =
-                (found.key, target.source.fileExtension, signed.cacheControl, "/v1/**", found.hit)
+                (found.key, target.source.fileExtension, signed.cacheControl, ResponsePolicy.signed, found.hit)
         }
         guard let contentType = OutputFormat.withExtension(fileExtension)?.mediaType else { return nil }
         let (identity, kept) = (hit.file, hit.bytes)
@@ -333,7 +333,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
         return Answer(
             kind: .media(answer), body: body, file: file, release: release, closing: fields.asksToClose, method: method,
-            route: route, id: fields.makeID(), publicCORS: fields.origin != nil, date: HTTPDate.now, started: started)
+            route: route.template, id: fields.makeID(), publicCORS: fields.origin != nil && route.cors == .publicRead,
+            date: HTTPDate.now, started: started)
     }
 
     /// The answer to a `POST /transcode` whose JSON body is `body` (a body the route has answered before),
@@ -357,7 +358,8 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.source.metrics.cacheHit()
         return Answer(
             kind: .transcode(length: json.readableBytes), body: json, closing: fields.asksToClose,
-            method: .post, route: "/transcode", id: fields.makeID(), publicCORS: false, date: HTTPDate.now,
+            method: .post, route: ResponsePolicy.transcode.template, id: fields.makeID(), publicCORS: false,
+            date: HTTPDate.now,
             started: started)
     }
 

@@ -63,7 +63,8 @@ struct RawRequestHead {
                 self.bodyLength = framed ? length ?? 0 : nil
                 self.mayBeAnswered = (isGet || isHead) && version.last == 0x31 && length == nil && framed
                 self.mayBeTranscodeHit =
-                    isPost && version.last == 0x31 && length != nil && framed && target.elementsEqual("/transcode".utf8)
+                    isPost && version.last == 0x31 && length != nil && framed
+                    && target.elementsEqual(ResponsePolicy.transcode.template.utf8)
                 return
             }
             guard let colon = bytes[line].firstIndex(of: 0x3A), colon > line.lowerBound else { return nil }
