@@ -81,7 +81,7 @@ import Testing
         struct Failure: Error {}
         for _ in 0..<2000 {
             let task = Task<Int, any Error> { throw Failure() }
-            let result = await InProcessJobs.wait(for: task, upTo: 30)
+            let result = await task.waitForResult(upTo: 30)
             #expect(result != nil)
             if result == nil { break }
         }

@@ -51,7 +51,7 @@ final class InProcessJobs: TranscodeJobs {
         guard let seconds else {
             return .done(try await task.value, cacheHit: false)
         }
-        guard let result = await Self.wait(for: task, upTo: seconds) else {
+        guard let result = await task.waitForResult(upTo: seconds) else {
             return .pending(jobID: id)
         }
         return .done(try result.get(), cacheHit: false)
@@ -63,30 +63,6 @@ final class InProcessJobs: TranscodeJobs {
 
     func failure(of id: String) -> JobFailure? {
         self.failures.withLock { $0[id] }
-    }
-
-    /// The task's result, or nil when `seconds` pass first. Waiting ends at the deadline even though the
-    /// task goes on (awaiting `Task.value` cannot be interrupted, so a task group would wait for it): a
-    /// watcher, which lives exactly as long as the job, and a timer race to resume one continuation.
-    static func wait<Value: Sendable>(
-        for task: Task<Value, any Error>, upTo seconds: Double
-    ) async -> Result<Value, any Error>? {
-        let pending = ResumeOnce<Result<Value, any Error>?>()
-        return await withCheckedContinuation { continuation in
-            pending.set(continuation)
-            let timer = Task {
-                // Cancelled means the result came first: only a timer that ran its course answers "pending".
-                // (A cancelled sleep throws at once; resuming then raced the result, and a GIF that failed in
-                // a millisecond was answered 202 now and then: found by scripts/soak.)
-                guard (try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))) != nil else { return }
-                pending.resume(returning: nil)
-            }
-            Task {
-                let result = await task.result
-                pending.resume(returning: result)
-                timer.cancel()
-            }
-        }
     }
 
     private func recordFailure(_ key: String, _ error: ServiceError) {

@@ -35,7 +35,7 @@ extension PostgresQueue {
         late: (@Sendable (T) async -> Void)? = nil
     ) async throws -> T {
         let task = Task { try await body() }
-        guard let result = await InProcessJobs.wait(for: task, upTo: seconds) else {
+        guard let result = await task.waitForResult(upTo: seconds) else {
             task.cancel()
             if let late {
                 Task {
