@@ -106,16 +106,22 @@ public struct OutputFormat: Hashable, Sendable, CustomStringConvertible {
 
 /// A format travels as its name, as clients and manifests spell it (`"webp"`, `"poster.avif"`): options queued for a
 /// fleet, and the options a key records, read the same as when they were `[String]`. A name the registry does not
-/// know does not decode; a manifest keeps its entries' names as text, so a newer node's format is still listed there.
+/// know (a job a newer node queued during a rolling upgrade) decodes as `unknown(_:)`, as the name was kept before:
+/// the options read and encode as they came, and the conversion refuses them as it did (`invalid-options`, naming
+/// the format), rather than the job failing as unreadable. A manifest keeps its entries' names as text, so a newer
+/// node's format is still listed there.
 extension OutputFormat: Codable {
     public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        let name = try container.decode(String.self)
-        guard let format = OutputFormat.named(name) else {
-            throw DecodingError.dataCorruptedError(
-                in: container, debugDescription: "\"\(name)\" is not an output format this build makes")
-        }
-        self = format
+        let name = try decoder.singleValueContainer().decode(String.self)
+        self = OutputFormat.named(name) ?? .unknown(name)
+    }
+
+    /// A format this build does not know, kept by its name only: the options' `violations` name it, and it has no
+    /// encoder or stored file here.
+    static func unknown(_ name: String) -> OutputFormat {
+        OutputFormat(
+            name: name, fileExtension: name, mediaType: "application/octet-stream", supportsAlpha: false,
+            isAnimated: false, muxerName: nil, summary: "a format this build does not know")
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -173,6 +179,12 @@ public enum ObjectFiles {
     /// manifest with their sizes and digests (role: the format's name): the formats `ExtraFormat.registry` knows how
     /// to make, in its order.
     public static let extras: [OutputFormat] = ExtraFormat.registry.map(\.format)
+    /// The extra registered as `name` (`webp`, `poster.avif`), nil for any other name, the video's and the poster's
+    /// included: what a request's `formats`, a signed path's `also:` and `convert --also` may name.
+    public static func extra(named name: some StringProtocol) -> OutputFormat? {
+        self.extras.first { $0.name == name }
+    }
+
     /// The order to write or move an object's files in: the manifest last, so an object never exists half.
     public static let commitOrder: [OutputFormat] = media + extras + [manifest]
     /// The order to delete them in: the manifest first, so the object is a miss from then on.

@@ -101,7 +101,7 @@ public struct RenditionSpec: Hashable, Sendable, Codable {
     /// Canvases larger than this box are scaled down (aspect kept). Default 1920 x 1080.
     public var maxOutputWidth: Int = 1920
     public var maxOutputHeight: Int = 1080
-    /// Files made besides the video and the poster, by registry name (`ObjectFiles.extras`): `webp` is an
+    /// Files made besides the video and the poster (`ObjectFiles.extras`, each encoded as its name): `webp` is an
     /// animated WebP that keeps transparency. Each at most once, in the registry's order (`withExtraFormats`).
     /// Default none.
     public var extraFormats: [OutputFormat] = []

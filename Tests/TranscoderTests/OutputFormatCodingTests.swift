@@ -30,18 +30,28 @@ import Testing
         #expect(stills.outputFingerprint == TranscodeOptions().outputFingerprint + ";extra=poster.webp")
     }
 
-    /// A name the registry does not know does not decode, and says which; a format that is not an extra (the video's)
-    /// is a violation of the options, named.
-    @Test func anUnknownOrWrongFormatIsRefused() throws {
-        let json = String(decoding: try JSONEncoder().encode(RenditionSpec()), as: UTF8.self)
-        let unknown = json.replacingOccurrences(of: #""extraFormats":[]"#, with: #""extraFormats":["webm","gif"]"#)
-        #expect(unknown != json)
-        #expect(throws: DecodingError.self) {
-            _ = try JSONDecoder().decode(RenditionSpec.self, from: Data(unknown.utf8))
-        }
+    /// A name the registry does not know (a job a newer node queued) is kept by its name, as when the list was
+    /// `[String]`: the options encode and key as they came, and the conversion refuses them (`invalid-options`).
+    /// A format that is not an extra (the video's) is a violation too.
+    @Test func anUnknownFormatIsKeptByItsNameAndRefused() async throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let json = String(decoding: try encoder.encode(RenditionSpec()), as: UTF8.self)
+        let newer = json.replacingOccurrences(of: #""extraFormats":[]"#, with: #""extraFormats":["webm","thumb.jxl"]"#)
+        #expect(newer != json)
         var options = TranscodeOptions()
-        options.rendition.extraFormats = [.mp4]
-        #expect(options.violations.map(\.field) == ["extraFormats"])
-        #expect(options.violations.first?.value == "mp4")
+        options.rendition = try JSONDecoder().decode(RenditionSpec.self, from: Data(newer.utf8))
+        #expect(options.rendition.extraFormats.map(\.name) == ["webm", "thumb.jxl"])
+        #expect(String(decoding: try encoder.encode(options.rendition), as: UTF8.self) == newer)
+        #expect(options.outputFingerprint.hasSuffix(";extra=webm,thumb.jxl"))
+        #expect(options.violations.map(\.value) == ["webm,thumb.jxl"])
+        #expect(ObjectFiles.extra(named: "thumb.jxl") == nil && OutputFormat.named("thumb.jxl") == nil)
+        var gif = GIFBuilder(width: 8, height: 8)
+        gif.frames = [.filled(1, width: 8, height: 8, delay: 10)]
+        try await expectFailure(try gif.build(), .invalidOptions, options: options)
+        var video = TranscodeOptions()
+        video.rendition.extraFormats = [.mp4]
+        #expect(video.violations.map(\.field) == ["extraFormats"])
+        #expect(video.violations.first?.value == "mp4")
     }
 }

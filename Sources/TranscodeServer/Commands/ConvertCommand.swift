@@ -95,7 +95,7 @@ struct ConvertCommand: ParsableCommand {
         options.maxSizeRatio = self.maxSizeRatio
         options.maxExtraAttempts = self.maxExtraAttempts
         options.minSSIM = self.minSSIM
-        options.rendition = options.rendition.withExtraFormats(self.alsoFormats.compactMap(Self.extra(named:)))
+        options.rendition = options.rendition.withExtraFormats(self.alsoFormats.compactMap(ObjectFiles.extra(named:)))
         options.rendition.previewSeconds = self.preview
         return options
     }
@@ -104,7 +104,7 @@ struct ConvertCommand: ParsableCommand {
         guard RGBColor(hex: self.background) != nil else {
             throw ValidationError("--background must be RRGGBB or #RRGGBB, got \(self.background)")
         }
-        for name in self.alsoFormats where Self.extra(named: name) == nil {
+        for name in self.alsoFormats where ObjectFiles.extra(named: name) == nil {
             let known = ObjectFiles.extras.map(\.name).joined(separator: ", ")
             throw ValidationError("--also: unknown format \"\(name)\"; the formats are \(known)")
         }
@@ -128,11 +128,6 @@ struct ConvertCommand: ParsableCommand {
                 seen[file] = input
             }
         }
-    }
-
-    /// The extra format `name` names (`ObjectFiles.extras`), nil for any other.
-    static func extra(named name: String) -> OutputFormat? {
-        ObjectFiles.extras.first { $0.name == name }
     }
 
     /// The output name of an input: its file name without the extension.

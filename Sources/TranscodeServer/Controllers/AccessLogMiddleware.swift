@@ -11,7 +11,7 @@ import Logging
 struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
     let metrics: ServiceMetrics
 
-    static var requestIDField: HTTPField.Name { HTTPField.Name("X-Request-Id")! }
+    static var requestIDField: HTTPField.Name { ResponsePolicy.requestIDField }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response

@@ -52,13 +52,16 @@ enum ResponsePolicy {
         path.hasPrefix("/v1/objects/") || path == "/v1/sources"
     }
 
+    /// `X-Request-Id`, made once: every answer carries it, and a hit's answer is written without building it again.
+    static let requestIDField = HTTPField.Name("X-Request-Id")!
+
     /// The fields a hit's answer ends with, in the order the router's answers have them: the request's id
     /// (`AccessLogMiddleware`), the public CORS fields when the request came from another origin
     /// (`CORSPolicyMiddleware`), `Date` (Hummingbird), and `Connection: close` when the request asked for it.
     static func addClosingFields(
         to sink: inout some HeaderFieldSink, id: String, publicCORS: Bool, date: String, closing: Bool
     ) {
-        sink.add(AccessLogMiddleware<AppRequestContext>.requestIDField, id)
+        sink.add(Self.requestIDField, id)
         if publicCORS { CORSHeaders.addPublic(to: &sink) }
         sink.add(.date, date)
         if closing { sink.add(.connection, "close") }

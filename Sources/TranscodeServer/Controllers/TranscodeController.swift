@@ -94,12 +94,7 @@ struct TranscodeController<Context: RequestContext>: Sendable {
             let path = try await UploadReceiver.receive(
                 request.body, limit: limit, timeout: self.bodyTimeout, into: self.temporaryDirectory)
             defer { unlink(path) }
-            let gif = try await NIOThreadPool.singleton.runIfActive {
-                guard let data = FileManager.default.contents(atPath: path) else {
-                    throw ServiceError.internal("the received upload vanished")
-                }
-                return [UInt8](data)
-            }
+            let gif = try await ReceivingFile.readAll(path, what: "received upload")
             let keys = try await self.service.uploadKeys(gif, options: options)
             // The webhook reports a failure of the request too.
             let subscriber = callback.map { self.notify($0, id: keys.key.rawValue, url: nil) }

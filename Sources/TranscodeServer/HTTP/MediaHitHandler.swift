@@ -92,7 +92,6 @@ final class MediaHitHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private typealias AccessLog = AccessLogMiddleware<AppRequestContext>
-    fileprivate static let requestIDField = AccessLog.requestIDField
 
     private let source: Source
 
@@ -430,7 +429,7 @@ struct HitFields: Equatable {
     /// The fields read, and where each goes.
     static let read: [(name: HTTPField.Name, field: WritableKeyPath<HitFields, String?> & Sendable)] = [
         (.range, \.range), (.ifRange, \.ifRange), (.ifNoneMatch, \.ifNoneMatch), (.origin, \.origin),
-        (.connection, \.connection), (MediaHitHandler.requestIDField, \.requestID), (.contentType, \.contentType),
+        (.connection, \.connection), (ResponsePolicy.requestIDField, \.requestID), (.contentType, \.contentType),
         (.authorization, \.authorization),
     ]
 

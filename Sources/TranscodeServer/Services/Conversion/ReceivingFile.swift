@@ -41,6 +41,17 @@ final class ReceivingFile: Sendable {
         }
     }
 
+    /// The whole of a received file (at most the download or upload limit), read on the I/O pool: the bytes a
+    /// conversion takes. - Throws: `internal` saying `what` vanished when the file is gone.
+    static func readAll(_ path: String, what: String) async throws -> [UInt8] {
+        try await NIOThreadPool.singleton.runIfActive {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ServiceError.internal("the \(what) vanished")
+            }
+            return [UInt8](data)
+        }
+    }
+
     private static func failure(_ message: String) -> ServiceError {
         let code = errno
         if code == ENOSPC || code == EDQUOT { return ServiceError.insufficientStorage("the disk is full") }

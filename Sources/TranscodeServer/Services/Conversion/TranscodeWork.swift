@@ -163,12 +163,7 @@ struct TranscodeWork: JobPerformer {
                 defer { unlink(file.path) }
                 self.metrics.downloaded(bytes: file.byteCount)
                 // Reading up to 50 MB is blocking work: on the shared I/O pool.
-                let bytes = try await NIOThreadPool.singleton.runIfActive {
-                    guard let data = FileManager.default.contents(atPath: file.path) else {
-                        throw ServiceError.internal("the downloaded file vanished")
-                    }
-                    return [UInt8](data)
-                }
+                let bytes = try await ReceivingFile.readAll(file.path, what: "downloaded file")
                 return .gif(bytes: bytes, etag: file.etag, lastModified: file.lastModified)
             }
         }

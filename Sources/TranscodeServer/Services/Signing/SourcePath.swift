@@ -142,7 +142,7 @@ struct SourcePath: Sendable, Equatable {
                 } else if option == "also" {
                     // One spelling per object: the registry's names, in its order, each once.
                     let names = value.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
-                    let formats = names.compactMap { name in ObjectFiles.extras.first { $0.name == name } }
+                    let formats = names.compactMap(ObjectFiles.extra(named:))
                     guard formats.count == names.count, !formats.isEmpty,
                         formats == ObjectFiles.extras.filter(formats.contains)
                     else {
