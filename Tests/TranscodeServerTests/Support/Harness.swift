@@ -95,8 +95,8 @@ struct Harness: Sendable {
 ///   - origin: reuse an origin's counters across restarts.
 func withHarness(
     cacheDirectory: String? = nil, origin: Origin = Origin(), logger: Logger? = nil,
-    sharedStore: (any ResultStore)? = nil, configure: (inout ServerConfiguration) -> Void = { _ in },
-    _ body: @Sendable (Harness) async throws -> Void
+    sharedStore: (any ResultStore)? = nil, jobs: (@Sendable (any TranscodeJobs) -> any TranscodeJobs)? = nil,
+    configure: (inout ServerConfiguration) -> Void = { _ in }, _ body: @Sendable (Harness) async throws -> Void
 ) async throws {
     try await withTemporaryDirectory { temporary in
         var configuration = ServerConfiguration()
@@ -126,7 +126,7 @@ func withHarness(
         let serverIdle = min(configuration.http.idleTimeoutSeconds, configuration.http.headerTimeoutSeconds)
         let idleMilliseconds = Int64(min(5, serverIdle / 2) * 1000)
         let (application, services) = try buildApplication(
-            configuration: configuration, logger: logger, sharedStore: sharedStore)
+            configuration: configuration, logger: logger, sharedStore: sharedStore, jobs: jobs)
         let originApplication = Application(
             router: origin.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)))
         // The body's error is carried out of both live tests, not thrown through them: HummingbirdTesting cancels
