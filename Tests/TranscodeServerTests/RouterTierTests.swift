@@ -53,6 +53,24 @@ import Testing
         }
     }
 
+    /// An upload's job carries its bytes and is named by the object they make: 202 with that id, and its poll.
+    @Test func anUploadsJobIsNamedByItsObject() async throws {
+        let jobs = StubJobs { .pending(jobID: $0.id) }
+        try await withHarness(jobs: { _ in jobs }) { harness in
+            let accepted = try await harness.upload(try corpusBytes("loop_1.gif"))
+            #expect(accepted.status == 202, "\(accepted.text)")
+            let job = try #require(jobs.submitted.withLock { $0.first })
+            guard case .upload(let key) = job.source else {
+                Issue.record("the job's source is \(job.source), not an upload")
+                return
+            }
+            #expect(job.id == key.rawValue)
+            #expect(accepted.headers.first(name: "Location")?.hasSuffix("/jobs/\(key.rawValue)") == true)
+            #expect(try await harness.request(.GET, "/jobs/\(key.rawValue)").json()["status"] as? String == "pending")
+            #expect(harness.origin.total == 0)
+        }
+    }
+
     /// A job the queue refuses: its error's status and code, and the poll knows no such job.
     @Test func aRefusedJobAnswersItsError() async throws {
         let jobs = StubJobs { _ in throw ServiceError(.queueFull, "stubbed: the queue is full") }
