@@ -90,6 +90,12 @@ import Testing
         return metadata
     }
 
+    /// Whether `playback` presented the GIF's frames at their start times and no other, the last one included.
+    static func presentsEveryStart(_ testCase: Case, _ playback: ChromiumOracle.Playback) -> Bool {
+        let presented = (playback.mediaTimes ?? []).map { ($0 * 1000).rounded() }
+        return presented.allSatisfy(testCase.starts.contains) && presented.last == testCase.starts.last
+    }
+
     @Test func chromiumPlaysTheGIFTiming() async throws {
         try await withTemporaryDirectory { directory in
             var paths: [String] = []
@@ -106,8 +112,24 @@ import Testing
             }
             // At normal speed, as a page plays it: at 0.25x Chromium skipped a short last frame after a long one
             // (a 100 ms frame after a 350 ms one) that it shows at 1x; the seeks check every frame exactly.
-            let playbacks = try await ChromiumOracle.play(paths, rate: 1, probes: probes)
+            var playbacks = try await ChromiumOracle.play(paths, rate: 1, probes: probes)
             #expect(playbacks.count == Self.cases.count)
+            // A busy machine's Chromium once presented no frame of `long-last-delay`'s last second (frames at 0 and
+            // 50 ms, none at 100 ms), where other runs presented all three. A case whose playback misses a frame
+            // of the GIF's, or presents another, is played once more in a fresh browser, said below; the checks then
+            // read that play. A video that lacks the frame fails both plays, and the seeks.
+            let missed = zip(Self.cases, playbacks).enumerated().filter { _, pair in
+                !Self.presentsEveryStart(pair.0, pair.1)
+            }.map(\.offset)
+            if !missed.isEmpty, playbacks.count == Self.cases.count {
+                let again = try await ChromiumOracle.play(missed.map { paths[$0] }, rate: 1, probes: probes)
+                for (index, playback) in zip(missed, again) {
+                    print(
+                        "BrowserTimingTests: \(Self.cases[index].name) played again after presenting "
+                            + "\(playbacks[index].mediaTimes ?? []) s; then \(playback.mediaTimes ?? []) s")
+                    playbacks[index] = playback
+                }
+            }
             for (testCase, playback) in zip(Self.cases, playbacks) {
                 #expect(playback.error == nil, "\(testCase.name): \(playback.error ?? "")")
                 let duration = try #require(playback.duration, "\(testCase.name): no duration")
