@@ -20,10 +20,9 @@ import Testing
         for (path, method, expected) in cases {
             #expect(ResponsePolicy.cors(path: path, method: method) == expected, "\(method) \(path)")
         }
+        #expect(Self.hitRoutes.map(\.prefix) == ["/media/", "/v1/", "/transcode"])
         for route in Self.hitRoutes {
-            #expect(route.template.hasPrefix(route.prefix) || route.template == route.prefix, "\(route.template)")
             let method: HTTPRequest.Method = route.cors == .api ? .post : .get
-            #expect(ResponsePolicy.cors(path: route.prefix + "x", method: method) == route.cors || route.cors == .api)
             #expect(ResponsePolicy.cors(path: route.template, method: method) == route.cors, "\(route.template)")
         }
     }

@@ -8,22 +8,29 @@ enum ResponsePolicy {
     struct HitRoute: Sendable {
         /// Its template, as the router's metrics and access log name it (`/media/{file}`).
         let template: String
-        /// What every path of the route starts with (`/media/`).
+        /// What every path of the route starts with: the template up to its first parameter or wildcard (`/media/`),
+        /// derived once.
         let prefix: String
         /// Its CORS policy: what `cors(path:method:)` gives its paths (`ResponsePolicyTests`), held so that a hit
         /// does not work it out again.
         let cors: CORS
+
+        init(template: String, cors: CORS) {
+            self.template = template
+            self.prefix = String(template.prefix { $0 != "{" && $0 != "*" })
+            self.cors = cors
+        }
 
         /// The template as the router is given it (no leading slash).
         var routerPath: String { String(self.template.dropFirst()) }
     }
 
     /// `GET|HEAD /media/{key}.{ext}`.
-    static let media = HitRoute(template: "/media/{file}", prefix: "/media/", cors: .publicRead)
+    static let media = HitRoute(template: "/media/{file}", cors: .publicRead)
     /// `GET|HEAD /v1/{signature}/{options}/{source}.{ext}`: its path spans segments.
-    static let signed = HitRoute(template: "/v1/**", prefix: "/v1/", cors: .publicRead)
+    static let signed = HitRoute(template: "/v1/**", cors: .publicRead)
     /// `POST /transcode`.
-    static let transcode = HitRoute(template: "/transcode", prefix: "/transcode", cors: .api)
+    static let transcode = HitRoute(template: "/transcode", cors: .api)
 
     /// Which CORS policy a request gets (`CORSPolicyMiddleware` applies it).
     enum CORS: Equatable, Sendable {

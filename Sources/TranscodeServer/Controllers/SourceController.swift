@@ -34,7 +34,6 @@ struct SourceController<Context: RequestContext>: Sendable {
     let resolved: ResolvedPaths
 
     /// Where the signed paths start.
-    static var prefix: String { ResponsePolicy.signed.prefix }
 
     /// `Cache-Control` of the route's answers: the URL's result may change when the origin's GIF does.
     static func cacheControl(maxAgeSeconds: Int) -> String { "public, max-age=\(maxAgeSeconds)" }
@@ -258,8 +257,8 @@ extension SourceController {
 
     /// Verifies the signature of `full` (`/v1/<signature>/<path>`), parses it and remembers the result.
     fileprivate func resolve(_ full: String) throws -> ResolvedPaths.Target {
-        guard full.hasPrefix(Self.prefix) else { throw ServiceError.notFound("no such route") }
-        let afterPrefix = full.dropFirst(Self.prefix.count)
+        guard full.hasPrefix(ResponsePolicy.signed.prefix) else { throw ServiceError.notFound("no such route") }
+        let afterPrefix = full.dropFirst(ResponsePolicy.signed.prefix.count)
         guard let slash = afterPrefix.firstIndex(of: "/") else { throw ServiceError.invalidSignature }
         let signature = afterPrefix[..<slash]
         let path = String(afterPrefix[slash...])
