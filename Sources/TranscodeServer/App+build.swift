@@ -211,7 +211,10 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         tokens: configuration.authTokens, clients: configuration.authClients)
     let links = PublicLinks(configuration: configuration)
     let signer = links.signer
-    OperationsController<AppRequestContext>(services: services).addRoutes(to: router)
+    OperationsController<AppRequestContext>(
+        cache: services.cache, pool: services.pool, transcodes: services.transcodes, drain: services.drain,
+        minFreeBytes: configuration.cache.minFreeBytes
+    ).addRoutes(to: router)
     TranscodeController<AppRequestContext>(
         service: services.transcodes, maxBodyBytes: configuration.http.maxBodyBytes,
         bodyTimeout: .milliseconds(Int64(configuration.http.bodyTimeoutSeconds * 1000)),

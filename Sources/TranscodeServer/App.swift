@@ -4,7 +4,7 @@ import ArgumentParser
 @main
 struct TranscodeServerCommand: AsyncParsableCommand {
     /// Printed by `--version`.
-    static let version = "0.9.0"
+    static var version: String { BuildInfo.version }
 
     static let configuration = CommandConfiguration(
         commandName: "transcode-server",

@@ -10,6 +10,15 @@ struct ConfigSection {
     let prefix: String
     private let invalid: InvalidValues
 
+    /// Tokens that come from documentation or examples, or are too short to be secret.
+    static func isPlaceholder(_ token: String) -> Bool {
+        let lowered = token.lowercased()
+        return token.count < 16
+            || ["change", "replace", "example", "placeholder", "your-token", "secret-token", "xxxx"].contains {
+                lowered.contains($0)
+            }
+    }
+
     /// The root section of `reader`.
     init(root reader: ConfigReader) {
         self.reader = reader

@@ -214,7 +214,7 @@ extension ServerConfiguration {
             root.refuse("auth.tokens", "an empty token or one with whitespace is refused")
             self.authTokens.removeAll { $0.contains(where: \.isWhitespace) || $0.isEmpty }
         }
-        for token in self.authTokens where Self.isPlaceholder(token) {
+        for token in self.authTokens where ConfigSection.isPlaceholder(token) {
             root.refuse(
                 "auth.tokens",
                 "a placeholder token (\(token.prefix(4))...) is refused; use at least 16 random characters")
@@ -256,15 +256,6 @@ extension ServerConfiguration {
         guard unparsable.isEmpty, root.problems.isEmpty else {
             throw ConfigurationError(problems: unparsable + root.problems)
         }
-    }
-
-    /// Tokens that come from documentation or examples, or are too short to be secret.
-    static func isPlaceholder(_ token: String) -> Bool {
-        let lowered = token.lowercased()
-        return token.count < 16
-            || ["change", "replace", "example", "placeholder", "your-token", "secret-token", "xxxx"].contains {
-                lowered.contains($0)
-            }
     }
 }
 

@@ -4,20 +4,25 @@ import Hummingbird
 /// `GET /healthz` (the process answers), `GET /readyz` (the cache is writable, has `cache.minFreeBytes`
 /// free, and the service is not shutting down nor draining, `ShutdownDrain`), `GET /metrics` (Prometheus text format) and `GET /openapi.yaml` (the API description).
 struct OperationsController<Context: RequestContext>: Sendable {
-    let services: AppServices
+    let cache: DiskCache
+    let pool: TranscodePool
+    let transcodes: TranscodeService
+    let drain: ShutdownDrain
+    /// `cache.minFreeBytes`: below it, not ready.
+    let minFreeBytes: Int64
 
     func addRoutes(to router: Router<Context>) {
         router.get("healthz") { _, _ in Self.text("ok\n") }
         router.get("readyz") { _, _ in
-            guard self.services.pool.isAccepting, !self.services.drain.isDraining else {
+            guard self.pool.isAccepting, !self.drain.isDraining else {
                 throw ServiceError.shuttingDown
             }
-            guard self.services.cache.isWritable else {
+            guard self.cache.isWritable else {
                 throw ServiceError.notReady(.cacheNotWritable, "the cache directory is not writable")
             }
             // Checked on every probe, so readiness comes back by itself once space is freed.
-            let floor = self.services.configuration.cache.minFreeBytes
-            if let free = self.services.cache.freeBytes, free < floor {
+            let floor = self.minFreeBytes
+            if let free = self.cache.freeBytes, free < floor {
                 throw ServiceError.notReady(
                     .insufficientStorage, "\(free) bytes free on the cache's file system; the floor is \(floor)")
             }
@@ -32,9 +37,9 @@ struct OperationsController<Context: RequestContext>: Sendable {
                 body: .init(byteBuffer: ByteBuffer(string: document)))
         }
         router.get("metrics") { request, _ in
-            let metrics = self.services.transcodes.metrics
-            let load = self.services.pool.load
-            let bytes = self.services.cache.usedBytes
+            let metrics = self.transcodes.metrics
+            let load = self.pool.load
+            let bytes = self.cache.usedBytes
             // OpenMetrics for scrapers that ask for it, the classic text format otherwise.
             if request.headers[.accept]?.contains("application/openmetrics-text") == true {
                 return Response(

@@ -31,9 +31,6 @@ struct RewriteController<Context: RequestContext>: Sendable {
 
     enum Mode: String, Sendable { case lazy, eager }
 
-    /// The extras of `output=video`'s objects: the VP9 WebM (with alpha, or for an odd size), and the still WebP of
-    /// its first picture, its poster (the JPEG is flattened).
-    static var videoExtras: [OutputFormat] { [.webm, .webpPoster] }
     /// What a GIF becomes: its own element with `.auto` URLs, or a `<video>`.
     enum Output: String, Sendable { case img, video }
 
@@ -93,7 +90,8 @@ struct RewriteController<Context: RequestContext>: Sendable {
         // A video's object has the VP9 WebM as well (made only of a GIF with transparency or of odd size): its
         // `<video>` lists it first, so the page shows through where the GIF is transparent, and an odd size is kept.
         let options = self.service.options(
-            background: background, extraFormats: output == .img ? ImageNegotiation.objectFormats : Self.videoExtras)
+            background: background,
+            extraFormats: output == .img ? ImageNegotiation.objectFormats : HTMLRewriter.videoExtras)
         let links = self.links(for: request)
         // Each element's GIF, absolute; elements whose source cannot be fetched (relative without a base,
         // data: URLs, other schemes) stay as they are.
@@ -153,7 +151,7 @@ struct RewriteController<Context: RequestContext>: Sendable {
             if mode == .eager, known?.recommendation != .video { continue }
             guard
                 let signed = links.signed(
-                    sourceURL: url.absoluteString, background: background, extras: Self.videoExtras),
+                    sourceURL: url.absoluteString, background: background, extras: HTMLRewriter.videoExtras),
                 let mp4 = signed[.video], let poster = signed[.poster]
             else { continue }
             var target = RewriteTarget(

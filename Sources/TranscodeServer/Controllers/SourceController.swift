@@ -288,30 +288,6 @@ extension SourceController {
     }
 }
 
-/// Why an `.auto` URL answered the source: a bounded label (`X-Fallback`, the log, the metric).
-enum AutoFallback: Sendable, Equatable {
-    /// Its better formats are being made (queued at upgrade priority); the next view gets them.
-    case upgrading
-    /// Its better formats are not made and could not be queued (the upgrades' queue full, shutting down).
-    case upgradeRefused
-    /// Made, and nothing beats the GIF (no file smaller than it, or none the client shows that is).
-    case keptGIF
-    /// Made, and a smaller file exists, but the client names none of its types (`*/*`: curl, crawlers).
-    case notAccepted
-    /// The conversion or the answer failed with this code.
-    case failed(ErrorCode)
-
-    var label: String {
-        switch self {
-        case .upgrading: "upgrading"
-        case .upgradeRefused: "upgrade-refused"
-        case .keptGIF: "keep-gif"
-        case .notAccepted: "not-accepted"
-        case .failed(let code): code.rawValue
-        }
-    }
-}
-
 /// Signed paths already verified and parsed: bounded (emptied when full), only valid ones are kept.
 final class ResolvedPaths: Sendable {
     struct Target: Sendable {
@@ -342,46 +318,3 @@ final class ResolvedPaths: Sendable {
         }
     }
 }
-
-/// The URLs answers carry: relative, or absolute under `http.publicBaseURL`; and the signed
-/// `GET /v1/...` URLs of a source when a signing key is configured.
-struct PublicLinks: Sendable {
-    /// `https://media.example.com` (no trailing slash), or empty for relative URLs.
-    let baseURL: String
-    let signer: URLSigner
-
-    func absolute(_ path: String) -> String { self.baseURL + path }
-
-    init(baseURL: String, signer: URLSigner) {
-        self.baseURL = baseURL
-        self.signer = signer
-    }
-
-    /// Under `http.publicBaseURL`, signing with `signing.keys`/`signing.salts`.
-    init(configuration: ServerConfiguration) {
-        let signer =
-            URLSigner(
-                hexKeys: configuration.signing.keys, hexSalts: configuration.signing.salts,
-                clients: configuration.signing.clients, disabled: configuration.signing.disabled)
-            ?? URLSigner(pairs: [], disabled: configuration.signing.disabled)
-        self.init(baseURL: configuration.http.publicBaseURL, signer: signer)
-    }
-
-    /// The signed URLs of `sourceURL`'s video, poster and metadata with `background`, and of each of `extras`
-    /// (by its format's name: `webp`), all files of the one object made with `extras` (`also:`), when signing is
-    /// configured; nil otherwise.
-    func signed(sourceURL: String, background: RGBColor?, extras: [OutputFormat] = []) -> SignedLinks? {
-        guard self.signer.canSign else { return nil }
-        var urls: SignedLinks = [:]
-        for (role, format) in ObjectFiles.roles + extras.map({ (ObjectRole.extra($0), $0) }) {
-            // Every file of the one object: each path names the extras besides its own (`also:`).
-            let path = SourcePath(sourceURL: sourceURL, background: background, format: format, extras: extras).path
-            urls[role] = self.absolute(self.signer.signedPath(path))
-        }
-        return urls
-    }
-}
-
-/// A source's signed `GET /v1/...` URLs by the role of the file each names (`PublicLinks.signed`): the `signed` map
-/// of `POST /transcode`'s answers, the links of rewrites and batch lines.
-typealias SignedLinks = [ObjectRole: String]

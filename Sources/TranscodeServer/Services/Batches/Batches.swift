@@ -32,7 +32,7 @@ enum BatchOutput: String, Sendable {
     var extras: [OutputFormat] {
         switch self {
         case .img: ImageNegotiation.objectFormats
-        case .video: RewriteController<AppRequestContext>.videoExtras
+        case .video: HTMLRewriter.videoExtras
         case .mp4: []
         }
     }

@@ -54,7 +54,7 @@ final class ServiceMetrics: Sendable {
         ]
     }
 
-    init(version: String = TranscodeServerCommand.version) {
+    init(version: String = BuildInfo.version) {
         let registry = PrometheusCollectorRegistry()
         self.registry = registry
         func counter(_ name: String, _ unit: String, _ help: String) -> Counter {

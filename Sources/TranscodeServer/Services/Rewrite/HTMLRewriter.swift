@@ -77,6 +77,10 @@ struct RewriteTarget: Sendable {
 /// lazy-loading plugin's `data-src` would fight the video) are not carried over as attributes: what of them lays the
 /// image out is in `data-gif2mp4-img` (`layoutOfImage`), from which `/player.js` gives the video the image's box.
 enum HTMLRewriter {
+    /// The extras of `output=video`'s objects: the VP9 WebM (with alpha, or for an odd size), and the still WebP of
+    /// its first picture, its poster (the JPEG is flattened).
+    static var videoExtras: [OutputFormat] { [.webm, .webpPoster] }
+
     /// `html` with each element of `replacements` (sorted, not overlapping) replaced.
     static func rewrite(_ html: [UInt8], _ replacements: [(range: Range<Int>, text: String)]) -> [UInt8] {
         var output: [UInt8] = []

@@ -29,7 +29,7 @@ extension SigningConfiguration {
         } else if URLSigner(hexKeys: self.keys, hexSalts: self.salts) == nil {
             section.refuse(keys: ["keys", "salts"], "must be hex digits")
         }
-        for key in self.keys where key.utf8.count < 32 || ServerConfiguration.isPlaceholder(key) {
+        for key in self.keys where key.utf8.count < 32 || ConfigSection.isPlaceholder(key) {
             section.refuse(
                 "keys",
                 "a key of \(key.utf8.count / 2) bytes (\(key.prefix(4))...) is refused; "
