@@ -55,20 +55,19 @@ let package = Package(
             dependencies: ["CFFmpeg"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        .executableTarget(
-            name: "TranscodeServer",
+        // The core: keys, storage, jobs, conversion, fetch, rewrite, signing, delivery (Services/). Its storage
+        // internals are internal; what the layers above use is `package`.
+        .target(
+            name: "TranscodeCore",
             dependencies: [
                 "Transcoder",
                 "CGumbo",
                 "CGumboDeadline",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -81,12 +80,55 @@ let package = Package(
                 .product(name: "Instrumentation", package: "swift-distributed-tracing"),
                 .product(name: "OTel", package: "swift-otel"),
             ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The HTTP layer: the routes (Controllers/) and the ahead-of-codec hit front (HTTP/), over the core.
+        .target(
+            name: "TranscodeHTTP",
+            dependencies: [
+                "TranscodeCore",
+                "Transcoder",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Configuration", package: "swift-configuration"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The thin executable: the commands, the whole configuration, and the wiring (App+build.swift). The
+        // resources the HTTP layer serves ship with it (ServerResources looks them up beside the binary).
+        .executableTarget(
+            name: "TranscodeServer",
+            dependencies: [
+                "TranscodeCore",
+                "TranscodeHTTP",
+                "Transcoder",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "OTel", package: "swift-otel"),
+            ],
             resources: [
                 .copy("Resources/openapi.yaml"), .copy("Resources/sample.gif"), .copy("Resources/favicon.ico"),
                 .copy("Resources/player.js"), .copy("Resources/demo.css"), .copy("Resources/demo.js"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)],
-            // EncoderHeap's memalign must be the one libx264 finds at run time.
+            // EncoderHeap's memalign (TranscodeCore) must be the one libx264 finds at run time.
             linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=memalign"])]
         ),
         // libFuzzer targets (scripts/fuzz-coverage); built plainly, they replay the inputs named on the command
@@ -114,6 +156,8 @@ let package = Package(
             name: "TranscodeServerTests",
             dependencies: [
                 "TranscodeServer",
+                "TranscodeCore",
+                "TranscodeHTTP",
                 "TestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

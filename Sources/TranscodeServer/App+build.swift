@@ -7,6 +7,8 @@ import NIOPosix
 import PostgresNIO
 import ServiceLifecycle
 import Synchronization
+import TranscodeCore
+import TranscodeHTTP
 import Transcoder
 
 /// The services a router needs, built once per application.
@@ -62,7 +64,7 @@ func buildApplication(
         upgradeQueueLength: configuration.transcode.upgradeQueueLength,
         memoryBudgetBytes: configuration.transcode.memoryBudgetBytes, lowersCPU: quotas.isPressing)
     let downloader = Downloader(
-        configuration: configuration.download, temporaryDirectory: cache.objects.temporaryDirectory,
+        configuration: configuration.download, temporaryDirectory: cache.temporaryDirectory,
         eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
     var shared: SharedResults?
     if configuration.storage.kind == .s3, let s3 = configuration.storage.s3 {
@@ -218,7 +220,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
     TranscodeController<AppRequestContext>(
         service: services.transcodes, maxBodyBytes: configuration.http.maxBodyBytes,
         bodyTimeout: .milliseconds(Int64(configuration.http.bodyTimeoutSeconds * 1000)),
-        temporaryDirectory: services.cache.objects.temporaryDirectory, links: links, webhooks: services.webhooks,
+        temporaryDirectory: services.cache.temporaryDirectory, links: links, webhooks: services.webhooks,
         encoded: services.encodedResults, resolved: services.resolvedBodies
     ).addRoutes(to: router, authenticator: authenticator)
     let media = MediaController<AppRequestContext>(

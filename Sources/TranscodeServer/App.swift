@@ -1,4 +1,6 @@
 import ArgumentParser
+import TranscodeCore
+import TranscodeHTTP
 
 /// `transcode-server`: the GIF-to-MP4 service and its command-line tools.
 @main

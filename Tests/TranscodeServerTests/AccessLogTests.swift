@@ -5,6 +5,8 @@ import Synchronization
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// Every request leaves one `info` line with its route template, status and request id, failures too, and

@@ -2,6 +2,8 @@ import Synchronization
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// `AsyncLimit`: never more holders than its limit, waiters served in order, a cancelled waiter gone.

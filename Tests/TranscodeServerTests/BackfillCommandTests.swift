@@ -3,6 +3,8 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct BackfillCommandTests {

@@ -2,6 +2,8 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// A batch's folder on disk (`BatchFolder`): URLs read one at a time, results a page at a time, a line cut short by a

@@ -4,6 +4,8 @@ import HummingbirdTesting
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// Backfill batches: every URL accounted for, paged NDJSON results, a restart mid-way, and interactive

@@ -3,6 +3,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// What Chromium makes of the routes' answers: rewritten pages played with `/player.js`, the signed route's video,

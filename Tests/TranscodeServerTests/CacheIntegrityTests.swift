@@ -4,6 +4,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// Only what the cache wrote is served: an object file replaced by a symbolic link or a hard link, or cut

@@ -3,6 +3,8 @@ import Synchronization
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// Clients, their token buckets and their turns: the bucket's arithmetic on a clock the test moves, the turns the

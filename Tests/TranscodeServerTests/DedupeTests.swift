@@ -4,6 +4,8 @@ import NIOCore
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct DedupeTests {

@@ -2,6 +2,8 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 @Suite(.tags(.system), .timeLimit(.minutes(20))) struct DemoPageTests {

@@ -4,6 +4,8 @@ import PostgresNIO
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// `deploy/kubernetes/`: the manifests pass Kubernetes' own schemas (PyPI `kubernetes-validate`, strict), the custom

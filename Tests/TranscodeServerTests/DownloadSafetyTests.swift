@@ -5,6 +5,8 @@ import Synchronization
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 @Suite(.tags(.unit), .timeLimit(.minutes(10))) struct DestinationPolicyTests {

@@ -3,6 +3,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// The error registry is the one place codes and statuses are decided; the documents say what it says.

@@ -4,6 +4,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// The jobs seam without a server: a job as a value a queue can carry, one run per id, and each subscriber (a

@@ -9,6 +9,8 @@ import NIOHTTPTypesHTTP1
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// `MediaHitFront` reads request heads from bytes and frames the stream for the decoder behind it: what it

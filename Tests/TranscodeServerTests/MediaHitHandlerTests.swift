@@ -3,6 +3,8 @@ import Logging
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// `/media` hits answered from memory on the event loop (`MediaHitHandler`) are the router's answers, in

@@ -2,6 +2,8 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// docs/operations.md's list of metrics is what `/metrics` exposes: no family left out of the docs, none named

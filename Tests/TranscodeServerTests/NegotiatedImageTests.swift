@@ -3,6 +3,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// The `<img>` a rewritten page keeps: `POST /v1/rewrite` (default `output=img`) changes only the GIF URLs of

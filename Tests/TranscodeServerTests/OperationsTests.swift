@@ -3,6 +3,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 @Suite(.tags(.system), .timeLimit(.minutes(20))) struct OperationsTests {

@@ -2,6 +2,8 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// What a rewritten page weighs, as each engine's `<img>` requests fetch it: the page-fidelity article

@@ -2,6 +2,8 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// A rewritten page looks like the original page, in headless Chromium (`Browser/page_fidelity.py`): an article

@@ -2,6 +2,8 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// The `html` snippet plays a GIF as many times as a browser plays the GIF, checked in headless Chromium on a

@@ -3,6 +3,8 @@ import Synchronization
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// The pool's order and memory admission: jobs waiting for a worker start interactive first, then upgrades, then

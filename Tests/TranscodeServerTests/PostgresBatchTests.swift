@@ -3,6 +3,8 @@ import Hummingbird
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// Batches in PostgreSQL (`queue.kind: postgres`), against a server each test starts: nodes that share the

@@ -5,6 +5,8 @@ import Synchronization
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// The fleet's job table (`PostgresQueue`) against a real PostgreSQL started by each test on a free loopback

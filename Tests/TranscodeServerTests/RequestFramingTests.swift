@@ -2,6 +2,8 @@ import NIOCore
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// `RequestFraming` with bytes alone: where requests begin and end, across reads, and when framing gives up.

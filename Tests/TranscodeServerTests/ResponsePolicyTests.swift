@@ -3,6 +3,8 @@ import Hummingbird
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// `ResponsePolicy` is the one statement of the hit routes' templates and of the CORS rule: the router registers

@@ -4,6 +4,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// What every `ResultStore` must do, run against each implementation: the local disk here, S3 (SeaweedFS) in

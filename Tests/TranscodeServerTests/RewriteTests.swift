@@ -6,6 +6,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// `POST /v1/rewrite`: documents with GIFs in tricky places, and every byte outside the rewritten tags kept.

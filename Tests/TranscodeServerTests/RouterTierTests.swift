@@ -3,6 +3,8 @@ import Synchronization
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// The routes over a stub `TranscodeJobs` that answers each job itself and converts nothing: what `POST /transcode`

@@ -5,6 +5,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// The S3 result store against a real SeaweedFS started by each test on free loopback ports.

@@ -2,6 +2,8 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// The examples of AWS's "Authenticating Requests: Using the Authorization Header (AWS Signature Version 4)"

@@ -3,6 +3,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct SigningTests {

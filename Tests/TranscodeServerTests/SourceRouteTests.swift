@@ -8,6 +8,8 @@ import TestSupport
 import Testing
 import Transcoder
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// `GET /v1/{signature}/{options}/{source}.{ext}`: signed URLs, freshness, purge and takedown, CORS and

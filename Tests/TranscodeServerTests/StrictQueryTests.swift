@@ -2,6 +2,8 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// A parameter given twice, or a list with an empty entry, is refused (400 `bad-request`) before any work, on every

@@ -4,6 +4,8 @@ import NIOCore
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// OpenTelemetry traces (issue 55): the debug binary with `tracing.enabled` exports to an OTLP/HTTP receiver the

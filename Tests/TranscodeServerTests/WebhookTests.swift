@@ -5,6 +5,8 @@ import Synchronization
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// A webhook receiver on loopback: records every delivery, answers 500 to the first `failures`.

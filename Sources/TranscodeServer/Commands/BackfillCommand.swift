@@ -4,6 +4,8 @@ import Crypto
 import Foundation
 import NIOCore
 import Synchronization
+import TranscodeCore
+import TranscodeHTTP
 
 /// `transcode-server backfill --server URL [--token T] FILE`: converts every GIF URL of FILE (one per line)
 /// through a running service's batches, with a progress bar, resuming where it stopped, and writes a CSV of

@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import TranscodeCore
+import TranscodeHTTP
 
 /// `transcode-server cache verify [--repair]`: checks every stored object byte for byte.
 /// `transcode-server cache purge KEY... [--url URL...] [--takedown]`: deletes objects, leaves tombstones.
@@ -38,8 +40,8 @@ struct CacheCommand: ParsableCommand {
             var unhashed = 0
             var damaged = 0
             var unreadable = 0
-            for key in cache.objects.indexedKeys {
-                switch cache.objects.verify(key) {
+            cache.verifyObjects(repair: self.repair) { key, verdict in
+                switch verdict {
                 case .sound:
                     sound += 1
                 case .unhashed:
@@ -52,7 +54,6 @@ struct CacheCommand: ParsableCommand {
                 case .damaged(let reason):
                     damaged += 1
                     print("\(key): damaged: \(reason)\(self.repair ? " (quarantined)" : "")")
-                    if self.repair { cache.objects.quarantine(key) }
                 }
             }
             print(

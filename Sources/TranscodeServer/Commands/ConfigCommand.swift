@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import TranscodeCore
+import TranscodeHTTP
 
 /// `transcode-server config`: every configuration key the server reads, with its environment variable, flag, default
 /// and meaning (`ConfigurationKeys`, from docs/configuration.md's table), so that an operator needs no document to

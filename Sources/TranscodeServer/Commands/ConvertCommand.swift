@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import TranscodeCore
+import TranscodeHTTP
 import Transcoder
 
 /// `transcode-server convert IN... --out DIR`: converts files on disk, one result triple per input.

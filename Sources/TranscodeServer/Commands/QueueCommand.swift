@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import Logging
 import PostgresNIO
+import TranscodeCore
+import TranscodeHTTP
 
 /// `transcode-server queue ...`: the fleet's job database (`queue.kind: postgres`).
 struct QueueCommand: AsyncParsableCommand {

@@ -6,6 +6,8 @@ import Logging
 import NIOCore
 import NIOPosix
 import ServiceLifecycle
+import TranscodeCore
+import TranscodeHTTP
 import Transcoder
 
 /// `transcode-server serve` (also what runs with no subcommand): the HTTP service.

@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import TranscodeCore
+import TranscodeHTTP
 import Transcoder
 
 /// `transcode-server sign URL [--option bg:000000] [--extension jpg]`: prints the signed `GET /v1/...` path

@@ -1,3 +1,6 @@
+import TranscodeCore
+import TranscodeHTTP
+
 // Written by scripts/config-keys from docs/configuration.md's table: edit the table and run the script.
 
 /// Every configuration key with its default and meaning, as docs/configuration.md gives them: what

@@ -1,6 +1,8 @@
 import Foundation
 import Logging
 import Synchronization
+import TranscodeCore
+import TranscodeHTTP
 
 /// `log.format: json`: one JSON object per line, for log shippers that parse rather than read:
 /// `{"time": ISO 8601 with milliseconds, "level", "label", "message", ...metadata}`. Metadata keys keep their

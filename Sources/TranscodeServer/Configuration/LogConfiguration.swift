@@ -1,5 +1,7 @@
 import Configuration
 import Logging
+import TranscodeCore
+import TranscodeHTTP
 
 /// `log.*`: how much is logged, and as what.
 struct LogConfiguration: Sendable, Equatable {

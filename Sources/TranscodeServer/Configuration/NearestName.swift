@@ -1,3 +1,6 @@
+import TranscodeCore
+import TranscodeHTTP
+
 /// The closest of a set of valid names to a misspelt one, for "did you mean" in messages: the one at the smallest
 /// edit distance (insertions, deletions, substitutions, and swaps of neighbours, case ignored), when that distance
 /// is small for the name's length (at most a third of it, at least 1 and at most 3).

@@ -1,3 +1,6 @@
+import TranscodeCore
+import TranscodeHTTP
+
 extension PublicLinks {
     /// Under `http.publicBaseURL`, signing with `signing.keys`/`signing.salts`.
     init(configuration: ServerConfiguration) {

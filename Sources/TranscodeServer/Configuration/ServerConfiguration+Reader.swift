@@ -4,6 +4,8 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+import TranscodeCore
+import TranscodeHTTP
 import Transcoder
 
 /// Why startup stopped: every configuration key with an invalid value, by name.

@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import TranscodeCore
+import TranscodeHTTP
 
 /// Everything the service can be told at startup, by domain: each domain's type holds its keys' defaults (its
 /// property values, the only place they are stated) and reads its own section, beside the type it configures.

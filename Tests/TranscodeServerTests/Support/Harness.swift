@@ -8,6 +8,8 @@ import NIOHTTP1
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// A response as a test sees it.

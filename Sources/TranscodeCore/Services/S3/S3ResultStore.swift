@@ -1,0 +1,218 @@
+import Crypto
+import Foundation
+import NIOCore
+import NIOPosix
+import Transcoder
+
+/// Results in an S3-compatible bucket, named as on the local disk:
+///
+/// ```
+/// objects/ab/<key>.mp4 .jpg .json    the JSON written last, deleted first: an object exists when its JSON does
+/// urls/<url-key>                     {"key": …, "source": {url, etag, lastModified, validatedAt}}
+/// tombstones/<kind>-<hash>           {"reason": …, "at": …}
+/// sources/ab/<key>                   the GIF's SHA-256 (hex): what the object was made from, kept after it
+/// ```
+/// Objects are immutable and content-addressed, so two nodes writing the same key write the same bytes; a
+/// PUT replaces an object whole, so a reader never sees half of one.
+package struct S3ResultStore: ResultStore {
+    let client: S3Client
+
+    package init(client: S3Client) { self.client = client }
+
+    static func objectName(_ key: ObjectKey, _ fileExtension: String) -> String {
+        "objects/\(key.shard)/\(key.rawValue).\(fileExtension)"
+    }
+
+    package func metadata(_ key: ObjectKey) async throws -> TranscodeMetadata? {
+        guard let json = try await self.client.get(Self.objectName(key, ObjectFiles.manifest.fileExtension)) else {
+            return nil
+        }
+        return try Self.decodeMetadata(key, json.bytes)
+    }
+
+    /// Uploads the files the manifest in `directory` lists, then the manifest. Each file is read on the I/O thread
+    /// pool, never on the executor that awaits the upload (the event loops).
+    package func putObject(_ key: ObjectKey, from directory: String) async throws {
+        let manifest = "\(directory)/" + key.fileName(ObjectFiles.manifest)
+        guard let data = try await Self.read(manifest) else {
+            throw TranscodeError(.io, "object \(key) has no manifest to upload")
+        }
+        let metadata = try Self.decodeMetadata(key, data)
+        for artifact in try RenderResult(metadata: metadata, directory: directory, name: key.rawValue).artifacts {
+            let fileExtension = artifact.format.fileExtension
+            guard let data = try await Self.read(artifact.path) else {
+                throw TranscodeError(.io, "object \(key) has no .\(fileExtension) to upload")
+            }
+            try await self.client.put(Self.objectName(key, fileExtension), data, contentType: artifact.format.mediaType)
+        }
+    }
+
+    /// The bytes of the file at `path`, read on the I/O thread pool; nil when there is none.
+    static func read(_ path: String) async throws -> [UInt8]? {
+        try await NIOThreadPool.singleton.runIfActive { FileManager.default.contents(atPath: path).map { [UInt8]($0) } }
+    }
+
+    /// Reads the manifest first, then each file it lists (`ObjectFiles.stored`), checked against it (size and SHA-256): a store that
+    /// lost or mangled a file yields a miss, never a broken video.
+    package func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
+        guard let json = try await self.client.get(Self.objectName(key, ObjectFiles.manifest.fileExtension)) else {
+            return nil
+        }
+        let metadata = try Self.decodeMetadata(key, json.bytes)
+        var files: [(String, [UInt8])] = []
+        for (entry, format) in ObjectFiles.stored(in: metadata) {
+            guard let object = try await self.client.get(Self.objectName(key, format.fileExtension)),
+                object.bytes.count == entry.bytes
+            else { return nil }
+            // Hashing a video is blocking work: on the I/O thread pool, as the files' writes below.
+            if let expected = entry.sha256 {
+                let bytes = object.bytes
+                let digest = try await NIOThreadPool.singleton.runIfActive {
+                    HexDigest.encode(SHA256.hash(data: bytes))
+                }
+                guard digest == expected else { return nil }
+            }
+            files.append((format.fileExtension, object.bytes))
+        }
+        files.append((ObjectFiles.manifest.fileExtension, json.bytes))
+        let written = files
+        try await NIOThreadPool.singleton.runIfActive {
+            for (fileExtension, bytes) in written {
+                let path = "\(directory)/\(key).\(fileExtension)"
+                guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else {
+                    throw TranscodeError(.io, "cannot write \(path)")
+                }
+            }
+        }
+        return metadata
+    }
+
+    /// Deletes the manifest, then the files it listed (and the video and poster every object has had, which a
+    /// write cut short may have left without a manifest).
+    package func deleteObject(_ key: ObjectKey) async throws -> Bool {
+        let manifest = Self.objectName(key, ObjectFiles.manifest.fileExtension)
+        let json = try await self.client.get(manifest)
+        let listed = json.flatMap { try? Self.decodeMetadata(key, $0.bytes) }
+        let existed = json != nil
+        try await self.client.delete(manifest)
+        var formats = ObjectFiles.media
+        for stored in listed.map(ObjectFiles.stored(in:)) ?? [] where !formats.contains(stored.format) {
+            formats.append(stored.format)
+        }
+        for format in formats {
+            try await self.client.delete(Self.objectName(key, format.fileExtension))
+        }
+        return existed
+    }
+
+    /// The manifest, read now; the file's size as the manifest records it (the manifest's own: the bytes just
+    /// read); its bytes by ranged `GET`s, each checked against that size.
+    package func openFile(_ key: ObjectKey, _ format: OutputFormat) async throws -> OpenedFile? {
+        let manifestName = Self.objectName(key, ObjectFiles.manifest.fileExtension)
+        guard let json = try await self.client.get(manifestName) else { return nil }
+        let metadata = try Self.decodeMetadata(key, json.bytes)
+        let size: Int
+        if format == ObjectFiles.manifest {
+            size = json.bytes.count
+        } else {
+            guard let stored = ObjectFiles.stored(in: metadata).first(where: { $0.format == format }) else {
+                return nil
+            }
+            size = stored.entry.bytes
+        }
+        return OpenedFile(
+            metadata: metadata,
+            file: RangedFile(client: self.client, name: Self.objectName(key, format.fileExtension), size: size))
+    }
+
+    /// A bucket object read by range.
+    struct RangedFile: ObjectFileReader {
+        let client: S3Client
+        let name: String
+        let size: Int
+
+        func read(at offset: Int, length: Int) async throws -> ByteBuffer {
+            guard length > 0 else { return ByteBuffer() }
+            guard offset >= 0, offset + length <= self.size,
+                let object = try await self.client.get(self.name, range: offset...(offset + length - 1)),
+                object.bytes.count == length, object.totalSize == self.size
+            else { throw ServiceError.notFound("the stored file is not the size its manifest says") }
+            return ByteBuffer(bytes: object.bytes)
+        }
+    }
+
+    package func link(urlKey: URLKey) async throws -> ResultLink? {
+        guard let object = try await self.client.get("urls/\(urlKey.rawValue)") else {
+            return nil
+        }
+        // A link whose key is not one does not decode.
+        return try? JSONDecoder().decode(ResultLink.self, from: Data(object.bytes))
+    }
+
+    package func putLink(urlKey: URLKey, _ link: ResultLink) async throws {
+        try await self.client.put(
+            "urls/\(urlKey.rawValue)", [UInt8](try JSONEncoder().encode(link)), contentType: "application/json")
+    }
+
+    package func deleteLink(urlKey: URLKey) async throws {
+        try await self.client.delete("urls/\(urlKey.rawValue)")
+    }
+
+    package func isBuried(_ tombstones: [Tombstone]) async throws -> Bool {
+        for tombstone in tombstones where try await self.client.head("tombstones/\(tombstone.fileName)") != nil {
+            return true
+        }
+        return false
+    }
+
+    package func bury(_ tombstones: [Tombstone], reason: String) async throws {
+        let stone = try JSONSerialization.data(
+            withJSONObject: ["reason": reason, "at": ISO8601DateFormatter().string(from: Date())],
+            options: [.sortedKeys])
+        for tombstone in tombstones {
+            try await self.client.put(
+                "tombstones/\(tombstone.fileName)", [UInt8](stone), contentType: "application/json")
+        }
+    }
+
+    static func sourceName(_ key: ObjectKey) -> String { "sources/\(key.shard)/\(key.rawValue)" }
+
+    package func recordSource(of key: ObjectKey, _ digest: ContentDigest) async throws {
+        try await self.client.put(Self.sourceName(key), Array(digest.rawValue.utf8), contentType: "text/plain")
+    }
+
+    package func recordedSource(of key: ObjectKey) async throws -> ContentDigest? {
+        guard let object = try await self.client.get(Self.sourceName(key)) else { return nil }
+        return ContentDigest(String(decoding: object.bytes, as: UTF8.self))
+    }
+
+    static func urlSourcesName(_ source: SourceHash) -> String {
+        "url-sources/\(source.shard)/\(source.rawValue)"
+    }
+
+    /// One digest per line, the ones recorded before kept: read, merged, written. The store has no conditional write
+    /// here, so two purges of one URL on two nodes in the same moment can lose one's additions (each purge records
+    /// what it found itself; a takedown then buries what the surviving record names).
+    package func recordURLSources(_ source: SourceHash, _ digests: [ContentDigest]) async throws {
+        let recorded = Set(try await self.recordedURLSources(source))
+        guard !Set(digests).isSubset(of: recorded) else { return }
+        let merged = recorded.union(digests).map(\.rawValue).sorted()
+        try await self.client.put(
+            Self.urlSourcesName(source), Array(merged.joined(separator: "\n").utf8), contentType: "text/plain")
+    }
+
+    package func recordedURLSources(_ source: SourceHash) async throws -> [ContentDigest] {
+        guard let object = try await self.client.get(Self.urlSourcesName(source)) else { return [] }
+        return String(decoding: object.bytes, as: UTF8.self).split(separator: "\n").compactMap {
+            ContentDigest(String($0))
+        }
+    }
+
+    private static func decodeMetadata(_ key: ObjectKey, _ bytes: [UInt8]) throws -> TranscodeMetadata {
+        do {
+            return try JSONDecoder().decode(TranscodeMetadata.self, from: Data(bytes))
+        } catch {
+            throw TranscodeError(.io, "object \(key)'s metadata in the store does not read", underlying: error)
+        }
+    }
+}
