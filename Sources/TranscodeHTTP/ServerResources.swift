@@ -1,10 +1,11 @@
 import Foundation
 import TranscodeCore
 
-/// The files shipped with the executable (SwiftPM resources of the `TranscodeServer` target, which ships them: the
-/// OpenAPI document, the demo's sample GIF, the favicon, the scripts the routes here serve). Looked up by hand rather than through `Bundle.module`, which stops the process when the bundle is
-/// missing: in `gif2mp4_TranscodeServer.resources/` beside the executable (a build, the Docker image), or under
-/// `../share/transcode-server/` (the `make dist` tarball: `bin/` and `share/`), or in the working directory.
+/// The files shipped with the executable (SwiftPM resources of the `TranscodeServer` target: the OpenAPI document,
+/// the demo's sample GIF, the favicon, the scripts the routes here serve). Looked up by hand rather than through
+/// `Bundle.module`, which stops the process when the bundle is missing: in `gif2mp4_TranscodeServer.resources/`
+/// beside the executable (a build, the Docker image), or under `../share/transcode-server/` (the `make dist`
+/// tarball: `bin/` and `share/`), or in the working directory.
 enum ServerResources {
     /// The bundle's directory name, as SwiftPM writes it.
     static let bundleName = "gif2mp4_TranscodeServer.resources"

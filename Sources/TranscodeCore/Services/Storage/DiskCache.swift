@@ -50,7 +50,6 @@ package final class DiskCache: Sendable {
 
     // MARK: Readiness
 
-    /// Whether files can be created in the cache (readiness).
     /// Where downloads and uploads are received before they are hashed (on the cache's file system, so a
     /// finished object is renamed into place).
     package var temporaryDirectory: String { self.objects.temporaryDirectory }
@@ -81,6 +80,7 @@ package final class DiskCache: Sendable {
         }
     }
 
+    /// Whether files can be created in the cache (readiness).
     package var isWritable: Bool {
         let probe = "\(self.objects.temporaryDirectory)/.ready-\(UInt64.random(in: 0...UInt64.max))"
         let descriptor = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0o600)
