@@ -19,12 +19,8 @@ struct AppServices: Sendable {
     let webhooks: WebhookDispatcher
     let batches: any BatchStore
     let configuration: ServerConfiguration
-    /// The signed `GET /v1/...` paths verified so far (the route and `MediaHitHandler`).
-    let resolvedPaths = ResolvedPaths()
-    /// The `POST /transcode` JSON bodies answered so far, and the answers' JSON (the route and
-    /// `MediaHitHandler`).
-    let resolvedBodies = ResolvedBodies()
-    let encodedResults = EncodedResults()
+    /// What the routes learn for the hits `MediaHitHandler` answers ahead of them (opaque here: `HitTables`).
+    let hitTables = HitTables()
     /// What SIGTERM does first (`serve` runs it beside the application).
     let drain: ShutdownDrain
 }
@@ -158,11 +154,11 @@ func buildApplication(
         signedRoute: configuration.http.sourceAnswer != .bytes
             ? nil
             : MediaHitHandler.SignedRoute(
-                resolved: services.resolvedPaths, service: transcodes,
+                tables: services.hitTables, service: transcodes,
                 cacheControl: SourceController<AppRequestContext>.cacheControl(
                     maxAgeSeconds: configuration.http.sourceMaxAgeSeconds)),
         transcodeRoute: MediaHitHandler.TranscodeRoute(
-            resolved: services.resolvedBodies, encoded: services.encodedResults, service: transcodes,
+            tables: services.hitTables, service: transcodes,
             baseURL: links.baseURL,
             tokens: BearerAuthenticator<AppRequestContext>(
                 tokens: configuration.authTokens, clients: configuration.authClients)))
@@ -221,7 +217,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         service: services.transcodes, maxBodyBytes: configuration.http.maxBodyBytes,
         bodyTimeout: .milliseconds(Int64(configuration.http.bodyTimeoutSeconds * 1000)),
         temporaryDirectory: services.cache.temporaryDirectory, links: links, webhooks: services.webhooks,
-        encoded: services.encodedResults, resolved: services.resolvedBodies
+        tables: services.hitTables
     ).addRoutes(to: router, authenticator: authenticator)
     let media = MediaController<AppRequestContext>(
         results: services.transcodes.results, bytesServed: { services.transcodes.metrics.served(bytes: $0) },
@@ -231,7 +227,7 @@ func buildRouter(services: AppServices) -> Router<AppRequestContext> {
         service: services.transcodes, signer: signer, media: media, links: links,
         answer: configuration.http.sourceAnswer,
         maxAgeSeconds: configuration.http.sourceMaxAgeSeconds,
-        interimMaxAgeSeconds: configuration.http.interimMaxAgeSeconds, resolved: services.resolvedPaths
+        interimMaxAgeSeconds: configuration.http.interimMaxAgeSeconds, tables: services.hitTables
     ).addRoutes(to: router)
     BatchController<AppRequestContext>(
         batches: services.batches, webhooks: services.webhooks, links: links, maxURLs: configuration.batchMaxURLs,

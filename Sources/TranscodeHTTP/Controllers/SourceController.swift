@@ -36,7 +36,7 @@ package struct SourceController<Context: RequestContext>: Sendable {
 
     package init(
         service: TranscodeService, signer: URLSigner, media: MediaController<Context>, links: PublicLinks,
-        answer: Answer, maxAgeSeconds: Int, interimMaxAgeSeconds: Int, resolved: ResolvedPaths
+        answer: Answer, maxAgeSeconds: Int, interimMaxAgeSeconds: Int, tables: HitTables
     ) {
         self.service = service
         self.signer = signer
@@ -45,7 +45,7 @@ package struct SourceController<Context: RequestContext>: Sendable {
         self.answer = answer
         self.maxAgeSeconds = maxAgeSeconds
         self.interimMaxAgeSeconds = interimMaxAgeSeconds
-        self.resolved = resolved
+        self.resolved = tables.paths
     }
 
     /// Where the signed paths start.
@@ -304,7 +304,7 @@ extension SourceController {
 }
 
 /// Signed paths already verified and parsed: bounded (emptied when full), only valid ones are kept.
-package final class ResolvedPaths: Sendable {
+final class ResolvedPaths: Sendable {
     struct Target: Sendable {
         let source: SourcePath
         let url: URL

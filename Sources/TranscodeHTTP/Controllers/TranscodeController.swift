@@ -25,7 +25,7 @@ package struct TranscodeController<Context: RequestContext>: Sendable {
 
     package init(
         service: TranscodeService, maxBodyBytes: Int, bodyTimeout: Duration, temporaryDirectory: String,
-        links: PublicLinks, webhooks: WebhookDispatcher, encoded: EncodedResults, resolved: ResolvedBodies
+        links: PublicLinks, webhooks: WebhookDispatcher, tables: HitTables
     ) {
         self.service = service
         self.maxBodyBytes = maxBodyBytes
@@ -33,8 +33,8 @@ package struct TranscodeController<Context: RequestContext>: Sendable {
         self.temporaryDirectory = temporaryDirectory
         self.links = links
         self.webhooks = webhooks
-        self.encoded = encoded
-        self.resolved = resolved
+        self.encoded = tables.encoded
+        self.resolved = tables.bodies
     }
 
     package func addRoutes(to router: Router<Context>, authenticator: BearerAuthenticator<Context>) {
@@ -241,7 +241,7 @@ package struct TranscodeController<Context: RequestContext>: Sendable {
 /// cache, checking afresh everything that may have changed (the token, the link's freshness, the files,
 /// takedowns). A body with a `callbackURL` is never kept (its webhook is queued by the route). Bounded
 /// (emptied when full).
-package final class ResolvedBodies: Sendable {
+final class ResolvedBodies: Sendable {
     struct Target: Sendable {
         let keys: SourceKeys
         let signed: SignedLinks?
@@ -293,7 +293,7 @@ package final class ResolvedBodies: Sendable {
 
 /// The JSON of answers already given, by the whole `TranscodeResult` (object key, metadata, base URL, signed
 /// links): encoding it was a fifth of a cache-hit `POST /transcode` (perf). Bounded (emptied when full).
-package final class EncodedResults: Sendable {
+final class EncodedResults: Sendable {
     /// As many as `ResolvedBodies` keeps: a hit answered from memory finds its JSON here.
     static var capacity: Int { ResolvedBodies.capacity }
     private let answers = Mutex<[TranscodeResult: ByteBuffer]>([:])

@@ -50,11 +50,11 @@ extension MediaHitHandler {
         let tokens: BearerAuthenticator<AppRequestContext>
 
         package init(
-            resolved: ResolvedBodies, encoded: EncodedResults, service: TranscodeService, baseURL: String,
+            tables: HitTables, service: TranscodeService, baseURL: String,
             tokens: BearerAuthenticator<AppRequestContext>
         ) {
-            self.resolved = resolved
-            self.encoded = encoded
+            self.resolved = tables.bodies
+            self.encoded = tables.encoded
             self.service = service
             self.baseURL = baseURL
             self.tokens = tokens
@@ -69,8 +69,8 @@ extension MediaHitHandler {
         let service: TranscodeService
         let cacheControl: String
 
-        package init(resolved: ResolvedPaths, service: TranscodeService, cacheControl: String) {
-            self.resolved = resolved
+        package init(tables: HitTables, service: TranscodeService, cacheControl: String) {
+            self.resolved = tables.paths
             self.service = service
             self.cacheControl = cacheControl
         }
