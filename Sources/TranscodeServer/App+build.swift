@@ -170,7 +170,8 @@ func buildApplication(
         router: router,
         server: HTTPServerBuilder { responder in
             MediaHitChannel(
-                http1: HTTP1Channel(responder: responder, configuration: http1), source: hits, connections: connections)
+                http1: HTTP1Channel(responder: responder, configuration: http1), source: hits, connections: connections,
+                answerAhead: configuration.http.answerAhead)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
         // Shut down in reverse: the queue's client outlives the webhooks and batches that use it, and the pool, whose

@@ -37,7 +37,7 @@ import Transcoder
             "storage.s3.pathStyle": "false", "storage.s3.createBucket": "true", "tracing.enabled": "true",
             "tracing.propagate": "true", "tracing.sampleRatio": "0.5",
             "tracing.endpoint": "http://127.0.0.1:9/v1/traces",
-            "tracing.batchDelaySeconds": "1",
+            "tracing.batchDelaySeconds": "1", "http.answerAhead": "false",
         ]
         if key == "storage.kind" { return nil }
         if let text = special[key] { return text }

@@ -141,6 +141,26 @@ import Testing
         }
     }
 
+    /// `http.answerAhead: false` sets the front aside: hits are still answered from memory, the same bytes, by
+    /// the handler behind the decoder, and none ahead of it (what `scripts/bench-hits-ab --new-env` compares).
+    @Test func withoutTheFrontHitsAreAnsweredBehindTheDecoder() async throws {
+        try await withHarness(configure: { $0.http.answerAhead = false }) { harness in
+            let reply = try await harness.transcode(url: harness.originURL("/corpus/cartoon_hotdog.gif"))
+            let key = try #require(ObjectKey(try reply.json()["key"] as? String ?? ""))
+            let routed = try await harness.request(.GET, "/media/\(key).jpg")
+            #expect(routed.status == 200)
+            let memory = try await MediaHitHandlerTests.memoryAnswers(harness)
+            let ahead = try await MediaHitHandlerTests.answersAhead(harness)
+            let (answers, _) = try await MediaHitHandlerTests.exchange(
+                port: harness.appPort, "GET /media/\(key).jpg HTTP/1.1\r\nHost: x\r\n\r\n", bodiless: [false])
+            #expect(answers.first?.status == 200)
+            #expect(answers.first?.body == routed.body)
+            #expect(try await MediaHitHandlerTests.memoryAnswers(harness) == memory + 1)
+            #expect(try await MediaHitHandlerTests.answersAhead(harness) == ahead)
+            #expect(ahead == 0)
+        }
+    }
+
     /// A head the decoder rejects (an unknown method; a request after an HTTP/1.0 one, which ends the
     /// connection) is answered with its error, which no hit behind it may overtake: none is answered ahead.
     @Test func aRejectedHeadIsNotOvertaken() async throws {

@@ -31,6 +31,10 @@ package struct HTTPConfiguration: Sendable, Equatable {
     package var interimMaxAgeSeconds = 60
     /// `bytes` (the file itself) or `redirect` (302 to `/media/...`) on `GET /v1/...`. `http.sourceAnswer`.
     package var sourceAnswer = SourceController<AppRequestContext>.Answer.bytes
+    /// Cache hits are answered from the bytes read, ahead of the HTTP decoder (`MediaHitFront`); false leaves them
+    /// to the same logic behind the decoder (`MediaHitHandler`). For measuring what the front saves
+    /// (`scripts/bench-hits-ab --new-env`), or for setting it aside. `http.answerAhead`, default true.
+    package var answerAhead = true
     /// Connections held open at once; one more is answered 503 `overloaded` and closed. 0: three quarters of
     /// the process's descriptor limit (`ConnectionLimit.automatic`). `http.maxConnections`, default 0.
     package var maxConnections = 0
@@ -66,6 +70,7 @@ extension HTTPConfiguration {
         section.check("interimMaxAgeSeconds", self.interimMaxAgeSeconds >= 0, "0 or more")
         self.maxConnections = reader.int(forKey: "maxConnections", default: self.maxConnections)
         section.check("maxConnections", self.maxConnections >= 0, "0 (automatic) or more")
+        self.answerAhead = reader.bool(forKey: "answerAhead", default: self.answerAhead)
         let answer = reader.string(forKey: "sourceAnswer", default: self.sourceAnswer.rawValue)
         if let parsed = SourceController<AppRequestContext>.Answer(rawValue: answer) {
             self.sourceAnswer = parsed

@@ -18,11 +18,16 @@ package struct MediaHitChannel: ServerChildChannel, HTTPChannelHandler {
     let source: MediaHitHandler.Source
     /// The bound on connections open at once.
     let connections: ConnectionLimit
+    /// Whether `MediaHitFront` answers hits ahead of the decoder (`http.answerAhead`).
+    let answerAhead: Bool
 
-    package init(http1: HTTP1Channel, source: MediaHitHandler.Source, connections: ConnectionLimit) {
+    package init(
+        http1: HTTP1Channel, source: MediaHitHandler.Source, connections: ConnectionLimit, answerAhead: Bool = true
+    ) {
         self.http1 = http1
         self.source = source
         self.connections = connections
+        self.answerAhead = answerAhead
     }
 
     package var responder: HTTPChannelHandler.Responder { self.http1.responder }
@@ -34,10 +39,12 @@ package struct MediaHitChannel: ServerChildChannel, HTTPChannelHandler {
             let state = try pipeline.handler(type: HTTPConnectionStateHandler.self)
             let hits = MediaHitHandler(source: self.source)
             try pipeline.addHandler(hits, position: .after(state))
-            let timeouts = try pipeline.handler(type: ConnectionTimeoutHandler.self)
-            // First: it reads the bytes off the socket (the server speaks plain HTTP/1.1; a TLS handler would
-            // have to come before it).
-            try pipeline.addHandler(MediaHitFront(hits: hits, timeouts: timeouts), position: .first)
+            if self.answerAhead {
+                let timeouts = try pipeline.handler(type: ConnectionTimeoutHandler.self)
+                // First: it reads the bytes off the socket (the server speaks plain HTTP/1.1; a TLS handler would
+                // have to come before it).
+                try pipeline.addHandler(MediaHitFront(hits: hits, timeouts: timeouts), position: .first)
+            }
             // Over the connection limit: answered 503 and closed before a byte is read.
             if !admitted { try pipeline.addHandler(ConnectionLimit.Refusal(), position: .first) }
             return value

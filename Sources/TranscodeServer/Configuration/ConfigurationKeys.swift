@@ -1,6 +1,3 @@
-import TranscodeCore
-import TranscodeHTTP
-
 // Written by scripts/config-keys from docs/configuration.md's table: edit the table and run the script.
 
 /// Every configuration key with its default and meaning, as docs/configuration.md gives them: what
@@ -130,6 +127,11 @@ enum ConfigurationKeys {
         Key(
             name: "http.sourceAnswer", defaultValue: "bytes",
             meaning: "`GET /v1/...` answers with the file, or `redirect` (302 to `/media`)"),
+        Key(
+            name: "http.answerAhead", defaultValue: "true",
+            meaning:
+                "cache hits are answered from the bytes read, ahead of the HTTP decoder; `false` leaves them to the same logic behind it (for measuring what that saves, `scripts/bench-hits-ab --new-env`)"
+        ),
         Key(
             name: "http.maxConnections", defaultValue: "0",
             meaning:
