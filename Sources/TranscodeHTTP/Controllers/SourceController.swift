@@ -324,8 +324,6 @@ final class ResolvedPaths: Sendable {
     static var capacity: Int { 10_000 }
     private let targets = Mutex<[String: Target]>([:])
 
-    package init() {}
-
     func get(_ path: String) -> Target? { self.targets.withLock { $0[path] } }
 
     func set(_ path: String, _ target: Target) {

@@ -258,8 +258,6 @@ final class ResolvedBodies: Sendable {
     static var maxBytes: Int { 4096 }
     private let targets = Mutex<(bodies: [Body: Target], bytes: Int)>(([:], 0))
 
-    package init() {}
-
     /// A body as a dictionary key, hashed in one call over its bytes (`[UInt8]`'s own hash feeds the hasher a
     /// byte at a time: a percent of a cache-hit `POST /transcode`).
     private struct Body: Hashable {
@@ -297,8 +295,6 @@ final class EncodedResults: Sendable {
     /// As many as `ResolvedBodies` keeps: a hit answered from memory finds its JSON here.
     static var capacity: Int { ResolvedBodies.capacity }
     private let answers = Mutex<[TranscodeResult: ByteBuffer]>([:])
-
-    package init() {}
 
     /// The JSON of `result`, made by `encode` the first time.
     func body(for result: TranscodeResult, encode: (TranscodeResult) throws -> ByteBuffer) rethrows -> ByteBuffer {
