@@ -171,16 +171,17 @@ package final class BatchRunner: BatchStore, Service, Sendable {
                     self.deleteExpired()
                     swept = ContinuousClock.now
                 }
-                if let (id, index) = self.nextItem() {
+                // The item holds its worker's slot from its start (the pool's `load` counts it before the next look),
+                // and its job's admission takes the slot over.
+                if let (id, index, slot) = self.nextItem() {
                     group.addTask {
-                        // One trace per item: its download, conversion and storage are the item's spans.
-                        await Traces.span("batch.item", attributes: ["batch.id": id, "batch.item": String(index)]) {
-                            await self.runItem(id: id, index: index)
+                        await TranscodePool.withReservation(slot) {
+                            // One trace per item: its download, conversion and storage are the item's spans.
+                            await Traces.span("batch.item", attributes: ["batch.id": id, "batch.item": String(index)]) {
+                                await self.runItem(id: id, index: index)
+                            }
                         }
                     }
-                    // At most one item per 25 ms, so that the pool's load counts the item just started (admitted
-                    // within a millisecond) before the next is considered; interactive jobs come and go in between.
-                    try? await Task.sleep(for: .milliseconds(25))
                     continue
                 }
                 // Nothing to start (no idle worker, or no item): until a slot is released or a batch comes, and
@@ -190,12 +191,22 @@ package final class BatchRunner: BatchStore, Service, Sendable {
         }
     }
 
-    /// The next item to start, claimed, when a worker is idle and batches hold fewer than their share.
-    private func nextItem() -> (String, Int)? {
+    /// The next item to start, claimed, with a slot reserved for it, when a worker is idle and batches hold fewer
+    /// than their share.
+    private func nextItem() -> (String, Int, TranscodePool.Reservation)? {
         let pool = self.service.pool
-        let share = max(1, pool.workers - 1)
-        guard pool.load < pool.workers else { return nil }
-        return self.state.withLock { state -> (String, Int)? in
+        guard pool.load < pool.workers, let (id, index) = self.claimItem(share: max(1, pool.workers - 1)) else {
+            return nil
+        }
+        guard let slot = pool.reserve() else {
+            self.release(id: id, index: index)
+            return nil
+        }
+        return (id, index, slot)
+    }
+
+    private func claimItem(share: Int) -> (String, Int)? {
+        self.state.withLock { state -> (String, Int)? in
             guard state.running < share else { return nil }
             if let until = state.pausedUntil, ContinuousClock.now < until { return nil }
             for id in state.order {

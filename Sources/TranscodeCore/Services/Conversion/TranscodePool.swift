@@ -137,13 +137,92 @@ package final class TranscodePool: Service, Sendable {
             self.pool.state.withLock {
                 if self.priority == .upgrade { $0.admittedUpgrades -= 1 } else { $0.admitted -= 1 }
             }
-            for wakeup in self.pool.releaseWakeups.withLock({ $0 }) { wakeup.signal() }
+            self.pool.signalRelease()
         }
     }
 
-    /// Claims a slot of `priority`'s class. - Throws: `ServiceError` 429 when full, 503 when shutting down.
+    /// A slot a worker loop (the batch items, the fleet's claims) holds from the moment it starts a job until the
+    /// job is admitted: `load` counts the job at once, so the loop's next look sees the worker taken. The job's own
+    /// `admit`, in a task that runs with it (`withReservation`), takes the slot over instead of claiming another;
+    /// `end()` gives it back when no admission took it (the item was a hit, joined a running job, or failed first).
+    final class Reservation: Sendable {
+        fileprivate let pool: TranscodePool
+        private let held = Mutex(true)
+
+        fileprivate init(pool: TranscodePool) { self.pool = pool }
+
+        /// Whether the slot was still held; it is not afterwards.
+        fileprivate func take() -> Bool {
+            self.held.withLock { held in
+                defer { held = false }
+                return held
+            }
+        }
+
+        /// Gives the slot back unless an admission took it. Idempotent.
+        func end() {
+            guard self.take() else { return }
+            self.pool.state.withLock { $0.admitted -= 1 }
+            self.pool.signalRelease()
+        }
+    }
+
+    /// The reservation the job started in this task may take over (`withReservation`).
+    @TaskLocal private static var reservation: Reservation?
+
+    /// Holds a slot of the interactive and backfill class for a job about to start, when one is free.
+    /// - Returns: nil when the pool is full or shutting down.
+    func reserve() -> Reservation? {
+        let reserved = self.state.withLock { state -> Bool in
+            guard state.accepting, state.admitted < self.capacity else { return false }
+            state.admitted += 1
+            return true
+        }
+        return reserved ? Reservation(pool: self) : nil
+    }
+
+    /// Runs `body` (a job's start) with `reservation` for its admission to take over, and ends the reservation
+    /// after it (a no-op once taken).
+    static func withReservation<T: Sendable>(
+        _ reservation: Reservation, _ body: @Sendable () async throws -> T
+    ) async rethrows -> T {
+        defer { reservation.end() }
+        return try await Self.$reservation.withValue(reservation) { try await body() }
+    }
+
+    /// Ends this task's reservation of this pool, if it holds one still: its job joined one that runs (admitted
+    /// already), and the slot is not held twice for one conversion.
+    func endReservation() {
+        Self.reservation.flatMap { $0.pool === self ? $0 : nil }?.end()
+    }
+
+    private func signalRelease() {
+        for wakeup in self.releaseWakeups.withLock({ $0 }) { wakeup.signal() }
+    }
+
+    /// Claims a slot of `priority`'s class (taking over the task's reservation, when it holds one of this pool).
+    /// - Throws: `ServiceError` 429 when full, 503 when shutting down.
     func admit(_ priority: JobPriority = .interactive) throws -> Admission {
+        let reservation = Self.reservation.flatMap { $0.pool === self ? $0 : nil }
+        var tookOver = false
+        do {
+            return try self.admit(priority, tookOver: &tookOver, reservation: reservation)
+        } catch {
+            // The reservation's slot was given up, and no admission holds it.
+            if tookOver { self.signalRelease() }
+            throw error
+        }
+    }
+
+    private func admit(
+        _ priority: JobPriority, tookOver: inout Bool, reservation: Reservation?
+    ) throws -> Admission {
         try self.state.withLock { state in
+            // The reserved slot becomes this admission (an upgrade's moves to the upgrades' class).
+            if reservation?.take() == true {
+                state.admitted -= 1
+                tookOver = true
+            }
             guard state.accepting else { throw ServiceError.shuttingDown }
             if priority == .upgrade {
                 guard state.admittedUpgrades < self.upgradeCapacity else {
@@ -154,8 +233,8 @@ package final class TranscodePool: Service, Sendable {
                 guard state.admitted < self.capacity else { throw ServiceError.queueFull() }
                 state.admitted += 1
             }
+            return Admission(pool: self, priority: priority)
         }
-        return Admission(pool: self, priority: priority)
     }
 
     /// Throws what `admit()` would, without claiming a slot: an upload is turned away (429) before a byte

@@ -39,6 +39,8 @@ package final class InProcessJobs: TranscodeJobs {
         }
         if joined {
             self.metrics.joined()
+            // A batch item's or a queue claim's slot (`TranscodePool.Reservation`): the job it joined holds one.
+            self.pool.endReservation()
         }
         if let subscriber {
             // The end of this run, told once the run has left the table (a poll then finds it over). The

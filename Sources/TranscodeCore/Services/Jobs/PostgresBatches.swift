@@ -51,8 +51,8 @@ package final class PostgresBatches: BatchStore, Service, Sendable {
             settings: .init(
                 leaseSeconds: configuration.leaseSeconds, timeoutSeconds: configuration.timeoutSeconds,
                 // Busy with requests or with its share of items: a finishing item, or any slot of the pool released,
-                // wakes it. An item started is let reach the pool before its load is read again.
-                busyWaitSeconds: 0.25, settleSeconds: 0.005, sweepSeconds: 30),
+                // wakes it. An item claimed holds its slot at once (`reserve`).
+                busyWaitSeconds: 0.25, sweepSeconds: 30),
             owner: self.owner, metrics: metrics, logger: logger)
         conversions.pool.wakeOnRelease(self.conversionWorker.wakeup)
         self.webhookWorker = QueueWorker(
@@ -172,6 +172,8 @@ struct ConversionWorker: JobHandler {
     }
 
     var isWorking: Bool { self.conversions.pool.isAccepting }
+
+    func reserve() -> TranscodePool.Reservation? { self.conversions.pool.reserve() }
 
     func sweep() async {
         await self.conversions.sweep()

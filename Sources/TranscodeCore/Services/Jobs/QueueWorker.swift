@@ -24,11 +24,15 @@ protocol JobHandler: Sendable {
     var isWorking: Bool { get }
     /// Work beside the claims, every `QueueWorker.Settings.sweepSeconds`: what no single job's end records.
     func sweep() async
+    /// The pool slot a claimed job holds from its claim until its admission takes it over, so that `hasRoom`
+    /// counts the job at once (`TranscodePool.Reservation`); nil for work that takes no slot.
+    func reserve() -> TranscodePool.Reservation?
 }
 
 extension JobHandler {
     var isWorking: Bool { true }
     func sweep() async {}
+    func reserve() -> TranscodePool.Reservation? { nil }
 }
 
 /// Claims jobs of one kind from the fleet's queue and runs them on this node, while its handler has room, until
@@ -44,8 +48,6 @@ final class QueueWorker<Handler: JobHandler>: Sendable {
         var timeoutSeconds: Double
         /// How long to wait before looking again when the handler has no room (a finishing job wakes it sooner).
         var busyWaitSeconds: Double
-        /// A pause after starting a job, before room is looked at again (a conversion reaches the pool first).
-        var settleSeconds: Double = 0
         /// Every how many seconds the handler sweeps (nil: never).
         var sweepSeconds: Double? = nil
         /// Between the node's name and each claim's number in the lease's owner.
@@ -106,13 +108,16 @@ final class QueueWorker<Handler: JobHandler>: Sendable {
                     {
                         self.metrics?.queueClaimed(after: ContinuousClock.now - started, reclaimed: claimed.reclaimed)
                         self.running.withLock { $0 += 1 }
+                        // Taken before the next look at the room: the job counts in the pool's load from now on.
+                        let slot = self.handler.reserve()
                         group.addTask {
-                            await self.handler.perform(claimed)
+                            if let slot {
+                                await TranscodePool.withReservation(slot) { await self.handler.perform(claimed) }
+                            } else {
+                                await self.handler.perform(claimed)
+                            }
                             self.running.withLock { $0 -= 1 }
                             self.wakeup.signal()
-                        }
-                        if self.settings.settleSeconds > 0 {
-                            try? await Task.sleep(for: .milliseconds(Int64(self.settings.settleSeconds * 1000)))
                         }
                         continue
                     }
