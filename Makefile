@@ -24,22 +24,19 @@ lint:
 	node --check Sources/TranscodeServer/Resources/player.js
 	node --check Sources/TranscodeServer/Resources/demo.js
 
-# The system tier: suites tagged `.system` (headless Chromium, SeaweedFS, the built binary as a child process).
-# They run after the unit and integration tiers, in a `swift test` of their own, so that browsers timing a
-# video do not share the two cores with every other test (TierTests keeps this list equal to the tags). A test's
-# id is `Target.Suite/test()/File.swift:line`: the pattern names suites, not the files they are in.
-SYSTEM_SUITES = AlphaVideoEnginesTests|AlphaVideoOutputTests|AnimatedAVIFFileTests|AnimatedFormatsTests|AnimatedWebPOutputTests|BatchTests|BrowserRouteTests|BrowserTimingTests|ChildProcessTests|ConvertCommandTests|CorpusTests|DemoPageTests|DeployTests|NegotiatedImageTests|OperationsTests|PageBytesTests|PageFidelityTests|PlayerScriptTests|PostgresBatchTests|PostgresQueueTests|S3StoreTests|ThreadedEncodeTests|TracingTests
-
-# Of the system tier, the suites that make AVIFs (tens of CPU-seconds each in a debug build) run last, in a `swift test`
-# of their own: beside them, the timing-bound system tests (descriptor limits, SIGTERM drains, the fleet's job table
-# read from another node) starved and failed.
-HEAVY_SUITES = AnimatedAVIFFileTests|BatchTests|NegotiatedImageTests|PageBytesTests|PageFidelityTests
-
+# Three tiers, derived from each test's tags by scripts/test-tiers (this Swift cannot filter by tag; the tags are in
+# Tests/TestSupport/Tags.swift): tier 1, the tests that run in the test process alone; the system tier, those that
+# start another program (a browser, PostgreSQL, SeaweedFS, a child process), in a `swift test` of their own so that
+# browsers timing a video do not share the two cores with every other test; and last the `.heavy` ones (tens of
+# CPU-seconds each in a debug build), beside which the timing-bound system tests (descriptor limits, SIGTERM drains,
+# the fleet's job table read from another node) starved and failed. `--check` first: every test `swift test list`
+# gives is in exactly one tier.
 test: test-deps lint
 	swift build --build-tests
-	swift test --skip-build --skip '\.($(SYSTEM_SUITES))/'
-	swift test --skip-build --filter '\.($(SYSTEM_SUITES))/' --skip '\.($(HEAVY_SUITES))/'
-	swift test --skip-build --filter '\.($(HEAVY_SUITES))/'
+	scripts/test-tiers --check
+	tier=$$(scripts/test-tiers fast) && swift test --skip-build $$tier
+	tier=$$(scripts/test-tiers system) && swift test --skip-build $$tier
+	tier=$$(scripts/test-tiers heavy) && swift test --skip-build $$tier
 	# The client package (Client/, a package of its own: an app that adds it resolves swift-crypto alone); its tests
 	# start the server binary built above.
 	cd Client && swift build --build-tests && swift test --skip-build

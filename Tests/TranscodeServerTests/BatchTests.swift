@@ -10,7 +10,7 @@ import Testing
 
 /// Backfill batches: every URL accounted for, paged NDJSON results, a restart mid-way, and interactive
 /// requests never refused because of a batch.
-@Suite(.serialized, .tags(.system), .timeLimit(.minutes(15))) struct BatchTests {
+@Suite(.serialized, .tags(.integration), .timeLimit(.minutes(15))) struct BatchTests {
     /// The 50 smallest animated GIFs of the corpus that convert.
     static let gifs: [String] = {
         let manifest = (try? String(contentsOfFile: corpusDirectory + "/MANIFEST.tsv", encoding: .utf8)) ?? ""
@@ -114,7 +114,7 @@ import Testing
     /// By default a batch makes the object a rewritten page's `.auto` URLs answer from: its line carries that `.auto`
     /// URL, which then answers Chromium the AVIF at once (final, no conversion), and its `.mp4` link names the one
     /// object (`also:webp,avif`).
-    @Test func aBatchPreparesWhatTheRewriteServes() async throws {
+    @Test(.tags(.heavy)) func aBatchPreparesWhatTheRewriteServes() async throws {
         try await withHarness(configure: NegotiatedImageTests.configure) { harness in
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")
             let id = try await Self.submit(harness, [url], output: nil)
@@ -134,7 +134,7 @@ import Testing
         }
     }
 
-    @Test func aBatchAccountsForEveryURL() async throws {
+    @Test(.tags(.heavy)) func aBatchAccountsForEveryURL() async throws {
         let receiver = WebhookReceiver()
         try await withReceiver(receiver) { hookPort in
             try await withOrigin { port in
@@ -189,7 +189,7 @@ import Testing
 
     /// An item given back for a passing reason (here the shared store refusing its publish) is run again, and
     /// the items after it that are still running are not handed out a second time: one line per URL.
-    @Test func anItemGivenBackDoesNotRerunTheOnesStillRunning() async throws {
+    @Test(.tags(.wallClock)) func anItemGivenBackDoesNotRerunTheOnesStillRunning() async throws {
         try await withTemporaryDirectory { directory in
             let sharedDisk = try DiskCache(root: directory + "/shared", maxBytes: 1 << 30)
             let store = FailingPuts(CopyingDiskStore(sharedDisk), failures: 1)
@@ -211,7 +211,7 @@ import Testing
         }
     }
 
-    @Test func aBatchSurvivesARestart() async throws {
+    @Test(.tags(.heavy)) func aBatchSurvivesARestart() async throws {
         try await withTemporaryDirectory { directory in
             let cache = directory + "/cache"
             try await withOrigin { port in
@@ -239,7 +239,7 @@ import Testing
     /// Batches cost the server no memory for their URLs: 4 batches of 10,000 URLs of 2,000 characters (80 MB of URLs)
     /// leave the serving binary's resident memory within 20 MiB of what it was before them (issue 56: it held every
     /// URL of every batch for the batch's whole retention, +86 MiB here and as much after a restart).
-    @Test func batchesKeepTheirURLsOnDisk() async throws {
+    @Test(.tags(.childProcess, .wallClock)) func batchesKeepTheirURLsOnDisk() async throws {
         func residentMiB(_ process: ChildProcess) throws -> Double {
             let status = try String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8)
             let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") })
@@ -300,7 +300,7 @@ import Testing
 
     /// A batch holds at most `workers - 1` workers: an interactive request never finds the queue full because
     /// of it.
-    @Test func interactiveRequestsAreNotStarved() async throws {
+    @Test(.tags(.wallClock)) func interactiveRequestsAreNotStarved() async throws {
         try await withOrigin { port in
             try await withHarness(configure: {
                 $0.transcode.workers = 2
@@ -322,7 +322,7 @@ import Testing
 
     /// A complete batch is deleted once past `batch.retentionSeconds` (also after a restart), and at once by
     /// `DELETE /v1/batches/{id}`; what it converted stays in the cache.
-    @Test func batchesExpireAndCanBeDeleted() async throws {
+    @Test(.tags(.wallClock)) func batchesExpireAndCanBeDeleted() async throws {
         try await withTemporaryDirectory { directory in
             let cache = directory + "/cache"
             let (deletedID, keptID) = (ResultBox(), ResultBox())

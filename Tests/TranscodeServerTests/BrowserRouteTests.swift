@@ -10,10 +10,10 @@ import Transcoder
 /// What Chromium makes of the routes' answers: rewritten pages played with `/player.js`, the signed route's video,
 /// and the documented JavaScript signer. In the system tier, where browsers do not share the two cores with every
 /// other test: in tier 1 a loaded machine kept a renderer past its bound.
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct BrowserRouteTests {
+@Suite(.tags(.integration, .browser), .timeLimit(.minutes(20))) struct BrowserRouteTests {
     /// A rewritten `<img loading="lazy">` in Chromium: nothing loaded below the fold, played in view (through
     /// the signed GET route, converting on that first view), paused out of view.
-    @Test func aLazyVideoPlaysWhenInView() async throws {
+    @Test(.tags(.wallClock)) func aLazyVideoPlaysWhenInView() async throws {
         try await withHarness(configure: RewriteTests.configure) { harness in
             let document = #"<img src="/corpus/cartoon_hotdog.gif" loading="lazy" alt="hotdog">"#
             let reply = try await harness.rewrite(document, query: "?output=video&base=" + harness.originURL("/"))
@@ -196,7 +196,7 @@ import Transcoder
     /// A `<video src>` pointed straight at the route, on a page of another origin: Chromium plays it to the
     /// end (the first request converts the GIF while the browser waits).
     /// The route's video, and a rendition of it (`w:100`), play once in Chromium at their sizes and the GIF's time.
-    @Test func playsInChromium() async throws {
+    @Test(.tags(.wallClock)) func playsInChromium() async throws {
         try await SourceRouteTests().withSigningHarness { harness in
             harness.origin.setVersion("once.gif", "cartoon_hotdog.gif")
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")

@@ -83,7 +83,7 @@ import Transcoder
 
     /// Tombstones are looked up in the directory's names as last read while it is unchanged, and every change
     /// to it (this cache's takedowns, a file put there or removed by another process) is seen at once.
-    @Test func tombstonesAreSeenAtOnceFromEitherSide() async throws {
+    @Test(.tags(.wallClock)) func tombstonesAreSeenAtOnceFromEitherSide() async throws {
         try await withTemporaryDirectory { directory in
             let cache = try DiskCache(root: directory, maxBytes: 1 << 30)
             let (first, second) = (

@@ -4,7 +4,7 @@ import Testing
 
 /// The way the tests start programs: it must work with more descriptors open than the whole suite holds at
 /// its peak (about 1,350), and leak none of them into the child.
-@Suite(.tags(.system), .timeLimit(.minutes(10))) struct ChildProcessTests {
+@Suite(.tags(.integration, .childProcess), .timeLimit(.minutes(10))) struct ChildProcessTests {
     @Test func manyOpenDescriptorsAreNeitherAProblemNorInherited() throws {
         let opened = (0..<2_000).map { _ in open("/dev/null", O_RDONLY) }
         defer { opened.forEach { close($0) } }

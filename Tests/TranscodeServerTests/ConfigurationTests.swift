@@ -89,7 +89,7 @@ import Transcoder
     /// their environment names and defaults were only in docs/configuration.md); its descriptions are the table's
     /// rows, key for key (`scripts/config-keys` writes them), and the binary prints them with each key's variable and
     /// flag, as the server reads them.
-    @Test func theBinaryDescribesEveryKey() async throws {
+    @Test(.tags(.childProcess)) func theBinaryDescribesEveryKey() async throws {
         let described = ConfigurationKeys.all.map(\.name)
         #expect(Set(described).count == described.count)
         #expect(

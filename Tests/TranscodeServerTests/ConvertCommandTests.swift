@@ -7,7 +7,7 @@ import Testing
 @testable import TranscodeHTTP
 @testable import TranscodeServer
 
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct ConvertCommandTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(20))) struct ConvertCommandTests {
     /// `d1/x.gif` and `d2/x.gif` would both become `x.mp4`: refused before any work.
     @Test func twoInputsWithOneNameAreRefused() throws {
         do {
@@ -60,23 +60,25 @@ import Testing
     /// run, and odd_30x20_muybridge.gif after these five differed in 2 runs of 6. On a later host (AMD EPYC, AVX2
     /// and no AVX-512) neither the build of then nor today's varies, with or without `EncoderHeap`
     /// (docs/fidelity.md, "One key, one file").
-    @Test(arguments: [
-        (
-            "cartoon_hotdog",
-            [
-                "cartoon_3d_machine_101f", "cartoon_anime_table", "cartoon_christmas_tree_loop1000",
-                "cartoon_dancing_banana", "cartoon_earth_3d_loop65535", "cartoon_flag_delaware",
-                "cartoon_floppybuddy", "cartoon_gifjs_logo", "cartoon_giphy_logo", "cartoon_giphy_new_feature",
-            ]
-        ),
-        (
-            "odd_30x20_muybridge",
-            [
-                "loop_none_no_netscape", "loop_once_libgd", "many_186f_giphy_sdk_logo", "many_380f_terminal",
-                "odd_11x29_anim",
-            ]
-        ),
-    ])
+    @Test(
+        .tags(.childProcess),
+        arguments: [
+            (
+                "cartoon_hotdog",
+                [
+                    "cartoon_3d_machine_101f", "cartoon_anime_table", "cartoon_christmas_tree_loop1000",
+                    "cartoon_dancing_banana", "cartoon_earth_3d_loop65535", "cartoon_flag_delaware",
+                    "cartoon_floppybuddy", "cartoon_gifjs_logo", "cartoon_giphy_logo", "cartoon_giphy_new_feature",
+                ]
+            ),
+            (
+                "odd_30x20_muybridge",
+                [
+                    "loop_none_no_netscape", "loop_once_libgd", "many_186f_giphy_sdk_logo", "many_380f_terminal",
+                    "odd_11x29_anim",
+                ]
+            ),
+        ])
     func outputIsTheSameWhateverWasConvertedBefore(name: String, before: [String]) async throws {
         let binary = try OperationsTests.debugBinary()
         let inputs = before.map { corpusDirectory + "/\($0).gif" }
@@ -105,7 +107,7 @@ import Testing
     /// a CPU without them would, the video and the poster are those converted with all this one has. Without
     /// x264's `cpu-independent`, cartoon_hotdog.gif's packets were 6,999 bytes without SIMD (or with SSE2 alone)
     /// and 6,991 with SSE4.2 and up; without the poster's C DCT, every poster differed.
-    @Test func theBytesDoNotDependOnTheCPU() async throws {
+    @Test(.tags(.childProcess)) func theBytesDoNotDependOnTheCPU() async throws {
         let binary = try OperationsTests.debugBinary()
         let names = [
             "cartoon_hotdog.gif", "cartoon_dancing_banana.gif", "odd_30x20_muybridge.gif", "apng_101f_320x240.apng",

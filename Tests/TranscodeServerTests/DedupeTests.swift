@@ -35,7 +35,7 @@ import Testing
 
     /// Variants of one URL asked at once (four backgrounds: four objects) share one download (issue 56: each
     /// variant's job asked the origin for the GIF again).
-    @Test func variantsOfOneURLInFlightShareOneDownload() async throws {
+    @Test(.tags(.wallClock)) func variantsOfOneURLInFlightShareOneDownload() async throws {
         try await withHarness { harness in
             let path = "/delayed/800/cartoon_hotdog.gif"
             let url = harness.originURL(path)
@@ -55,7 +55,7 @@ import Testing
     }
 
     /// Every waiter gets the same error too, from one attempt.
-    @Test func concurrentRequestsShareTheError() async throws {
+    @Test(.tags(.wallClock)) func concurrentRequestsShareTheError() async throws {
         try await withHarness { harness in
             let url = harness.originURL("/delayed/300/notgif_png_static.gif")
             let replies = try await withThrowingTaskGroup(of: Reply.self) { group in
@@ -119,7 +119,7 @@ import Testing
 
     /// A client that gives up does not cancel the work: the others still get the result, and so does a
     /// request that arrives later.
-    @Test func aDisconnectingClientDoesNotCancelTheJob() async throws {
+    @Test(.tags(.wallClock)) func aDisconnectingClientDoesNotCancelTheJob() async throws {
         try await withHarness { harness in
             let url = harness.originURL("/delayed/800/cartoon_spinner_loading.gif")
             async let impatient: Result<Reply, any Error> = {

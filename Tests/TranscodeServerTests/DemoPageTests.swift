@@ -6,7 +6,7 @@ import Testing
 @testable import TranscodeHTTP
 @testable import TranscodeServer
 
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct DemoPageTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(20))) struct DemoPageTests {
     /// The elements the page's script and the browser check rely on.
     static let elementIDs = [
         "url", "convert", "file", "status", "result", "gif", "video", "gif-size", "mp4-size", "saved", "snippet",
@@ -72,7 +72,7 @@ import Testing
     /// Dark mode, the background picker and the built-in sample, in headless Chromium (`demo_page_check.py
     /// PAGE sample`): the picker starts at the dark page's colour; a transparent corner of the converted sample
     /// is the colour picked; the icon loads.
-    @Test func theSampleOverAChosenBackgroundInDarkMode() async throws {
+    @Test(.tags(.browser, .wallClock)) func theSampleOverAChosenBackgroundInDarkMode() async throws {
         try await withHarness { harness in
             let run = try await runBrowserScript(
                 Self.checker, ["http://127.0.0.1:\(harness.appPort)/", "sample"], timeout: .seconds(120))
@@ -88,7 +88,7 @@ import Testing
     /// `readyState` 4 and a moving `currentTime`. Needs Debian's chromium, chromium-driver and
     /// python3-selenium; without them the test fails, it does not skip. The browser script bounds each of its
     /// waits and is terminated after 120 s.
-    @Test func convertsAndPlaysInChromium() async throws {
+    @Test(.tags(.browser, .wallClock)) func convertsAndPlaysInChromium() async throws {
         try await withHarness { harness in
             let run = try await runBrowserScript(
                 Self.checker,
@@ -103,7 +103,7 @@ import Testing
     /// The demo page plays a GIF with a loop count as many times as a browser plays the GIF, through
     /// `/player.js`: `loop_once_libgd.gif` (loop count 1, two 500 ms frames) plays twice, then stays on its
     /// last frame.
-    @Test func playsAFiniteLoopCountInChromium() async throws {
+    @Test(.tags(.browser, .wallClock)) func playsAFiniteLoopCountInChromium() async throws {
         try await withHarness { harness in
             let run = try await runBrowserScript(
                 Self.checker,

@@ -11,7 +11,7 @@ import Testing
 /// `deploy/kubernetes/`: the manifests pass Kubernetes' own schemas (PyPI `kubernetes-validate`, strict), the custom
 /// resources (KEDA's, the Prometheus Operator's) point at what the manifests define, the shutdown fits the pod's
 /// grace period, and the KEDA trigger's query counts exactly the jobs a worker can claim, on a real database.
-@Suite(.serialized, .tags(.system), .timeLimit(.minutes(5))) struct DeployTests {
+@Suite(.serialized, .tags(.integration, .childProcess), .timeLimit(.minutes(5))) struct DeployTests {
     static let directory = ConfigurationTests.repositoryRoot.appendingPathComponent("deploy/kubernetes").path
 
     static var files: [String] {
@@ -171,7 +171,7 @@ import Testing
     /// The KEDA trigger's query, run on a database seeded with jobs in every state, counts exactly the conversion
     /// jobs `PostgresQueue.claim` then takes one by one: due ones and expired leases, not jobs due later, live
     /// leases, leases expired on their last attempt (dead letters), ended jobs or webhook deliveries.
-    @Test func theKEDAQueryCountsWhatAWorkerCanClaim() async throws {
+    @Test(.tags(.database)) func theKEDAQueryCountsWhatAWorkerCanClaim() async throws {
         let documents = try await Self.documents()
         let scaled = try Self.document(documents, kind: "ScaledObject", name: "transcode-server")
         let trigger = try #require(((scaled["spec"] as? [String: Any])?["triggers"] as? [[String: Any]])?.first)

@@ -165,7 +165,7 @@ import Testing
         }
     }
 
-    @Test func aDrippingOriginFailsAtTheDeadline() async throws {
+    @Test(.tags(.wallClock)) func aDrippingOriginFailsAtTheDeadline() async throws {
         try await withHarness(configure: { $0.download.timeoutSeconds = 1 }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/drip"))
             #expect(reply.status == 504, "\(reply.text)")
@@ -245,7 +245,7 @@ import Testing
 
     /// With retries, a closed port failed only when the download deadline ran out: with a 120 s deadline
     /// the answer would not come before this client gives up (20 s); without them it comes at once.
-    @Test func aRefusedConnectionFailsAtOnce() async throws {
+    @Test(.tags(.wallClock)) func aRefusedConnectionFailsAtOnce() async throws {
         // A port bound but not listening refuses connections, and stays ours for the whole test (a port closed
         // again could be taken by another test's server meanwhile: seen once in make test).
         let (refusing, port) = try boundLoopbackSocket()

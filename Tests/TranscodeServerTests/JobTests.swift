@@ -8,7 +8,7 @@ import Testing
 
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct JobTests {
     /// Past the wait budget: 202 with a Location to poll, which reports pending, then the result.
-    @Test func slowJobsAnswer202AndCanBePolled() async throws {
+    @Test(.tags(.wallClock)) func slowJobsAnswer202AndCanBePolled() async throws {
         try await withHarness(configure: { $0.transcode.syncWaitSeconds = 0.1 }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/delayed/700/cartoon_hotdog.gif"))
             #expect(reply.status == 202, "\(reply.text)")
@@ -30,7 +30,7 @@ import Testing
         }
     }
 
-    @Test func failedJobsReportTheirError() async throws {
+    @Test(.tags(.wallClock)) func failedJobsReportTheirError() async throws {
         try await withHarness(configure: { $0.transcode.syncWaitSeconds = 0.1 }) { harness in
             let reply = try await harness.transcode(url: harness.originURL("/delayed/400/notgif_jpeg_photo.gif"))
             #expect(reply.status == 202)
@@ -57,7 +57,7 @@ import Testing
 
     /// One worker, no queue: a second job while the first runs is refused at once, with Retry-After,
     /// and costs no download.
-    @Test func aFullQueueAnswers429() async throws {
+    @Test(.tags(.wallClock)) func aFullQueueAnswers429() async throws {
         try await withHarness(configure: {
             $0.transcode.workers = 1
             $0.transcode.queueLength = 0

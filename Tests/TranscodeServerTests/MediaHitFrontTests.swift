@@ -357,7 +357,7 @@ import Testing
 
     /// A head that arrives in pieces is answered ahead once whole; a connection kept busy by such answers for
     /// two and a half times its deadlines is neither cut off at the head deadline nor closed as idle.
-    @Test func aBusyConnectionIsNotCutOff() async throws {
+    @Test(.tags(.wallClock)) func aBusyConnectionIsNotCutOff() async throws {
         try await withHarness(configure: {
             $0.http.headerTimeoutSeconds = 2
             $0.http.idleTimeoutSeconds = 2
@@ -406,7 +406,7 @@ import Testing
     /// A large file sent from the file (sendfile) to a client that reads nothing for longer than the head
     /// deadline (but not the sending one): the wait for the next head starts once the file has been sent (the
     /// kernel buffers only part of it for a narrow connection), so the connection is not cut off mid-file.
-    @Test func aSlowReaderGetsTheWholeFile() async throws {
+    @Test(.tags(.wallClock)) func aSlowReaderGetsTheWholeFile() async throws {
         try await MediaHitHandlerTests.withLargeFileKept(configure: {
             $0.http.headerTimeoutSeconds = 1
             $0.http.idleTimeoutSeconds = 3
@@ -511,7 +511,7 @@ import Testing
     /// hold for it (the server's send buffer grows to 4 MB, `tcp_wmem`), so the answers stall whatever the buffers
     /// (one answer of 309 KB sometimes fit in them whole, and then nothing was stalled). The client reads only
     /// once the server's end has left ESTABLISHED (or 30 s passed): what it gets then is what the kernels held.
-    @Test func aClientThatNeverReadsIsCutOff() async throws {
+    @Test(.tags(.wallClock)) func aClientThatNeverReadsIsCutOff() async throws {
         try await MediaHitHandlerTests.withLargeFileKept(configure: {
             $0.http.headerTimeoutSeconds = 10
             $0.http.idleTimeoutSeconds = 1

@@ -10,7 +10,7 @@ import Transcoder
 /// The `<img>` a rewritten page keeps: `POST /v1/rewrite` (default `output=img`) changes only the GIF URLs of
 /// `src`, `srcset`, `data-src` and `data-srcset`, to signed `.auto` URLs, and `.auto` answers by `Accept` the
 /// smallest file that browser's `<img>` shows, or a redirect to the GIF.
-@Suite(.tags(.system), .timeLimit(.minutes(10))) struct NegotiatedImageTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct NegotiatedImageTests {
     static let chromium = "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8"
     static let firefox = "image/avif,image/webp,image/png,image/svg+xml,image/*;q=0.8,*/*;q=0.5"
     static let safari17 =
@@ -116,7 +116,7 @@ import Transcoder
     /// full max-age and `immutable`: the AVIF where named, the WebP where only it is, the GIF for the rest
     /// (`not-accepted`). A GIF the service refuses is a redirect too, with the refusal's code, never cached. Every
     /// answer varies by `Accept`, and every redirect to the GIF is counted by its reason.
-    @Test func theAutoRouteAnswersByAccept() async throws {
+    @Test(.tags(.heavy)) func theAutoRouteAnswersByAccept() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let signer = try #require(URLSigner(hexKeys: [RewriteTests.key], hexSalts: [RewriteTests.salt]))
             func auto(_ path: String) -> (String, String) {
@@ -205,7 +205,7 @@ import Transcoder
     /// `output=img` (the default): the elements stay; only GIF URLs change, each to its own `.auto` URL (every
     /// `srcset` candidate, so the browser's choice of size holds; a lazy-loading plugin's `data-src`; a
     /// `<picture>`'s GIF `<img>`, its WebP `<source>` left as it is). Put back, the original URLs give the input.
-    @Test func imgRewriteChangesOnlyTheGIFURLs() async throws {
+    @Test(.tags(.heavy)) func imgRewriteChangesOnlyTheGIFURLs() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = """
                 <!doctype html><html><head><style>article img { max-width: 100%; border-radius: 8px }</style></head>

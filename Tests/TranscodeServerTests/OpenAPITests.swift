@@ -54,7 +54,7 @@ import Transcoder
     /// The formats the spec lists are the output-format registry's (every format but the manifest, which is not
     /// asked for), and `sign --extension`'s help names every extension the signed route takes (issue 54: the help
     /// lacked `poster.webp` and `poster.avif`, and nothing tied the spec's lists to the registry).
-    @Test func formatListsAreTheRegistrys() async throws {
+    @Test(.tags(.childProcess)) func formatListsAreTheRegistrys() async throws {
         let text = try String(contentsOfFile: Self.specPath, encoding: .utf8)
         let asked = OutputFormat.all.filter { $0 != ObjectFiles.manifest }.map(\.name)
         #expect(text.contains("enum: [\(asked.joined(separator: ", "))]"), "the formats' enum is not \(asked)")

@@ -7,7 +7,7 @@ import Transcoder
 @testable import TranscodeHTTP
 @testable import TranscodeServer
 
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct OperationsTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(20))) struct OperationsTests {
     @Test func healthAndReadiness() async throws {
         try await withHarness { harness in
             let health = try await harness.request(.GET, "/healthz")
@@ -29,7 +29,7 @@ import Transcoder
         }
     }
 
-    @Test func prometheusMetrics() async throws {
+    @Test(.tags(.childProcess)) func prometheusMetrics() async throws {
         try await withHarness { harness in
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")
             let first = try await harness.transcode(url: url)
@@ -103,7 +103,7 @@ import Transcoder
     /// Trace ids as exemplars on the duration histograms (issue 55): each bucket carries the latest observation made in
     /// a sampled trace, in the OpenMetrics text only, and a real parser (python3-prometheus-client) reads them back on
     /// the buckets the values fall in; an observation outside a trace leaves its bucket without one.
-    @Test func openMetricsBucketsCarryTraceExemplars() async throws {
+    @Test(.tags(.childProcess)) func openMetricsBucketsCarryTraceExemplars() async throws {
         let metrics = ServiceMetrics()
         let first = TraceExemplar(
             traceID: String(repeating: "a1", count: 16), spanID: String(repeating: "b2", count: 8))
@@ -146,7 +146,7 @@ import Transcoder
     /// A mistyped subcommand (`transcode-server confg`) is refused with the list of subcommands and a usage exit
     /// code (64), at once: one (`config`, before it was a command) used to be read as a setting and start the server
     /// on the default port.
-    @Test func anUnknownSubcommandStartsNothing() async throws {
+    @Test(.tags(.childProcess)) func anUnknownSubcommandStartsNothing() async throws {
         let run = try await runProcess(try Self.debugBinary(), ["confg"], timeout: .seconds(60))
         #expect(run.status == 64, "\(run.status): \(run.stderr)")
         #expect(run.stderr.contains("unknown subcommand or argument 'confg'"), "\(run.stderr)")
@@ -252,7 +252,7 @@ import Transcoder
 
     /// SIGTERM: the running binary stops accepting, finishes the transcode in flight (its client gets
     /// the result), and exits 0.
-    @Test func sigtermDrainsInFlightWorkAndExitsZero() async throws {
+    @Test(.tags(.childProcess, .wallClock)) func sigtermDrainsInFlightWorkAndExitsZero() async throws {
         // No readiness drain: the stop itself (`sigtermDrainsReadinessFirst` has the drain).
         try await Self.withServingBinary(arguments: ["--shutdown-drain-seconds", "0"]) { process, client, _, _ in
             // A job that lasts (1080x1080 pictures and an AVIF poster: about 3 s in the debug binary alone): with a
@@ -284,7 +284,7 @@ import Transcoder
     /// serving on new connections (a health check, a conversion), then the listener closes and the process exits 0
     /// (issue 55: readiness and the listener went at once, and a balancer still routing to the node saw refused
     /// connections).
-    @Test func sigtermDrainsReadinessFirst() async throws {
+    @Test(.tags(.childProcess, .wallClock)) func sigtermDrainsReadinessFirst() async throws {
         try await Self.withServingBinary(arguments: ["--shutdown-drain-seconds", "8"]) {
             process, client, _, directory in
             #expect(try await client.get("/readyz") == 200)
@@ -313,7 +313,7 @@ import Transcoder
     /// SIGTERM while a large file goes out ahead of the HTTP codec to a client that has not read it yet: the
     /// client still gets all of it (a close at shutdown would fail the writes still queued), then the process
     /// exits 0.
-    @Test func sigtermLetsAFileBeingSentFinish() async throws {
+    @Test(.tags(.childProcess, .wallClock)) func sigtermLetsAFileBeingSentFinish() async throws {
         try await Self.withServingBinary(arguments: ["--shutdown-drain-seconds", "0"]) {
             process, client, port, directory in
             let (status, body) = try await client.post(
@@ -364,7 +364,7 @@ import Transcoder
     /// `/proc/<pid>/fdinfo`: CLOCK_REALTIME (0, dispatch's wall clock), CLOCK_MONOTONIC (1, uptime) and CLOCK_BOOTTIME
     /// (7, monotonic). Without the arming, the server had 1 and 7 only (NIO's event loops have CLOCK_MONOTONIC
     /// timerfds too): the wall clock's came later.
-    @Test func everyDispatchClockHasItsTimerBeforeLoad() async throws {
+    @Test(.tags(.childProcess)) func everyDispatchClockHasItsTimerBeforeLoad() async throws {
         try await Self.withServingBinary { process, _, _, _ in
             let clocks = try #require(ServeCommand.timerClocks(process: "\(process.processIdentifier)"))
             #expect(clocks.isSuperset(of: [0, 1, 7]), "timerfd clocks: \(clocks.sorted())")
@@ -374,7 +374,7 @@ import Transcoder
     /// Swift's tasks run on SwiftNIO's event loops, not in libdispatch's worker pool
     /// (`ServeCommand.runTasksOnEventLoops`), whose monitor kills a process out of descriptors while tasks wait in
     /// the pool: the serving binary says so at start-up.
-    @Test func tasksRunOnTheEventLoops() async throws {
+    @Test(.tags(.childProcess)) func tasksRunOnTheEventLoops() async throws {
         try await Self.withServingBinary(logLevel: "info") { _, _, _, directory in
             let log = String(
                 decoding: FileManager.default.contents(atPath: directory + "/stderr.log") ?? Data(), as: UTF8.self)
@@ -390,7 +390,7 @@ import Transcoder
     /// this scenario on one loaded core (SIGILL; the core dump's stack is `_dispatch_workq_monitor_pools`):
     /// libdispatch's monitor of its worker pool, once a second while tasks wait in the pool, opens `/proc/TID/stat`
     /// for each worker and kills the process when it cannot.
-    @Test func runningOutOfDescriptorsQuarantinesNothing() async throws {
+    @Test(.tags(.childProcess, .wallClock)) func runningOutOfDescriptorsQuarantinesNothing() async throws {
         let limit = 128
         // No bound on connections (whose default leaves a quarter of the descriptors free): they take them all.
         try await Self.withServingBinary(descriptorLimit: limit, arguments: ["--http-max-connections", "100000"]) {
@@ -442,7 +442,7 @@ import Transcoder
     /// Connections past `http.maxConnections` (by default three quarters of the descriptor limit) are answered
     /// 503 `overloaded` and closed at once, so those already open keep the descriptors their requests need: an
     /// object is served over one while idle connections crowd the server.
-    @Test func connectionsOverTheLimitAreRefused() async throws {
+    @Test(.tags(.childProcess, .wallClock)) func connectionsOverTheLimitAreRefused() async throws {
         try await Self.withServingBinary(descriptorLimit: 128) { process, client, port, directory in
             let (status, body) = try await client.post(
                 "/transcode", contentType: "image/gif", body: try corpusBytes("loop_1.gif"))
@@ -488,7 +488,7 @@ import Transcoder
     }
 }
 
-@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct ConnectionLimitTests {
+@Suite(.tags(.integration, .wallClock), .timeLimit(.minutes(10))) struct ConnectionLimitTests {
     /// The head deadline waits for heads not yet read: a request pipelined behind another, read already and
     /// answered after longer than the deadline, is not cut off when the first answer ends.
     @Test func aPipelinedSlowRequestIsNotCutOff() async throws {
@@ -667,7 +667,7 @@ final class RawSocket: Sendable {
         return count > 0 ? String(decoding: bytes[0..<count], as: UTF8.self) : ""
     }
 
-    @Test func aDrippingBodyIsAnsweredRequestTimeout() async throws {
+    @Test(.tags(.wallClock)) func aDrippingBodyIsAnsweredRequestTimeout() async throws {
         try await withHarness(configure: {
             $0.http.bodyTimeoutSeconds = 0.5
             $0.http.idleTimeoutSeconds = 30
@@ -690,7 +690,7 @@ final class RawSocket: Sendable {
     }
 
     /// One worker, no queue, a job running: an upload announcing 49 MB is refused before its body is sent.
-    @Test func aFullQueueRefusesAnUploadBeforeItsBody() async throws {
+    @Test(.tags(.wallClock)) func aFullQueueRefusesAnUploadBeforeItsBody() async throws {
         try await withHarness(configure: {
             $0.transcode.workers = 1
             $0.transcode.queueLength = 0

@@ -79,7 +79,7 @@ import Testing
     /// names outlived their files). A path is a token with a source file's extension and a slash, one under a
     /// top-level directory, or a directory name (`Commands/`); it may be written from any directory down
     /// (`Services/Jobs/PostgresQueue.swift`), and `...` stands for any directories.
-    @Test func theDocumentsNameOnlyPathsThatExist() async throws {
+    @Test(.tags(.childProcess)) func theDocumentsNameOnlyPathsThatExist() async throws {
         let root = ConfigurationTests.repositoryRoot.path
         let listing = try await runProcess("/usr/bin/git", ["-C", root, "ls-files"], timeout: .seconds(60))
         try #require(listing.status == 0, "\(listing.stderr)")
@@ -142,100 +142,5 @@ import Testing
         let ci = try Self.read(".ci/run")
         #expect(readme.contains("make test"))
         #expect(ci.split(separator: "\n").contains("make test"))
-    }
-}
-
-/// The suite's tiers: what the Makefile runs as the system tier is what the tests say they are.
-@Suite(.tags(.unit), .timeLimit(.minutes(10))) struct TierTests {
-    /// Every `@Suite...` line of both test targets, with its file's name.
-    static func suiteLines() throws -> [(file: String, line: Substring)] {
-        let root = ConfigurationTests.repositoryRoot
-        var found: [(String, Substring)] = []
-        for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests"] {
-            let directory = root.appendingPathComponent(target).path
-            for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".swift") {
-                let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
-                found += text.split(separator: "\n").filter { $0.hasPrefix("@Suite") }.map { (name, $0) }
-            }
-        }
-        return found
-    }
-
-    /// `(tier, suite)` for every `@Suite(... .tags(.tier) ...) struct Name`.
-    static func taggedSuites() throws -> [(tier: String, suite: String)] {
-        try Self.suiteLines().compactMap { _, line in
-            guard let tags = line.range(of: ".tags(."), let structWord = line.range(of: ") struct ") else { return nil }
-            let tier = line[tags.upperBound...].prefix { $0.isLetter }
-            let suite = line[structWord.upperBound...].prefix { $0.isLetter || $0.isNumber }
-            return (String(tier), String(suite))
-        }
-    }
-
-    /// Every suite has a tier and a time limit.
-    @Test func everySuiteIsTieredAndLimited() throws {
-        let lines = try Self.suiteLines()
-        #expect(lines.count > 40)
-        for (name, line) in lines {
-            #expect(line.contains(".tags(."), "\(name): \(line)")
-            #expect(line.contains(".timeLimit("), "\(name): \(line)")
-        }
-    }
-
-    /// No test waits for anything longer than 120 s (`timeout: .seconds(N)`): a longer deadline hid slow work
-    /// (conversions on the cooperative pool, suites racing browsers for two cores) instead of fixing it.
-    @Test func noDeadlineIsOverTwoMinutes() throws {
-        let root = ConfigurationTests.repositoryRoot
-        var deadlines = 0
-        for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests", "Tests/TestSupport"] {
-            let directory = root.appendingPathComponent(target).path
-            // Their support folders too.
-            let names = try FileManager.default.subpathsOfDirectory(atPath: directory)
-            for name in names where name.hasSuffix(".swift") {
-                let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
-                for match in text.matches(of: /timeout: *(?:TimeAmount)?\.seconds\((\d+)\)/) {
-                    deadlines += 1
-                    #expect(Int(match.1)! <= 120, "\(name): \(match.0)")
-                }
-            }
-        }
-        #expect(deadlines > 10)
-    }
-
-    /// No browser runs outside the system tier: a file whose suites are all of another tier starts no Chromium,
-    /// WebKit or Firefox (`runBrowserScript`, the oracles' scripts). Eight browser tests in tier 1 raced every other
-    /// test for two cores, and a loaded machine kept a renderer past its bound (issue 54).
-    @Test func browsersRunInTheSystemTierOnly() throws {
-        let root = ConfigurationTests.repositoryRoot
-        let system = Set(try Self.taggedSuites().filter { $0.tier == "system" }.map(\.suite))
-        let markers = ["runBrowserScript(", "chromium_oracle", "page_fidelity", "requireChromium(", "webdriver"]
-        var checked = 0
-        for target in ["Tests/TranscodeServerTests", "Tests/TranscoderTests"] {
-            let directory = root.appendingPathComponent(target).path
-            for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".swift") {
-                let text = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
-                let suites = text.matches(of: /\) struct (\w+)/).map { String($0.1) }
-                guard !suites.isEmpty, suites.allSatisfy({ !system.contains($0) }) else { continue }
-                guard name != "PackagingTests.swift" else { continue }
-                checked += 1
-                for marker in markers {
-                    #expect(
-                        !text.contains(marker),
-                        "\(name) (\(suites)) starts a browser (\(marker)) outside the system tier")
-                }
-            }
-        }
-        #expect(checked > 30)
-    }
-
-    /// The Makefile's `SYSTEM_SUITES` are exactly the suites tagged `.system`.
-    @Test func theMakefileRunsTheSystemTierApart() throws {
-        let makefile = try PackagingTests.read("Makefile")
-        let line = try #require(makefile.split(separator: "\n").first { $0.hasPrefix("SYSTEM_SUITES = ") })
-        let listed = Set(line.dropFirst("SYSTEM_SUITES = ".count).split(separator: "|").map(String.init))
-        let tagged = Set(try Self.taggedSuites().filter { $0.tier == "system" }.map(\.suite))
-        #expect(!tagged.isEmpty)
-        #expect(listed == tagged)
-        #expect(makefile.contains(#"swift test --skip-build --skip '\.($(SYSTEM_SUITES))/'"#))
-        #expect(makefile.contains(#"swift test --skip-build --filter '\.($(SYSTEM_SUITES))/'"#))
     }
 }

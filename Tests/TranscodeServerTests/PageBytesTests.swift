@@ -14,7 +14,7 @@ import Testing
 /// On a first view, nothing waits on an expensive encode: Chromium's requests are answered at once (the GIF, while
 /// the upgrades are made behind them), and only a client whose `<img>` plays video has an MP4 made for it. After the
 /// background work has settled, the page weighs a fraction of the original.
-@Suite(.tags(.system), .serialized, .timeLimit(.minutes(20))) struct PageBytesTests {
+@Suite(.tags(.integration, .heavy), .serialized, .timeLimit(.minutes(20))) struct PageBytesTests {
     static let engines: [(name: String, accept: String)] = [
         ("Chromium 156", "image/jxl,image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8"),
         ("Firefox ESR 153", "image/avif,image/webp,image/png,image/svg+xml,image/*;q=0.8,*/*;q=0.5"),

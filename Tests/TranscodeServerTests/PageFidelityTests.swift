@@ -16,7 +16,7 @@ import Testing
 /// phone's and a desktop's width, light and dark, animated images held on their first frame. Every image's box within 2 px, its pixels at least 30 dB (PSNR of 2x2
 /// averages) against the original's, no new horizontal overflow, and nothing fetched before scrolling that the
 /// original did not fetch.
-@Suite(.tags(.system), .serialized, .timeLimit(.minutes(10))) struct PageFidelityTests {
+@Suite(.tags(.integration, .browser, .heavy), .serialized, .timeLimit(.minutes(10))) struct PageFidelityTests {
     static let oracle = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("Browser/page_fidelity.py").path
 

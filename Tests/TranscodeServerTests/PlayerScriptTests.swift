@@ -9,7 +9,7 @@ import Testing
 /// The `html` snippet plays a GIF as many times as a browser plays the GIF, checked in headless Chromium on a
 /// page of another origin whose Content-Security-Policy allows scripts from the service only: a loop count of
 /// 2 plays 3 times and stops on the last frame, no loop block plays once, loop count 0 loops on.
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct PlayerScriptTests {
+@Suite(.tags(.integration, .browser, .wallClock), .timeLimit(.minutes(20))) struct PlayerScriptTests {
     struct Observed: Decodable, Sendable {
         var plays: Int
         var ended: Bool

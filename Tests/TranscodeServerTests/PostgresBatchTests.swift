@@ -11,7 +11,7 @@ import Testing
 /// database share the work and answer for each other's batches, an expired lease is claimed again, the
 /// database going away costs batches a wait (503 `queue-unavailable`) and interactive requests nothing, and a
 /// restart loses no item.
-@Suite(.serialized, .tags(.system), .timeLimit(.minutes(10))) struct PostgresBatchTests {
+@Suite(.serialized, .tags(.integration, .database), .timeLimit(.minutes(10))) struct PostgresBatchTests {
     /// `timeoutSeconds` bounds each database call: long enough for the first call (the migrations and a batch's
     /// rows) on two cores shared with the whole system tier (2 s once failed there, and 10 s in CI beside fourteen
     /// other suites), short where a test waits on it.
@@ -90,7 +90,7 @@ import Testing
 
     /// A worker that claimed an item and vanished: its lease expires, a live node claims the item again,
     /// converts it once, and counts the expiry.
-    @Test func anExpiredLeaseIsClaimedAgain() async throws {
+    @Test(.tags(.wallClock)) func anExpiredLeaseIsClaimedAgain() async throws {
         try await withPostgres { server, client in
             try await withHarness(configure: Self.configure(server, workers: 1)) { harness in
                 // The node's only worker is busy with a request: it leaves batch items alone meanwhile.
@@ -116,7 +116,7 @@ import Testing
 
     /// The database stopped mid-batch: batch routes answer 503 `queue-unavailable`, `POST /transcode` works,
     /// and once the database is back the batch completes with every URL once.
-    @Test func theDatabaseGoingAwayLosesNothing() async throws {
+    @Test(.tags(.wallClock)) func theDatabaseGoingAwayLosesNothing() async throws {
         try await withPostgres { server, _ in
             try await withHarness(configure: Self.configure(server, timeoutSeconds: 5)) { harness in
                 let urls = Self.urls(harness, count: 12)
@@ -147,7 +147,7 @@ import Testing
 
     /// A request's job that outlives its wait is known to every node: pending while it runs on another node,
     /// then done, or its error.
-    @Test func anyNodeAnswersForARequestsJob() async throws {
+    @Test(.tags(.wallClock)) func anyNodeAnswersForARequestsJob() async throws {
         try await withPostgres { server, _ in
             try await withTemporaryDirectory { directory in
                 let shared = CopyingDiskStore(try DiskCache(root: directory + "/shared", maxBytes: 1 << 30))
@@ -247,7 +247,7 @@ import Testing
 
     /// A `batch.done` webhook whose first attempt failed is still pending when its node stops: the next node
     /// delivers it, with the same `webhook-id`, once.
-    @Test func aPendingWebhookIsDeliveredAfterARestart() async throws {
+    @Test(.tags(.wallClock)) func aPendingWebhookIsDeliveredAfterARestart() async throws {
         let receiver = WebhookReceiver(failures: 1)
         try await withPostgres { server, _ in
             try await BatchTests().withReceiver(receiver) { hookPort in

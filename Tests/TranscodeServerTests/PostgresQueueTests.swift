@@ -11,7 +11,7 @@ import Testing
 
 /// The fleet's job table (`PostgresQueue`) against a real PostgreSQL started by each test on a free loopback
 /// port.
-@Suite(.serialized, .tags(.system), .timeLimit(.minutes(5))) struct PostgresQueueTests {
+@Suite(.serialized, .tags(.integration, .database), .timeLimit(.minutes(5))) struct PostgresQueueTests {
     static let logger = Logger(label: "test")
 
     static func migrated(_ client: PostgresClient) async throws -> PostgresQueue {
@@ -87,7 +87,7 @@ import Testing
         }
     }
 
-    @Test func anExpiredLeaseIsClaimedAgainAndTheOldOwnerLosesIt() async throws {
+    @Test(.tags(.wallClock)) func anExpiredLeaseIsClaimedAgainAndTheOldOwnerLosesIt() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
             let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{\"a\":1}", maxAttempts: 3)
@@ -110,7 +110,7 @@ import Testing
 
     /// Claims go by class before age: a backfill item queued first waits behind a reader's job, whether that one is
     /// due or was left behind by a dead node (its lease expired).
-    @Test func claimsTakeTheHigherClassFirst() async throws {
+    @Test(.tags(.wallClock)) func claimsTakeTheHigherClassFirst() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
             let backfill = try await queue.enqueue(
@@ -130,7 +130,7 @@ import Testing
         }
     }
 
-    @Test func aHeartbeatKeepsTheLease() async throws {
+    @Test(.tags(.wallClock)) func aHeartbeatKeepsTheLease() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
             let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{}", maxAttempts: 3)
@@ -143,7 +143,7 @@ import Testing
         }
     }
 
-    @Test func failuresBackOffThenBecomeADeadLetterWithTheLastError() async throws {
+    @Test(.tags(.wallClock)) func failuresBackOffThenBecomeADeadLetterWithTheLastError() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
             let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{}", maxAttempts: 2)
@@ -181,7 +181,7 @@ import Testing
         }
     }
 
-    @Test func aLeaseThatExpiresOnTheLastAttemptIsADeadLetter() async throws {
+    @Test(.tags(.wallClock)) func aLeaseThatExpiresOnTheLastAttemptIsADeadLetter() async throws {
         try await withPostgres { _, client in
             let queue = try await Self.migrated(client)
             let job = try await queue.enqueue(resultKey: "k", kind: .conversion, payload: "{}", maxAttempts: 1)

@@ -209,19 +209,24 @@ import Transcoder
     }
 
     /// One tricky place a document: how many videos it must come out with, and every other byte kept.
-    @Test(arguments: [
-        ("split across lines", "<p>a</p><img\n  src=\"/x.gif\"\n  alt=\"x\"\n><p>b</p>", 1),
-        ("unquoted", "<img src=/x.gif alt=unquoted width=10>", 1),
-        ("upper case", "<IMG SRC=\"/X.GIF\" ALT=\"Up\">", 1),
-        ("srcset only", "<img src=\"/x.png\" srcset=\"/x.gif 1x, /y.gif 2x\">", 1),
-        ("picture", "<picture><source srcset=\"/x.gif\" type=\"image/gif\"><img src=\"/x.png\"></picture>", 1),
-        ("comment", "<!-- <img src=\"/x.gif\"> --><p>kept</p>", 0),
-        ("script", "<script>document.write('<img src=\"/x.gif\">')</script>", 0),
-        ("template", "<template><img src=\"/x.gif\"></template>", 0),
-        ("noscript", "<noscript><img src=\"/x.gif\"></noscript><img src=\"/y.gif\" loading=\"lazy\">", 1),
-        ("entities", "<p>&lt;img src=\"/x.gif\"&gt; &amp;&nbsp;&#233;</p><img src=\"/a&amp;b.gif\" alt=\"&quot;\">", 1),
-        ("no GIF", "<img src=\"/x.jpg\"><img src=\"/x.gif.jpg\">", 0),
-    ])
+    @Test(
+        .tags(.childProcess),
+        arguments: [
+            ("split across lines", "<p>a</p><img\n  src=\"/x.gif\"\n  alt=\"x\"\n><p>b</p>", 1),
+            ("unquoted", "<img src=/x.gif alt=unquoted width=10>", 1),
+            ("upper case", "<IMG SRC=\"/X.GIF\" ALT=\"Up\">", 1),
+            ("srcset only", "<img src=\"/x.png\" srcset=\"/x.gif 1x, /y.gif 2x\">", 1),
+            ("picture", "<picture><source srcset=\"/x.gif\" type=\"image/gif\"><img src=\"/x.png\"></picture>", 1),
+            ("comment", "<!-- <img src=\"/x.gif\"> --><p>kept</p>", 0),
+            ("script", "<script>document.write('<img src=\"/x.gif\">')</script>", 0),
+            ("template", "<template><img src=\"/x.gif\"></template>", 0),
+            ("noscript", "<noscript><img src=\"/x.gif\"></noscript><img src=\"/y.gif\" loading=\"lazy\">", 1),
+            (
+                "entities",
+                "<p>&lt;img src=\"/x.gif\"&gt; &amp;&nbsp;&#233;</p><img src=\"/a&amp;b.gif\" alt=\"&quot;\">", 1
+            ),
+            ("no GIF", "<img src=\"/x.jpg\"><img src=\"/x.gif.jpg\">", 0),
+        ])
     func trickyPlaces(name: String, body: String, videos expected: Int) async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = "<!doctype html><html><body>\(body)</body></html>"
@@ -263,7 +268,7 @@ import Transcoder
 
     /// A `"` followed by a combining mark is one Swift `Character`: escaped all the same, so an attribute value
     /// cannot end early and smuggle an event handler onto the video.
-    @Test func attributeValuesCannotBreakOut() async throws {
+    @Test(.tags(.childProcess)) func attributeValuesCannotBreakOut() async throws {
         try await withHarness(configure: Self.configure) { harness in
             let document = #"<img src="/a.gif" alt="x&quot;&#x301; onplay=alert(1) " title='"&#x301;>'>"#
             let reply = try await harness.rewrite(document, query: "?output=video&base=https://blog.example.com/")
@@ -321,7 +326,7 @@ import Transcoder
     /// A parse past `rewrite.parseTimeoutSeconds` is answered 422 `too-complex` at its deadline, not when it ends;
     /// the server goes on serving, and a document that parses in time is rewritten. (The deadline counts from the
     /// request's arrival.)
-    @Test func aParsePastItsDeadlineIsTooComplex() async throws {
+    @Test(.tags(.wallClock)) func aParsePastItsDeadlineIsTooComplex() async throws {
         try await withHarness(configure: {
             Self.configure(&$0)
             $0.rewrite.parseTimeoutSeconds = 0.2
@@ -350,7 +355,7 @@ import Transcoder
     /// The first document is four times the slow one and the second is tiny: under the whole suite's load, a second
     /// slow document took longer to arrive than the first took to finish parsing (422 again, once in a full run),
     /// and with twice the slow one the tiny one once arrived after it (200, once in a full run).
-    @Test func abandonedParsesDoNotPileUp() async throws {
+    @Test(.tags(.wallClock)) func abandonedParsesDoNotPileUp() async throws {
         try await withHarness(configure: {
             Self.configure(&$0)
             $0.rewrite.parseTimeoutSeconds = 0.2
@@ -422,7 +427,7 @@ import Transcoder
 
     /// The parse deadline counts from the request's arrival: a document still waiting for a parser thread when it
     /// passes is answered 503 `overloaded` and never parsed; one whose parse began is 422 `too-complex`.
-    @Test func aDocumentWaitingPastItsDeadlineIsOverloaded() async throws {
+    @Test(.tags(.wallClock)) func aDocumentWaitingPastItsDeadlineIsOverloaded() async throws {
         let admission = HTMLGIFScanner.parseLimit(0)
         final class Count: Sendable { let value = Mutex(0) }
         let ran = Count()
@@ -456,7 +461,7 @@ import Transcoder
     /// `<div>` with 80,000 attributes went on holding a parser thread for minutes after its 422). Stopped, it
     /// throws `too-complex` a moment after the deadline; the same document with time enough parses to the end, in
     /// many times as long (25,000 attributes: gumbo's duplicate check makes it quadratic, about 2 s here).
-    @Test func aParsePastItsDeadlineIsStopped() throws {
+    @Test(.tags(.wallClock)) func aParsePastItsDeadlineIsStopped() throws {
         let document = Array(
             ("<div " + (0..<25_000).map { "a\($0)" }.joined(separator: " ") + #"><img src="x.gif"></div>"#).utf8)
         let started = ContinuousClock.now

@@ -10,7 +10,7 @@ import Transcoder
 @testable import TranscodeServer
 
 /// The S3 result store against a real SeaweedFS started by each test on free loopback ports.
-@Suite(.serialized, .tags(.system), .timeLimit(.minutes(10))) struct S3StoreTests {
+@Suite(.serialized, .tags(.integration, .objectStore), .timeLimit(.minutes(10))) struct S3StoreTests {
     /// - Parameter tombstoneCheckSeconds: 0 to ask the store on every hit (a takedown elsewhere is seen at once).
     static func configure(
         _ store: SeaweedFS, serve: StorageConfiguration.Serve = .local, tombstoneCheckSeconds: Double = 10
@@ -169,7 +169,7 @@ import Transcoder
 
     /// The store goes down: requests that need it answer 503 `storage-unavailable` (the server keeps
     /// serving, nothing partial is left in the store or on disk), and work again once it is back.
-    @Test func anOutageAnswers503() async throws {
+    @Test(.tags(.wallClock)) func anOutageAnswers503() async throws {
         try await withSeaweedFS { store in
             try await withHarness(configure: Self.configure(store)) { harness in
                 let warm = try await harness.upload(try corpusBytes("loop_1.gif"))

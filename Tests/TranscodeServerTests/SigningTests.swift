@@ -43,7 +43,7 @@ import Transcoder
     }
 
     /// Signatures of Python's `hmac` (an independent implementation), for paths of every shape.
-    @Test func agreesWithPythonHMAC() async throws {
+    @Test(.tags(.childProcess)) func agreesWithPythonHMAC() async throws {
         let key = "8f1d0e3c5b7a99214466aa55cc00ee11", salt = "73616c74"
         let signer = try #require(URLSigner(hexKeys: [key], hexSalts: [salt]))
         let paths = [
@@ -64,7 +64,7 @@ import Transcoder
     }
 
     /// The shell recipe of docs/api.md (openssl), run as written there, gives the server's signature.
-    @Test func readmeShellRecipeAgrees() async throws {
+    @Test(.tags(.childProcess)) func readmeShellRecipeAgrees() async throws {
         let readme = try PackagingTests.read("docs/api.md")
         let start = try #require(readme.range(of: "```sh sign-url\n"), "docs/api.md has no ```sh sign-url block")
         let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
@@ -80,7 +80,7 @@ import Transcoder
     }
 
     /// `transcode-server sign` prints the path the server accepts, with keys read like the server reads them.
-    @Test func signCommand() async throws {
+    @Test(.tags(.childProcess)) func signCommand() async throws {
         let binary = try OperationsTests.debugBinary()
         let key = String(repeating: "7f", count: 20), salt = "00ff"
         let source = "https://example.com/a.gif"
@@ -109,7 +109,7 @@ import Transcoder
     }
 
     /// `sign -` signs each line of standard input as `sign URL` signs one, in order; one bad line refuses the list.
-    @Test func signCommandReadsALineList() async throws {
+    @Test(.tags(.childProcess)) func signCommandReadsALineList() async throws {
         let binary = try OperationsTests.debugBinary()
         let key = String(repeating: "7f", count: 20), salt = "00ff"
         let sources = ["https://example.com/a.gif", "http://127.0.0.1:8080/b.gif?x=1&y=%20"]

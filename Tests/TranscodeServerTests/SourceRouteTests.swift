@@ -637,7 +637,7 @@ import Transcoder
     }
 
     /// `transcode-server cache purge --url ... --takedown`, run beside the live server, takes effect at once.
-    @Test func purgeCommandBesideTheServer() async throws {
+    @Test(.tags(.childProcess)) func purgeCommandBesideTheServer() async throws {
         let binary = try OperationsTests.debugBinary()
         try await withSigningHarness { harness in
             let url = harness.originURL("/corpus/cartoon_hotdog.gif")

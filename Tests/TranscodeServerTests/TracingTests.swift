@@ -13,7 +13,7 @@ import Testing
 /// request continuing a `traceparent` gives one complete trace (every span's parent in it, the server span's the
 /// caller's), with the queue wait, the download, the conversion's steps and the storage; the origin gets the
 /// trace's `traceparent` only with `tracing.propagate`.
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct TracingTests {
+@Suite(.tags(.integration, .childProcess), .timeLimit(.minutes(20))) struct TracingTests {
     struct Span: Decodable {
         let trace: String
         let span: String
@@ -209,7 +209,7 @@ import Testing
     /// span when `POST /v1/batches` queued it to the `batch.item` span of the node that claimed it, with that item's
     /// download, conversion and storage below, and to its batch's webhook: a `batch.webhook` span in each item's trace,
     /// linked to the delivery's own `webhook.deliver`.
-    @Test func aFleetBatchItemIsOneTraceFromItsEnqueue() async throws {
+    @Test(.tags(.database)) func aFleetBatchItemIsOneTraceFromItsEnqueue() async throws {
         try await withTemporaryDirectory { directory in
             let postgres = try await PostgresServer(directory: directory + "/postgres")
             defer { postgres.stop() }

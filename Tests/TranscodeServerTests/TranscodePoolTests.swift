@@ -9,7 +9,7 @@ import Testing
 /// A key names bytes: the same GIF with the same options gives the same MP4 whether its job ran alone or beside
 /// another. Its ETag is the key, strong, and its answers are `immutable`: two different files under one key would
 /// let a browser's cached first half and a later range of the other make one broken video.
-@Suite(.tags(.integration), .timeLimit(.minutes(10))) struct TranscodePoolTests {
+@Suite(.tags(.integration, .childProcess, .wallClock), .timeLimit(.minutes(10))) struct TranscodePoolTests {
     /// On the real binary, which takes `EncoderHeap` (this process does not: in it, a GIF's bytes may depend on
     /// what was encoded before, docs/open-questions.md).
     @Test func aKeysBytesDoNotDependOnTheLoad() async throws {

@@ -117,7 +117,7 @@ final class WebhookReceiver: Sendable {
 
     /// The guide's three snippets accept a real delivery, and refuse it with one byte of the body changed or
     /// with another secret.
-    @Test func theGuidesVerifiersAgreeWithTheServer() async throws {
+    @Test(.tags(.childProcess)) func theGuidesVerifiersAgreeWithTheServer() async throws {
         let receiver = WebhookReceiver()
         try await withReceiver(receiver) { port in
             try await withHarness(configure: Self.configure) { harness in
@@ -146,7 +146,7 @@ final class WebhookReceiver: Sendable {
 
     /// Delivered after the receiver fails twice: three attempts, one webhook-id, valid signatures for both
     /// secrets, the result in the body.
-    @Test func deliveredSignedAndRetried() async throws {
+    @Test(.tags(.childProcess)) func deliveredSignedAndRetried() async throws {
         let receiver = WebhookReceiver(failures: 2)
         try await withReceiver(receiver) { port in
             try await withHarness(configure: Self.configure) { harness in

@@ -14,7 +14,7 @@ import Testing
 /// exactly, over both) show the page's colour within 8 levels: the page shows through the transparent parts and
 /// the opaque parts are right. The box is where the page put it, at the source's size, with the page's colour
 /// around it, and `video.duration` is the source's length.
-@Suite(.tags(.system), .serialized, .timeLimit(.minutes(20))) struct AlphaVideoEnginesTests {
+@Suite(.tags(.integration, .browser, .wallClock), .serialized, .timeLimit(.minutes(20))) struct AlphaVideoEnginesTests {
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("Browser/video_alpha_engines.py").path
 

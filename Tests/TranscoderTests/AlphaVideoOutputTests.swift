@@ -12,7 +12,7 @@ import Testing
 /// transparency (told by where the two differ) the same in 99.9% of the pixels. The WebM keeps the source's size,
 /// odd ones included. A source whose colour edges 4:2:0 cannot keep at the floor gets none, and so does an opaque
 /// one of even size (the MP4 shows it as well); their manifests list none.
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct AlphaVideoOutputTests {
+@Suite(.tags(.integration, .browser), .timeLimit(.minutes(20))) struct AlphaVideoOutputTests {
     struct Case: Sendable, CustomTestStringConvertible {
         var name: String
         var testDescription: String { self.name }

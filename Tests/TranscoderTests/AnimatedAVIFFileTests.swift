@@ -7,7 +7,7 @@ import Testing
 /// The animated AVIF's file, byte for byte: libavif writes the clock into its `mvhd`, `tkhd` and `mdhd` boxes,
 /// which the encoder zeroes (`AnimatedAVIFEncoder.clearTimestamps`), so the same GIF and options make the same
 /// bytes on every node and every day. (Chromium's reading of the pictures: `AnimatedWebPOutputTests`.)
-@Suite(.tags(.system), .timeLimit(.minutes(10))) struct AnimatedAVIFFileTests {
+@Suite(.tags(.integration, .heavy), .timeLimit(.minutes(10))) struct AnimatedAVIFFileTests {
     /// Each `mvhd`/`tkhd`/`mdhd` box's creation and modification times, read on their own here.
     static func boxTimes(_ file: [UInt8]) -> [(type: String, times: [UInt8])] {
         var found: [(String, [UInt8])] = []
@@ -29,7 +29,7 @@ import Testing
         return found
     }
 
-    @Test func theSameGIFMakesTheSameAVIF() async throws {
+    @Test(.tags(.wallClock)) func theSameGIFMakesTheSameAVIF() async throws {
         let path = CorpusTests.corpusDirectory + "/cartoon_hotdog.gif"
         let gif = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
         var options = TranscodeOptions()

@@ -7,7 +7,7 @@ import Testing
 /// APNG and animated WebP, one rule per file written here, each checked against what the rule says (delays,
 /// play count, frames) and against Chromium's own decoding of the same file (WebCodecs `ImageDecoder`):
 /// frame count, delays, play count and every frame's pixels.
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct AnimatedFormatsTests {
+@Suite(.tags(.integration, .browser), .timeLimit(.minutes(20))) struct AnimatedFormatsTests {
     struct Case: Sendable, CustomTestStringConvertible {
         var name: String
         var bytes: [UInt8]

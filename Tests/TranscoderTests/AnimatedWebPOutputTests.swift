@@ -10,7 +10,7 @@ import Testing
 /// picture shown over black and over white: PSNR at least 35 dB over each, and the transparency (told by where
 /// the two differ) the same in 99.9% of the pixels. An AVIF is made only of a source that loops forever (libavif
 /// 0.11 writes no loop count): for the others the manifest lists none.
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct AnimatedWebPOutputTests {
+@Suite(.tags(.integration, .browser), .timeLimit(.minutes(20))) struct AnimatedWebPOutputTests {
     struct Case: Sendable, CustomTestStringConvertible {
         var name: String
         /// The rendition's box (nil: the default 1920 x 1080).

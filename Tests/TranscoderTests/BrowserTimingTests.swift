@@ -9,7 +9,7 @@ import Testing
 /// (`requestVideoFrameCallback`) must be the GIF's, at the GIF's start times, the last one included; and
 /// seeking (paused) to each start time shows that frame, while 1 ms earlier shows the one before: every
 /// frame starts exactly on time and lasts its whole delay, whatever frames a loaded machine drops in playback.
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct BrowserTimingTests {
+@Suite(.tags(.integration, .browser, .wallClock), .timeLimit(.minutes(20))) struct BrowserTimingTests {
     struct Case {
         var name: String
         /// (palette index, delay in centiseconds) per GIF frame.

@@ -10,7 +10,7 @@ import Testing
 /// and pixels are checked against Chromium's own decoder; for GIFs also against ffprobe's reading (an
 /// independent decoder that applies the same browser delay rule) and ffmpeg's composite where ffmpeg
 /// composites like a browser.
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct CorpusTests {
+@Suite(.tags(.integration), .timeLimit(.minutes(20))) struct CorpusTests {
     struct Entry: Sendable, CustomTestStringConvertible {
         var name: String
         var bytes: Int
@@ -107,7 +107,7 @@ import Testing
         #expect(Self.entries.count > 100, "no corpus at \(Self.corpusDirectory)")
     }
 
-    @Test(arguments: entries)
+    @Test(.tags(.browser, .childProcess), arguments: entries)
     func corpusFile(_ entry: Entry) async throws {
         let path = Self.corpusDirectory + "/" + entry.name
         let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))

@@ -63,7 +63,7 @@ import Testing
 
     /// A render leaves its files where it was told and reports them in commit order, the manifest last, each
     /// with the size on disk and the digest `sha256sum` computes; a store does the rest.
-    @Test func renderReportsItsArtifacts() async throws {
+    @Test(.tags(.childProcess)) func renderReportsItsArtifacts() async throws {
         try await withTemporaryDirectory { directory in
             let rendered = try await renderFiles(try self.sample(), into: directory, name: "clip")
             #expect(rendered.artifacts.map(\.format) == [.mp4, .jpeg, .manifest])
@@ -80,7 +80,7 @@ import Testing
         }
     }
 
-    @Test func filesAndMetadataAgree() async throws {
+    @Test(.tags(.childProcess)) func filesAndMetadataAgree() async throws {
         try await withTemporaryDirectory { directory in
             let bytes = try self.sample()
             let metadata = try await convertFiles(bytes, directory: directory, name: "clip")

@@ -8,7 +8,7 @@ import Testing
 /// measured as SSIM against the pictures encoded.
 @Suite(.tags(.integration), .timeLimit(.minutes(10))) struct SizeGuardTests {
     /// Our SSIM against FFmpeg's `ssim` filter (an implementation of its own) on the same two luma planes.
-    @Test(arguments: [(64, 48, 3), (37, 29, 40), (200, 120, 12)])
+    @Test(.tags(.childProcess), arguments: [(64, 48, 3), (37, 29, 40), (200, 120, 12)])
     func lumaSSIMAgreesWithFFmpeg(width: Int, height: Int, noise: Int) throws {
         var generator = SystemRandomNumberGenerator()
         let a: [UInt8] = (0..<(width * height)).map { index in
@@ -169,7 +169,7 @@ import Testing
     /// FFmpeg's `ssim` filter above) on x264's grid, 2 pixels in from the top-left corner, and each weighted by its
     /// display time; equal to the fifth decimal, which is as many as x264 gives. Both ways of the first attempt:
     /// whole (a small target) and stopped.
-    @Test(arguments: [("cartoon_hotdog.gif", false), ("cartoon_earth_3d_loop65535.gif", true)])
+    @Test(.tags(.childProcess), arguments: [("cartoon_hotdog.gif", false), ("cartoon_earth_3d_loop65535.gif", true)])
     func measuredSSIMIsThatOfTheFileWritten(name: String, stopped: Bool) async throws {
         let gif = try Self.corpus(name)
         var options = TranscodeOptions()

@@ -9,7 +9,7 @@ import Testing
 /// Chromium like the single-threaded output: its `<video>` plays the GIF's length, seeking to each of our
 /// pictures' start shows that picture (`requestVideoFrameCallback`'s `mediaTime`), and the pictures match
 /// Chromium's own decoding of the GIF (WebCodecs `ImageDecoder`) as closely as the one-thread encode's do.
-@Suite(.tags(.system), .timeLimit(.minutes(20))) struct ThreadedEncodeTests {
+@Suite(.tags(.integration, .browser), .timeLimit(.minutes(20))) struct ThreadedEncodeTests {
     /// 800x720 (0.58 MP: over the memory bound's half megapixel), 12 frames of moving 40 px blocks with mixed
     /// delays: light enough not to slow the rest of the suite (a 1.36 MP corpus GIF here starved other tests'
     /// downloads past their deadline once).
