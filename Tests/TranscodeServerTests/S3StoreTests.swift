@@ -75,6 +75,69 @@ import Transcoder
         }
     }
 
+    /// Files go up and come down a block at a time (`S3Client.blockBytes`), whole; a missing object leaves no file.
+    /// An object whose file disagrees with its manifest is refused going up, and is a miss coming down that leaves
+    /// nothing in the directory.
+    @Test func filesGoUpAndComeDownInBlocks() async throws {
+        try await withSeaweedFS { store in
+            try await withTemporaryDirectory { scratch in
+                let client = S3Client(configuration: store.configuration())
+                // Three blocks and a short one.
+                let bytes = (0..<(3 * S3Client.blockBytes + 1234)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
+                let up = scratch + "/up.bin"
+                #expect(FileManager.default.createFile(atPath: up, contents: Data(bytes)))
+                let digest = try #require(try await FileDigest.sha256(ofFile: up))
+                try await client.put(
+                    "big/up.bin", file: up, size: bytes.count, sha256: digest, contentType: "application/octet-stream")
+                #expect(try await client.head("big/up.bin") == bytes.count)
+                // Said to have another digest: its last block is never sent, and nothing is stored (SeaweedFS does
+                // not check the signed digest itself; AWS S3 does). A local fault, not the store's: `internal`.
+                let refused = await #expect(throws: ServiceError.self) {
+                    try await client.put(
+                        "big/wrong.bin", file: up, size: bytes.count, sha256: String(repeating: "0", count: 64),
+                        contentType: "application/octet-stream")
+                }
+                #expect(refused?.code == .internal)
+                #expect(try await client.head("big/wrong.bin") == nil)
+                #expect(try await client.get("big/up.bin")?.bytes == bytes)
+                let down = scratch + "/down.bin"
+                #expect(try await client.download("big/up.bin", to: down) == bytes.count)
+                #expect(FileManager.default.contents(atPath: down) == Data(bytes))
+                #expect(try await client.download("big/missing", to: scratch + "/none.bin") == nil)
+                #expect(
+                    try FileManager.default.contentsOfDirectory(atPath: scratch).sorted() == ["down.bin", "up.bin"])
+
+                // The digest of a real video agrees with the transcoder's own (libavutil's SHA-256).
+                let made = scratch + "/made"
+                let back = scratch + "/back"
+                for directory in [made, back] {
+                    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+                }
+                let (key, metadata) = try ResultStoreContract.makeObject(in: made)
+                #expect(try await FileDigest.sha256(ofFile: "\(made)/\(key).mp4") == metadata.mp4Sha256)
+                let s3 = S3ResultStore(client: client)
+                try await s3.putObject(key, from: made)
+                #expect(try await s3.getObject(key, into: back) == metadata)
+                for name in try FileManager.default.contentsOfDirectory(atPath: back) {
+                    try FileManager.default.removeItem(atPath: "\(back)/\(name)")
+                }
+
+                // Mangled in the store (same size, other bytes): a miss, and nothing left behind.
+                let video = try #require(FileManager.default.contents(atPath: "\(made)/\(key).mp4"))
+                try await client.put(
+                    S3ResultStore.objectName(key, "mp4"), [UInt8](video.reversed()), contentType: "video/mp4")
+                #expect(try await s3.getObject(key, into: back) == nil)
+                #expect(try FileManager.default.contentsOfDirectory(atPath: back) == [])
+
+                // Cut short on disk: not uploaded.
+                let handle = try #require(FileHandle(forWritingAtPath: "\(made)/\(key).mp4"))
+                try handle.truncate(atOffset: UInt64(video.count / 2))
+                try handle.close()
+                await #expect(throws: TranscodeError.self) { try await s3.putObject(key, from: made) }
+            }
+        }
+    }
+
     /// A node with an empty disk, after the store itself restarted, finds what another node converted: no
     /// download, no transcode; the object is served from its own disk afterwards.
     @Test func aRestartFindsResults() async throws {

@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 
 /// Where an S3-compatible store is and how to address it. Credentials come from the environment only
 /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, optionally `AWS_SESSION_TOKEN`).
@@ -201,32 +202,64 @@ package struct S3Client: Sendable {
         _ method: String, name: String?, headers: [(String, String)] = [], body: [UInt8]? = nil,
         expecting: Set<UInt>
     ) async throws -> (HTTPClientResponse, [UInt8])? {
+        // A small body (a manifest, a record) is hashed here; a larger one on the I/O pool.
+        let payloadHash: String
+        if let body, body.count > 64 << 10 {
+            payloadHash = try await NIOThreadPool.singleton.runIfActive { HexDigest.encode(SHA256.hash(data: body)) }
+        } else {
+            payloadHash = body.map { HexDigest.encode(SHA256.hash(data: $0)) } ?? SigV4Signer.emptyPayloadHash
+        }
+        let response = try await self.execute(
+            method, name: name, headers: headers, payloadHash: payloadHash,
+            body: body.map { .bytes(ByteBuffer(bytes: $0)) })
+        return try await self.finish(response, method, name: name, expecting: expecting)
+    }
+
+    /// Signs and sends a request whose body's SHA-256 is `payloadHash`, and returns the answer's head.
+    /// - Throws: `S3Error` `unavailable` when the store cannot be reached in time.
+    func execute(
+        _ method: String, name: String?, headers: [(String, String)] = [], payloadHash: String,
+        body: HTTPClientRequest.Body?
+    ) async throws -> HTTPClientResponse {
         let (host, path) = self.address(name)
-        let payloadHash = body.map { HexDigest.encode(SHA256.hash(data: $0)) } ?? SigV4Signer.emptyPayloadHash
         let signed = self.signer.authorizationHeaders(
             method: method, path: path, headers: [("Host", host)] + headers, payloadHash: payloadHash, date: Date())
         var request = HTTPClientRequest(
             url: "\(self.configuration.endpoint.scheme ?? "http")://\(host)\(SigV4Signer.encodePath(path))")
         request.method = HTTPMethod(rawValue: method)
         for (field, value) in [("Host", host)] + headers + signed { request.headers.add(name: field, value: value) }
-        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+        if let body { request.body = body }
         Traces.inject(into: &request.headers)
-        let response: HTTPClientResponse
-        let bytes: [UInt8]
         do {
-            response = try await self.client.execute(
+            return try await self.client.execute(
                 request, timeout: .milliseconds(Int64(self.configuration.timeoutSeconds * 1000)))
-            let limit = method == "GET" ? Self.maxObjectBytes : 1 << 20
-            bytes = Array(buffer: try await response.body.collect(upTo: limit))
         } catch let error as S3Error {
+            throw error
+        } catch let error as ServiceError {
             throw error
         } catch {
             throw S3Error(status: nil, code: "unavailable", message: "\(method) \(path): \(error)")
+        }
+    }
+
+    /// Collects the answer's body (an object's up to `maxObjectBytes`, any other up to 1 MiB).
+    /// - Returns: the answer and its body when its status is one of `expecting`; nil on 404.
+    /// - Throws: `S3Error`: the store's error, or `unavailable` when the body cannot be read.
+    func finish(
+        _ response: HTTPClientResponse, _ method: String, name: String?, expecting: Set<UInt>
+    ) async throws -> (HTTPClientResponse, [UInt8])? {
+        let bytes: [UInt8]
+        do {
+            let limit = method == "GET" && expecting.contains(200) ? Self.maxObjectBytes : 1 << 20
+            bytes = Array(buffer: try await response.body.collect(upTo: limit))
+        } catch {
+            throw S3Error(status: nil, code: "unavailable", message: "\(method) \(self.address(name).path): \(error)")
         }
         if expecting.contains(response.status.code) { return (response, bytes) }
         let parsed = S3ErrorBody(bytes)
         // A missing bucket is a configuration error, not a missing object.
         if response.status == .notFound, name != nil, parsed?.code != "NoSuchBucket" { return nil }
+        let path = self.address(name).path
         throw S3Error(
             status: Int(response.status.code), code: parsed?.code ?? "HTTP\(response.status.code)",
             message: parsed?.message ?? "\(method) \(path) answered \(response.status.code)")

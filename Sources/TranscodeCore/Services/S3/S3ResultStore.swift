@@ -30,8 +30,8 @@ package struct S3ResultStore: ResultStore {
         return try Self.decodeMetadata(key, json.bytes)
     }
 
-    /// Uploads the files the manifest in `directory` lists, then the manifest. Each file is read on the I/O thread
-    /// pool, never on the executor that awaits the upload (the event loops).
+    /// Uploads the files the manifest in `directory` lists, then the manifest. Each file is streamed from disk a block
+    /// at a time (`S3Client.put(_:file:size:sha256:contentType:)`), signed with the digest its manifest records.
     package func putObject(_ key: ObjectKey, from directory: String) async throws {
         let manifest = "\(directory)/" + key.fileName(ObjectFiles.manifest)
         guard let data = try await Self.read(manifest) else {
@@ -40,50 +40,62 @@ package struct S3ResultStore: ResultStore {
         let metadata = try Self.decodeMetadata(key, data)
         for artifact in try RenderResult(metadata: metadata, directory: directory, name: key.rawValue).artifacts {
             let fileExtension = artifact.format.fileExtension
-            guard let data = try await Self.read(artifact.path) else {
-                throw TranscodeError(.io, "object \(key) has no .\(fileExtension) to upload")
+            let name = Self.objectName(key, fileExtension)
+            guard artifact.format != ObjectFiles.manifest else {
+                try await self.client.put(name, data, contentType: artifact.format.mediaType)
+                continue
             }
-            try await self.client.put(Self.objectName(key, fileExtension), data, contentType: artifact.format.mediaType)
+            let size = (try? FileManager.default.attributesOfItem(atPath: artifact.path))?[.size] as? Int
+            guard let size else { throw TranscodeError(.io, "object \(key) has no .\(fileExtension) to upload") }
+            guard size == artifact.bytes else {
+                throw TranscodeError(.io, "object \(key)'s .\(fileExtension) is not the size its manifest says")
+            }
+            // A manifest written before files carried digests: the file's own, read on the I/O pool.
+            var digest = artifact.sha256
+            if digest == nil { digest = try await FileDigest.sha256(ofFile: artifact.path) }
+            guard let digest else { throw TranscodeError(.io, "object \(key) has no .\(fileExtension) to upload") }
+            try await self.client.put(
+                name, file: artifact.path, size: artifact.bytes, sha256: digest, contentType: artifact.format.mediaType)
         }
     }
 
-    /// The bytes of the file at `path`, read on the I/O thread pool; nil when there is none.
+    /// The bytes of the file at `path` (a manifest), read on the I/O thread pool; nil when there is none.
     static func read(_ path: String) async throws -> [UInt8]? {
         try await NIOThreadPool.singleton.runIfActive { FileManager.default.contents(atPath: path).map { [UInt8]($0) } }
     }
 
-    /// Reads the manifest first, then each file it lists (`ObjectFiles.stored`), checked against it (size and SHA-256): a store that
-    /// lost or mangled a file yields a miss, never a broken video.
+    /// Reads the manifest first, then each file it lists (`ObjectFiles.stored`), streamed to disk and checked against
+    /// it (size and SHA-256, hashed on the I/O pool): a store that lost or mangled a file yields a miss, never a broken
+    /// video, and leaves no file in `directory`.
     package func getObject(_ key: ObjectKey, into directory: String) async throws -> TranscodeMetadata? {
         guard let json = try await self.client.get(Self.objectName(key, ObjectFiles.manifest.fileExtension)) else {
             return nil
         }
         let metadata = try Self.decodeMetadata(key, json.bytes)
-        var files: [(String, [UInt8])] = []
+        var written: [String] = []
+        var complete = false
+        defer {
+            if !complete { for path in written { unlink(path) } }
+        }
         for (entry, format) in ObjectFiles.stored(in: metadata) {
-            guard let object = try await self.client.get(Self.objectName(key, format.fileExtension)),
-                object.bytes.count == entry.bytes
-            else { return nil }
-            // Hashing a video is blocking work: on the I/O thread pool, as the files' writes below.
+            let path = "\(directory)/\(key).\(format.fileExtension)"
+            guard let size = try await self.client.download(Self.objectName(key, format.fileExtension), to: path) else {
+                return nil
+            }
+            written.append(path)
+            guard size == entry.bytes else { return nil }
             if let expected = entry.sha256 {
-                let bytes = object.bytes
-                let digest = try await NIOThreadPool.singleton.runIfActive {
-                    HexDigest.encode(SHA256.hash(data: bytes))
-                }
-                guard digest == expected else { return nil }
+                guard try await FileDigest.sha256(ofFile: path) == expected else { return nil }
             }
-            files.append((format.fileExtension, object.bytes))
         }
-        files.append((ObjectFiles.manifest.fileExtension, json.bytes))
-        let written = files
+        let manifest = "\(directory)/\(key).\(ObjectFiles.manifest.fileExtension)"
+        let bytes = json.bytes
         try await NIOThreadPool.singleton.runIfActive {
-            for (fileExtension, bytes) in written {
-                let path = "\(directory)/\(key).\(fileExtension)"
-                guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else {
-                    throw TranscodeError(.io, "cannot write \(path)")
-                }
+            guard FileManager.default.createFile(atPath: manifest, contents: Data(bytes)) else {
+                throw TranscodeError(.io, "cannot write \(manifest)")
             }
         }
+        complete = true
         return metadata
     }
 
