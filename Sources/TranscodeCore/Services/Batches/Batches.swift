@@ -181,6 +181,9 @@ package final class BatchRunner: BatchStore, Service, Sendable {
                                 await self.runItem(id: id, index: index)
                             }
                         }
+                        // Its place in the batches' share is free now. Its job's slot was released a moment before the
+                        // item recorded its line, and the wake-up that release gave may have found the item running.
+                        self.wakeup.signal()
                     }
                     continue
                 }
