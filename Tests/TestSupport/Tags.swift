@@ -29,8 +29,8 @@ extension Tag {
     // How it runs.
 
     /// Passes or fails by real time: a deadline, a lease or a back-off that must run out, a sleep of a second or
-    /// more, playback watched in a browser. `swift test --filter "$(scripts/test-tiers --tag wallClock)"` runs
-    /// them, beside a busy machine.
+    /// more, playback watched in a browser. `swift test --skip-build $(scripts/test-tiers --tag wallClock)`
+    /// runs them, beside a busy machine.
     @Tag public static var wallClock: Self
     /// Tens of CPU-seconds in a debug build (AVIF ladders, batches of conversions): run last, in a tier of their own.
     @Tag public static var heavy: Self

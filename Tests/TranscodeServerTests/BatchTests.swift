@@ -306,7 +306,8 @@ import Testing
                 $0.transcode.workers = 2
                 $0.transcode.queueLength = 0
             }) { harness in
-                let slow = (0..<12).map { "http://127.0.0.1:\(port)/delayed/300/\(Self.gifs[$0])" }
+                // Slow enough that the batch outlasts five uploads on a loaded machine (12 s at least).
+                let slow = (0..<12).map { "http://127.0.0.1:\(port)/delayed/1000/\(Self.gifs[$0])" }
                 let id = try await Self.submit(harness, slow)
                 _ = try await Self.wait(harness, id) { ($0["pending"] as? Int ?? 0) < 12 }
                 for name in Self.gifs.suffix(5) {

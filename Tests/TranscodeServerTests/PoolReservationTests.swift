@@ -28,6 +28,7 @@ import Testing
         // Ending it again changes nothing.
         slot.end()
         #expect(pool.load == 0)
+        try await pool.stop()
     }
 
     /// A start that admitted nothing (a hit, a failure before its job) gives its slot back when it ends, and a loop
@@ -46,6 +47,7 @@ import Testing
         let again = try #require(pool.reserve())
         again.end()
         #expect(pool.load == 0)
+        try await pool.stop()
     }
 
     /// Only an admission in the reserving task takes the slot over: another task's job, or another pool's, claims
@@ -65,6 +67,8 @@ import Testing
         #expect(pool.load == 1)
         outside.release()
         #expect(pool.load == 0)
+        try await pool.stop()
+        try await other.stop()
     }
 
     /// An upgrade's admission moves the slot to the upgrades' class; a job that joined one already running gives
@@ -87,5 +91,6 @@ import Testing
             #expect(pool.load == 0)
         }
         #expect(pool.load == 0)
+        try await pool.stop()
     }
 }

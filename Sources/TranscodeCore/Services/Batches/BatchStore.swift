@@ -1,7 +1,4 @@
 import Foundation
-import Logging
-import ServiceLifecycle
-import Synchronization
 import Transcoder
 
 /// What a batch was asked to do: `POST /v1/batches`' body, kept in a `BatchFolder` (`BatchRunner`) or the database

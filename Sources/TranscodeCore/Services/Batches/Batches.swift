@@ -187,8 +187,8 @@ package final class BatchRunner: BatchStore, Service, Sendable {
                     }
                     continue
                 }
-                // Nothing to start (no idle worker, or no item): until a slot is released or a batch comes, and
-                // at least every 250 ms (a pause ends, expired batches go). It used to look every 25 ms.
+                // Nothing to start (no idle worker, or no item): until a slot is released, an item ends or a batch
+                // comes, and at least every 250 ms (a pause ends, expired batches go). It used to look every 25 ms.
                 await self.wakeup.wait(upTo: 0.25)
             }
         }
@@ -261,6 +261,8 @@ package final class BatchRunner: BatchStore, Service, Sendable {
             let ended = JobSubscription()
             _ = try? await self.service.transcode(
                 url: url, options: options, keys: keys, subscriber: ended, priority: .backfill)
+            // Its job was admitted by now (taking the slot over), or never will be (a hit, a failure, a job joined).
+            self.service.pool.endReservation()
             let outcome: TranscodeOutcome
             switch await ended.end() {
             case .done(let done): outcome = done

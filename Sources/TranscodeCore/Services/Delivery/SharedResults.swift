@@ -83,7 +83,15 @@ package final class SharedResults: Service, Sendable {
                     self.forgetUnpublished(key)
                     continue
                 }
-                guard (try? await self.publish(key)) != nil else { break }
+                do {
+                    try await self.publish(key)
+                } catch let error as ServiceError where error.code == .storageUnavailable {
+                    break  // the store is down: the next round
+                } catch {
+                    // This key's own fault (its files disagree with its manifest, which `cache verify` reports): the
+                    // others are published still, and a request for it answers the error.
+                    if Task.isCancelled || Task.isShuttingDownGracefully { break }
+                }
             }
             // Until the next round, or shutdown if it comes first.
             try? await cancelWhenGracefulShutdown {

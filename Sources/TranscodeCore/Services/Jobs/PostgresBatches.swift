@@ -201,6 +201,9 @@ extension TranscodeService {
             _ = try? await self.transcode(
                 url: url, options: job.options, untilDone: true, keys: SourceKeys(url: url, options: job.options),
                 subscriber: ended, priority: job.priority)
+            // Its job took the claim's slot over by now, or never will: a hit holds no worker while its end is
+            // recorded in the database.
+            self.pool.endReservation()
             return await ended.end()
         } catch {
             return .failed(ServiceError.from(error))

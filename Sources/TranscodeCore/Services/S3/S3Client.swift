@@ -252,6 +252,9 @@ package struct S3Client: Sendable {
         do {
             let limit = method == "GET" && expecting.contains(200) ? Self.maxObjectBytes : 1 << 20
             bytes = Array(buffer: try await response.body.collect(upTo: limit))
+        } catch let error as ServiceError {
+            // A local fault while the request body streamed (`FileBlocks`), not the store's.
+            throw error
         } catch {
             throw S3Error(status: nil, code: "unavailable", message: "\(method) \(self.address(name).path): \(error)")
         }
