@@ -86,7 +86,7 @@ import Transcoder
                 let bytes = (0..<(3 * S3Client.blockBytes + 1234)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
                 let up = scratch + "/up.bin"
                 #expect(FileManager.default.createFile(atPath: up, contents: Data(bytes)))
-                let digest = try #require(try await FileDigest.sha256(ofFile: up))
+                let digest = try #require(try await StoredFile.sha256(ofFile: up))
                 try await client.put(
                     "big/up.bin", file: up, size: bytes.count, sha256: digest, contentType: "application/octet-stream")
                 #expect(try await client.head("big/up.bin") == bytes.count)
@@ -114,7 +114,7 @@ import Transcoder
                     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
                 }
                 let (key, metadata) = try ResultStoreContract.makeObject(in: made)
-                #expect(try await FileDigest.sha256(ofFile: "\(made)/\(key).mp4") == metadata.mp4Sha256)
+                #expect(try await StoredFile.sha256(ofFile: "\(made)/\(key).mp4") == metadata.mp4Sha256)
                 let s3 = S3ResultStore(client: client)
                 try await s3.putObject(key, from: made)
                 #expect(try await s3.getObject(key, into: back) == metadata)

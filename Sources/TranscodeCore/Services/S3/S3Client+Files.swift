@@ -56,28 +56,6 @@ extension S3Client {
     }
 }
 
-/// The SHA-256 of a file, read in blocks on the I/O pool.
-enum FileDigest {
-    /// Lower-case hex; nil when there is no such file.
-    static func sha256(ofFile path: String) async throws -> String? {
-        try await NIOThreadPool.singleton.runIfActive {
-            let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-            guard descriptor >= 0 else { return nil }
-            defer { close(descriptor) }
-            var hash = SHA256()
-            var block = [UInt8](repeating: 0, count: S3Client.blockBytes)
-            while true {
-                let count = block.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-                if count < 0, errno == EINTR { continue }
-                guard count >= 0 else { throw ServiceError.internal("cannot read \(path)") }
-                guard count > 0 else { break }
-                block.withUnsafeBytes { hash.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
-            }
-            return HexDigest.encode(hash.finalize())
-        }
-    }
-}
-
 /// A file's bytes as `ByteBuffer` blocks, each read (and hashed) on the I/O pool when the request body asks for it.
 /// Each iteration reads from the start (a retried request sends the file again); the descriptor closes at the end of
 /// the file or when the iteration is dropped. The last block is handed over only when the file's SHA-256 is

@@ -52,7 +52,7 @@ package struct S3ResultStore: ResultStore {
             }
             // A manifest written before files carried digests: the file's own, read on the I/O pool.
             var digest = artifact.sha256
-            if digest == nil { digest = try await FileDigest.sha256(ofFile: artifact.path) }
+            if digest == nil { digest = try await StoredFile.sha256(ofFile: artifact.path) }
             guard let digest else { throw TranscodeError(.io, "object \(key) has no .\(fileExtension) to upload") }
             try await self.client.put(
                 name, file: artifact.path, size: artifact.bytes, sha256: digest, contentType: artifact.format.mediaType)
@@ -85,7 +85,7 @@ package struct S3ResultStore: ResultStore {
             written.append(path)
             guard size == entry.bytes else { return nil }
             if let expected = entry.sha256 {
-                guard try await FileDigest.sha256(ofFile: path) == expected else { return nil }
+                guard try await StoredFile.sha256(ofFile: path) == expected else { return nil }
             }
         }
         let manifest = "\(directory)/\(key).\(ObjectFiles.manifest.fileExtension)"

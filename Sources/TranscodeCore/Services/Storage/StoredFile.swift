@@ -46,6 +46,23 @@ final class StoredFile: ObjectFileReader {
         return count == self.size ? bytes : nil
     }
 
+    /// The file at `path`, opened for reading; nil when it cannot be opened.
+    static func opening(_ path: String) -> StoredFile? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            close(descriptor)
+            return nil
+        }
+        return StoredFile(descriptor: descriptor, size: Int(info.st_size), identity: FileIdentity(info))
+    }
+
+    /// Lower-case hex SHA-256 of the file at `path`, read on the I/O pool; nil when it cannot be read whole.
+    static func sha256(ofFile path: String) async throws -> String? {
+        try await NIOThreadPool.singleton.runIfActive { Self.opening(path)?.sha256() }
+    }
+
     /// Lower-case hex SHA-256 of the file, read in 1 MiB blocks; nil when it cannot be read whole.
     func sha256() -> String? {
         var hash = SHA256()
