@@ -126,7 +126,7 @@ enum ResultStoreContract {
             ManifestEntry(role: ObjectRole(rawValue: "mp4-480"), format: "mp4", bytes: 5, sha256: nil),
         ]
         try JSONEncoder().encode(newer).write(to: URL(fileURLWithPath: "\(future)/\(key).json"))
-        FileManager.default.createFile(atPath: "\(future)/\(key).heic", contents: Data([1, 2, 3]))
+        _ = FileManager.default.createFile(atPath: "\(future)/\(key).heic", contents: Data([1, 2, 3]))
         try await store.putObject(key, from: future)
         #expect(try await store.metadata(key)?.otherArtifacts == newer.otherArtifacts)
         let copied = try await store.getObject(key, into: again)

@@ -41,14 +41,15 @@ package final class ReceivingFile: Sendable {
         }
     }
 
-    /// The whole of a received file (at most the download or upload limit), read on the I/O pool: the bytes a
-    /// conversion takes. - Throws: `internal` saying `what` vanished when the file is gone.
+    /// The whole of a received file (at most the download or upload limit), read on the I/O pool straight into the
+    /// array a conversion takes: one copy of the GIF in memory, the one memory admission counts.
+    /// - Throws: `internal` saying `what` vanished when the file is gone or cannot be read whole.
     package static func readAll(_ path: String, what: String) async throws -> [UInt8] {
         try await NIOThreadPool.singleton.runIfActive {
-            guard let data = FileManager.default.contents(atPath: path) else {
+            guard let bytes = StoredFile.opening(path)?.readAll(limit: .max) else {
                 throw ServiceError.internal("the \(what) vanished")
             }
-            return [UInt8](data)
+            return bytes
         }
     }
 

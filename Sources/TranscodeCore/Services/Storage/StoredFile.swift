@@ -37,13 +37,24 @@ final class StoredFile: ObjectFileReader {
         }
     }
 
-    /// The whole file, when it is small enough to be metadata (a few hundred bytes; anything much larger was
-    /// not written by the cache).
-    func readAll() -> [UInt8]? {
-        guard self.size <= 1 << 20 else { return nil }
-        var bytes = [UInt8](repeating: 0, count: self.size)
-        let count = bytes.withUnsafeMutableBytes { pread(self.descriptor, $0.baseAddress, self.size, 0) }
-        return count == self.size ? bytes : nil
+    /// The whole file, read straight into the array (no second copy, no zero fill), when it holds at most `limit`
+    /// bytes: metadata (a few hundred bytes; anything much larger was not written by the cache) or a received GIF.
+    /// - Returns: nil when it is larger, or shrank while being read.
+    func readAll(limit: Int = 1 << 20) -> [UInt8]? {
+        guard self.size <= limit else { return nil }
+        var complete = false
+        let bytes = [UInt8](unsafeUninitializedCapacity: self.size) { buffer, initialized in
+            var offset = 0
+            while offset < self.size {
+                let count = pread(self.descriptor, buffer.baseAddress! + offset, self.size - offset, off_t(offset))
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { break }
+                offset += count
+            }
+            initialized = offset
+            complete = offset == self.size
+        }
+        return complete ? bytes : nil
     }
 
     /// The file at `path`, opened for reading; nil when it cannot be opened.
