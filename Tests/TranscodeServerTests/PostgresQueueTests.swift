@@ -273,4 +273,55 @@ import Testing
             #expect(!reading.fleet && reading.remaining == 9)
         }
     }
+
+    /// A content lock another node holds is waited for in the database (`pg_advisory_lock`, seen in `pg_locks` as
+    /// a lock not yet granted), not by polling `pg_try_advisory_lock`; the body runs once the other node lets go,
+    /// holding the lock, and the lock is given back after it.
+    @Test func aHeldContentLockIsWaitedForInTheDatabase() async throws {
+        try await withPostgres { _, client in
+            let locks = PostgresContentLocks(client: client, timeoutSeconds: 30, logger: Self.logger)
+            let key = try #require(ObjectKey(String(repeating: "c", count: 64)))
+            let id = PostgresContentLocks.lockID(key)
+            let count: @Sendable (String) async throws -> Int = { condition in
+                try await client.withConnection { connection in
+                    var count = 0
+                    for try await value in try await connection.query(
+                        "SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND \(unescaped: condition)",
+                        logger: Self.logger
+                    ).decode(Int.self) { count = value }
+                    return count
+                }
+            }
+            let released = Flag()
+            try await client.withConnection { other in
+                try await other.query("SELECT pg_advisory_lock(\(id))", logger: Self.logger)
+                async let ran = locks.whileHolding(key) {
+                    // Runs after the other node let go, holding the lock itself.
+                    (released.value.withLock { $0 }, try await count("granted"))
+                }
+                var waiting = 0
+                for _ in 0..<300 where waiting == 0 {
+                    waiting = try await count("NOT granted")
+                    if waiting == 0 { try await Task.sleep(for: .milliseconds(100)) }
+                }
+                #expect(waiting == 1, "the waiter never waited in the database")
+                released.value.withLock { $0 = true }
+                try await other.query("SELECT pg_advisory_unlock(\(id))", logger: Self.logger)
+                let (afterRelease, granted) = try await ran
+                #expect(afterRelease)
+                #expect(granted == 1)
+            }
+            var left = 1
+            for _ in 0..<100 where left > 0 {
+                left = try await count("true")
+                if left > 0 { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            #expect(left == 0, "the lock was not given back")
+        }
+    }
+}
+
+/// A flag the test and the lock's body share.
+private final class Flag: Sendable {
+    let value = Mutex(false)
 }

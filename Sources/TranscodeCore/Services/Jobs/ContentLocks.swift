@@ -13,7 +13,8 @@ package protocol ContentLocks: Sendable {
 
 /// `ContentLocks` as PostgreSQL advisory locks (`queue.kind: postgres`): session locks on a pooled connection,
 /// released when the body ends or, if the node dies, when its connection does. A holder task owns the connection:
-/// it tries `pg_try_advisory_lock` every 50 ms, hands the lock over, and lets go when told. Once it has reached the
+/// it tries `pg_try_advisory_lock` once, and when another node holds the lock waits for it in the database
+/// (`pg_advisory_lock`, no polling), hands the lock over, and lets go when told. Once it has reached the
 /// database it is not cancelled (a cancelled query could leave a lock on a pooled connection): a waiter that gives
 /// up tells it instead, and it lets go of whatever it gets after that. One still waiting for a connection when
 /// the waiter gives up is cancelled.
@@ -60,15 +61,19 @@ package final class PostgresContentLocks: ContentLocks {
             do {
                 try await self.client.withConnection { connection in
                     var held = false
-                    while !held {
-                        for try await value in try await connection.query(
-                            "SELECT pg_try_advisory_lock(\(id))", logger: self.logger
-                        ).decode(Bool.self) {
-                            held = value
-                        }
-                        if held { break }
+                    for try await value in try await connection.query(
+                        "SELECT pg_try_advisory_lock(\(id))", logger: self.logger
+                    ).decode(Bool.self) {
+                        held = value
+                    }
+                    if !held {
                         guard handoff.advance(to: .reached) else { return }
-                        try await Task.sleep(for: .milliseconds(50))
+                        held = try await self.waitInDatabase(for: id, on: connection)
+                    }
+                    guard held else {
+                        // The other node held it past `lock_timeout`: the waiter has given up by then.
+                        _ = handoff.advance(to: .failed)
+                        return
                     }
                     if handoff.advance(to: .held) {
                         await finished.wait(upTo: 86_400)
@@ -101,6 +106,27 @@ package final class PostgresContentLocks: ContentLocks {
         }
         defer { finished.signal() }
         return try await body()
+    }
+}
+
+extension PostgresContentLocks {
+    /// Waits in the database (`pg_advisory_lock`), not in a poll, until the node holding lock `id` lets go: the
+    /// lock is this connection's the moment it is free. The wait is bounded by `lock_timeout`, set for this call
+    /// only and a little longer than the waiter's 5 minutes, so that the waiter always gives up first.
+    /// - Returns: whether the lock is held; false when the wait timed out.
+    /// - Throws: when the connection failed (a lock it held went with it).
+    fileprivate func waitInDatabase(for id: Int64, on connection: PostgresConnection) async throws -> Bool {
+        try await connection.query("SET lock_timeout = '310s'", logger: self.logger)
+        let held: Bool
+        do {
+            try await connection.query("SELECT pg_advisory_lock(\(id))", logger: self.logger)
+            held = true
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" {
+            // lock_not_available: the timeout ran out.
+            held = false
+        }
+        try await connection.query("RESET lock_timeout", logger: self.logger)
+        return held
     }
 }
 
