@@ -25,8 +25,16 @@ package final class InProcessJobs: TranscodeJobs {
     ) async throws -> TranscodeAnswer {
         let id = job.id
         // Admission is claimed when a flight starts, before any download: a full queue is refused at once.
-        let (task, joined) = try await self.flights.task(for: id, admit: { try self.pool.admit(job.priority) }) {
-            admission in
+        // The end of this run is told to `subscriber` once the run has left the table (a poll then finds it over),
+        // by the run's own task.
+        let observer = subscriber.map { subscriber in
+            { @Sendable (result: Result<TranscodeOutcome, any Error>) in
+                subscriber.tell(JobEnd(result.map(\.withoutFiles)))
+            }
+        }
+        let (task, joined) = try await self.flights.task(
+            for: id, admit: { try self.pool.admit(job.priority) }, observer: observer
+        ) { admission in
             defer { admission.release() }
             do {
                 let outcome = try await self.performer.perform(job, upload: upload)
@@ -41,14 +49,6 @@ package final class InProcessJobs: TranscodeJobs {
             self.metrics.joined()
             // A batch item's or a queue claim's slot (`TranscodePool.Reservation`): the job it joined holds one.
             self.pool.endReservation()
-        }
-        if let subscriber {
-            // The end of this run, told once the run has left the table (a poll then finds it over). The
-            // watcher lives exactly as long as the run.
-            Task {
-                let result = await task.result
-                subscriber.tell(JobEnd(result.map(\.withoutFiles)))
-            }
         }
         guard let seconds else {
             return .done(try await task.value, cacheHit: false)
