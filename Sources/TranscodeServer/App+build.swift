@@ -45,7 +45,7 @@ func buildApplication(
         onQuarantine: { key in
             metrics.quarantined()
             cacheLogger.warning(
-                "cache object failed its checks (a link, a hard link or a wrong size); moved to quarantine/",
+                "cache object failed its checks (a link, a hard link, a wrong size, or bytes its manifest does not describe); moved to quarantine/",
                 metadata: ["cache.key": "\(key)"])
         })
     // The fleet's job database (`queue.kind: postgres`): batches, webhooks, quotas, and a lock per content key.

@@ -76,7 +76,7 @@ package struct SourceResolver: Sendable {
         try await self.takedowns.check(key, metadata: object.metadata, recently: true)
         // The policy of today decides, not the one the URL was fetched under.
         try await self.downloader.checkCachedDestination(url)
-        try await self.results.publishIfPending(key)
+        guard try await self.results.publishIfPending(key) else { return .miss }
         if let age = self.cache.links.linkAge(urlKey: keys.urlKey), age < self.urlTTLSeconds {
             return .fresh(TranscodeOutcome(key: key, metadata: object.metadata, object: object))
         }

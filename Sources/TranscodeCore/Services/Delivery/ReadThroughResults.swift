@@ -20,17 +20,20 @@ package struct ReadThroughResults: Sendable {
     // MARK: Objects
 
     /// Object `key` when this disk has it. One converted here whose publish failed is published first: a
-    /// result the fleet cannot find is no result. - Throws: `storage-unavailable` when that publish fails.
+    /// result the fleet cannot find is no result; nil when its files turned out damaged (then set aside).
+    /// - Throws: `storage-unavailable` when that publish fails.
     func localObject(_ key: ObjectKey) async throws -> TranscodeMetadata? {
-        guard let metadata = try self.local.objects.metadata(key) else { return nil }
-        try await self.publishIfPending(key)
+        guard let metadata = try self.local.objects.metadata(key), try await self.publishIfPending(key) else {
+            return nil
+        }
         return metadata
     }
 
     /// Publishes object `key` (on this disk) if its publish failed when it was converted here.
+    /// - Returns: false when its files turned out damaged and were set aside: it is a miss now.
     /// - Throws: `storage-unavailable` when it fails again.
-    func publishIfPending(_ key: ObjectKey) async throws {
-        try await self.shared?.publishIfPending(key)
+    func publishIfPending(_ key: ObjectKey) async throws -> Bool {
+        try await self.shared?.publishIfPending(key) ?? true
     }
 
     /// Object `key` from this disk or, when it lacks it, copied from the shared store onto it.

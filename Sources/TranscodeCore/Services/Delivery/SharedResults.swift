@@ -88,8 +88,8 @@ package final class SharedResults: Service, Sendable {
                 } catch let error as ServiceError where error.code == .storageUnavailable {
                     break  // the store is down: the next round
                 } catch {
-                    // This key's own fault (its files disagree with its manifest, which `cache verify` reports): the
-                    // others are published still, and a request for it answers the error.
+                    // This key's own fault (its files disagree with its manifest: set aside by `publish`, and
+                    // converted again when next asked for): the others are published still.
                     if Task.isCancelled || Task.isShuttingDownGracefully { break }
                 }
             }
@@ -116,10 +116,17 @@ package final class SharedResults: Service, Sendable {
     }
 
     /// Writes object `key` (already in the local cache) to the shared store, the JSON last.
+    /// - Throws: `ObjectFilesDisagree` when this disk's copy is damaged (a file of the right size with other bytes,
+    ///   which a hit's checks do not see): the object is then set aside (`quarantine/`), so that the next request
+    ///   converts it again rather than failing to publish it every time.
     func publish(_ key: ObjectKey) async throws {
         let directory = (self.cache.objects.objectPath(key, ObjectFiles.manifest) as NSString).deletingLastPathComponent
         do {
             try await self.guarded { try await self.store.putObject(key, from: directory) }
+        } catch let error as ObjectFilesDisagree {
+            self.cache.objects.quarantine(key)
+            self.forgetUnpublished(key)
+            throw error
         } catch {
             // The object is complete on this disk: the next request for it publishes it (a retry must not find
             // it locally and leave the fleet without it).
@@ -147,10 +154,17 @@ package final class SharedResults: Service, Sendable {
         if self.unpublished.withLock({ $0.remove(key) != nil }) { unlink("\(self.unpublishedDirectory)/\(key)") }
     }
 
-    /// Publishes `key` if an earlier publish of it failed. - Throws: `storage-unavailable` when it fails again.
-    func publishIfPending(_ key: ObjectKey) async throws {
-        guard self.isUnpublished(key) else { return }
-        try await self.publish(key)
+    /// Publishes `key` if an earlier publish of it failed.
+    /// - Returns: false when this disk's copy turned out damaged and was set aside: the object is a miss now.
+    /// - Throws: `storage-unavailable` when it fails again.
+    func publishIfPending(_ key: ObjectKey) async throws -> Bool {
+        guard self.isUnpublished(key) else { return true }
+        do {
+            try await self.publish(key)
+        } catch is ObjectFilesDisagree {
+            return false
+        }
+        return true
     }
 
     /// The shared link of `urlKey`.

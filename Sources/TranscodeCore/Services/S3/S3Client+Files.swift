@@ -59,7 +59,7 @@ extension S3Client {
 /// A file's bytes as `ByteBuffer` blocks, each read (and hashed) on the I/O pool when the request body asks for it.
 /// Each iteration reads from the start (a retried request sends the file again); the descriptor closes at the end of
 /// the file or when the iteration is dropped. The last block is handed over only when the file's SHA-256 is
-/// `sha256`: otherwise the iteration throws, and the request is cut short.
+/// `sha256`: otherwise the iteration throws `ObjectFilesDisagree`, and the request is cut short.
 struct FileBlocks: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
     let path: String
@@ -98,7 +98,7 @@ struct FileBlocks: AsyncSequence, Sendable {
                     while done < count {
                         let result = pread(file.value, bytes.baseAddress! + done, count - done, off_t(offset + done))
                         if result < 0, errno == EINTR { continue }
-                        guard result > 0 else { throw ServiceError.internal("\(path) is shorter than its manifest") }
+                        guard result > 0 else { throw ObjectFilesDisagree("\(path) is shorter than its manifest") }
                         done += result
                     }
                     return done
@@ -109,7 +109,7 @@ struct FileBlocks: AsyncSequence, Sendable {
                     return offset + count == size ? HexDigest.encode(hash.finalize()) : nil
                 }
                 if let digest, digest != expected {
-                    throw ServiceError.internal("\(path) is not the file its manifest describes (SHA-256 \(digest))")
+                    throw ObjectFilesDisagree("\(path) is not the file its manifest describes (SHA-256 \(digest))")
                 }
                 return (file, buffer)
             }

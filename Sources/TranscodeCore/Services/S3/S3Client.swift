@@ -233,13 +233,17 @@ package struct S3Client: Sendable {
         do {
             return try await self.client.execute(
                 request, timeout: .milliseconds(Int64(self.configuration.timeoutSeconds * 1000)))
-        } catch let error as S3Error {
-            throw error
-        } catch let error as ServiceError {
+        } catch let error where error is S3Error || Self.isLocalFault(error) {
             throw error
         } catch {
             throw S3Error(status: nil, code: "unavailable", message: "\(method) \(path): \(error)")
         }
+    }
+
+    /// A fault of this node while a request body streamed (`FileBlocks`: a file that cannot be read, or is not
+    /// what its manifest says), not of the store: it passes through as itself, and does not mark the store down.
+    static func isLocalFault(_ error: any Error) -> Bool {
+        error is ServiceError || error is ObjectFilesDisagree
     }
 
     /// Collects the answer's body (an object's up to `maxObjectBytes`, any other up to 1 MiB).
@@ -252,8 +256,7 @@ package struct S3Client: Sendable {
         do {
             let limit = method == "GET" && expecting.contains(200) ? Self.maxObjectBytes : 1 << 20
             bytes = Array(buffer: try await response.body.collect(upTo: limit))
-        } catch let error as ServiceError {
-            // A local fault while the request body streamed (`FileBlocks`), not the store's.
+        } catch let error where Self.isLocalFault(error) {
             throw error
         } catch {
             throw S3Error(status: nil, code: "unavailable", message: "\(method) \(self.address(name).path): \(error)")

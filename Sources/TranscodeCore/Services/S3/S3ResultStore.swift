@@ -35,7 +35,7 @@ package struct S3ResultStore: ResultStore {
     package func putObject(_ key: ObjectKey, from directory: String) async throws {
         let manifest = "\(directory)/" + key.fileName(ObjectFiles.manifest)
         guard let data = try await Self.read(manifest) else {
-            throw TranscodeError(.io, "object \(key) has no manifest to upload")
+            throw ObjectFilesDisagree("object \(key) has no manifest to upload")
         }
         let metadata = try Self.decodeMetadata(key, data)
         for artifact in try RenderResult(metadata: metadata, directory: directory, name: key.rawValue).artifacts {
@@ -46,14 +46,14 @@ package struct S3ResultStore: ResultStore {
                 continue
             }
             let size = (try? FileManager.default.attributesOfItem(atPath: artifact.path))?[.size] as? Int
-            guard let size else { throw TranscodeError(.io, "object \(key) has no .\(fileExtension) to upload") }
+            guard let size else { throw ObjectFilesDisagree("object \(key) has no .\(fileExtension) to upload") }
             guard size == artifact.bytes else {
-                throw TranscodeError(.io, "object \(key)'s .\(fileExtension) is not the size its manifest says")
+                throw ObjectFilesDisagree("object \(key)'s .\(fileExtension) is not the size its manifest says")
             }
             // A manifest written before files carried digests: the file's own, read on the I/O pool.
             var digest = artifact.sha256
             if digest == nil { digest = try await StoredFile.sha256(ofFile: artifact.path) }
-            guard let digest else { throw TranscodeError(.io, "object \(key) has no .\(fileExtension) to upload") }
+            guard let digest else { throw ObjectFilesDisagree("object \(key) has no .\(fileExtension) to upload") }
             try await self.client.put(
                 name, file: artifact.path, size: artifact.bytes, sha256: digest, contentType: artifact.format.mediaType)
         }

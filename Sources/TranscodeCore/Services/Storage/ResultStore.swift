@@ -9,6 +9,17 @@ import Transcoder
 /// local disk in front of it as a read-through cache.
 package typealias ResultStore = ObjectStore & LinkStore & TombstoneStore & SourceLedger
 
+/// The files handed to a store (`ObjectStore.putObject`) are not what their manifest says: one is missing, of
+/// another size, or holds other bytes. The sender's copy is damaged, not the store: nothing was stored, and
+/// sending it again cannot help (`SharedResults.publish` sets such a local object aside).
+package struct ObjectFilesDisagree: Error, CustomStringConvertible {
+    package let description: String
+
+    package init(_ description: String) {
+        self.description = description
+    }
+}
+
 /// Immutable, content-addressed objects: a manifest (`TranscodeMetadata`) and the files it lists
 /// (`ObjectFiles.stored`: each named `<key>.<fileExtension>` of its `OutputFormat`).
 ///
