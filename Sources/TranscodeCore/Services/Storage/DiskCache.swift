@@ -35,7 +35,7 @@ package final class DiskCache: Sendable {
     ) throws {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
         self.links = try LinkIndex(root: self.root, cleanUp: cleanUp, memory: self.memory)
-        self.tombstones = try LocalTombstones(root: self.root)
+        self.tombstones = try LocalTombstones(root: self.root, now: now)
         self.objects = try LocalObjects(
             root: self.root, maxBytes: maxBytes, cleanUp: cleanUp, memory: self.memory,
             ledgerPath: self.links.sourcesDirectory + "/objects.log", onEviction: onEviction,

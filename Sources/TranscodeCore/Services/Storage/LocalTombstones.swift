@@ -32,10 +32,13 @@ final class LocalTombstones: Sendable {
     let directory: String
     /// The names in `tombstones/` as last read, and the directory's stamp then (`settledTombstones`).
     let lastRead = Mutex<(stamp: DirectoryStamp, names: Set<String>)?>(nil)
+    /// The real-time clock the kernel stamps files with (a test moves it instead of waiting).
+    private let now: @Sendable () -> Date
 
     /// Opens (or creates) `tombstones/` under `root`. - Throws: when it cannot be created.
-    init(root: String) throws {
+    init(root: String, now: @escaping @Sendable () -> Date = { Date() }) throws {
         self.directory = root + "/tombstones"
+        self.now = now
         try FileManager.default.createDirectory(atPath: self.directory, withIntermediateDirectories: true)
     }
 
@@ -83,7 +86,8 @@ final class LocalTombstones: Sendable {
         let directory = self.directory
         guard let stamp = DirectoryStamp(directory) else { return nil }
         if let names = self.lastRead.withLock({ $0?.stamp == stamp ? $0?.names : nil }) { return names }
-        guard stamp.isSettled, let listed = try? FileManager.default.contentsOfDirectory(atPath: directory),
+        guard stamp.isSettled(at: self.now()),
+            let listed = try? FileManager.default.contentsOfDirectory(atPath: directory),
             DirectoryStamp(directory) == stamp
         else { return nil }
         let names = Set(listed)
@@ -103,10 +107,8 @@ struct DirectoryStamp: Equatable, Sendable {
         self.identity = FileIdentity(info)
     }
 
-    /// Unchanged for the last two seconds, by the real-time clock the kernel stamps files with.
-    var isSettled: Bool {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return now.tv_sec - max(self.identity.modified.tv_sec, self.identity.changed.tv_sec) >= 2
+    /// Unchanged for the two seconds before `now`, by the real-time clock the kernel stamps files with.
+    func isSettled(at now: Date) -> Bool {
+        Int(now.timeIntervalSince1970) - max(self.identity.modified.tv_sec, self.identity.changed.tv_sec) >= 2
     }
 }
