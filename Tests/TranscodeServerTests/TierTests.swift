@@ -92,7 +92,10 @@ import Testing
     /// bound (issue 54).
     @Test func whatATestStartsIsTagged() throws {
         let markers = [
-            "browser": ["runBrowserScript(", "requireChromium(", "chromium_oracle", "page_fidelity", "webdriver"],
+            "browser": [
+                "runBrowserScript(", "requireChromium(", "chromium_oracle", "page_fidelity", "webdriver",
+                "ChromiumOracle.", "CorpusRun(", "CorpusRun.shared",
+            ],
             "database": ["withPostgres", "PostgresServer("],
             "objectStore": ["withSeaweedFS"],
             "childProcess": ["runProcess(", "ChildProcess("],
