@@ -66,26 +66,26 @@ package final class ConversionJobs: Sendable {
     /// shutting down). The batch workers' claims and the requests' jobs `FleetJobs` adopted end here alike.
     func hold(_ claimed: PostgresQueue.Claimed, until run: () async -> JobEnd) async {
         let lease = self.configuration.leaseSeconds
-        // The heartbeat is the job's child: it ends with the run, and never outlives it (a renewal under way is
-        // bounded by `queue.timeoutSeconds`).
-        let end = await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(Int64(lease * 1000 / 3)))
-                    guard !Task.isCancelled else { return }
-                    let renewed = try? await self.configuration.bounded {
-                        try await self.queue.heartbeat(claimed.id, owner: claimed.owner, leaseSeconds: lease)
-                    }
-                    if renewed == false {
-                        self.logger.warning("a job's lease was lost", metadata: ["job.id": "\(claimed.id)"])
-                        return
-                    }
+        // Not a child of this task: a graceful shutdown cancels the worker loop and its jobs' tasks, but a conversion
+        // under way still finishes, and its lease must be renewed until it does (a child would stop at the cancel,
+        // and another node would claim the job and convert it again). It never outlives the run: it is cancelled and
+        // awaited (a renewal under way is bounded by `queue.timeoutSeconds`).
+        let heartbeat = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(Int64(lease * 1000 / 3)))
+                guard !Task.isCancelled else { return }
+                let renewed = try? await self.configuration.bounded {
+                    try await self.queue.heartbeat(claimed.id, owner: claimed.owner, leaseSeconds: lease)
+                }
+                if renewed == false {
+                    self.logger.warning("a job's lease was lost", metadata: ["job.id": "\(claimed.id)"])
+                    return
                 }
             }
-            let end = await run()
-            group.cancelAll()
-            return end
         }
+        let end = await run()
+        heartbeat.cancel()
+        await heartbeat.value
         let result: QueuedJobResult
         switch end {
         case .done(let outcome):
