@@ -319,6 +319,50 @@ import Testing
             #expect(left == 0, "the lock was not given back")
         }
     }
+
+    /// A content lock another node holds past the wait's bound (`maxWaitSeconds`, 1 s here): the body runs without
+    /// it, and the wait in the database ends too (no lock left waiting), saying the lock was not had and leaving
+    /// the connection's `lock_timeout` as it was.
+    @Test func aContentLockHeldTooLongIsGivenUp() async throws {
+        try await withPostgres { _, client in
+            let locks = PostgresContentLocks(client: client, timeoutSeconds: 30, maxWaitSeconds: 1, logger: Self.logger)
+            let key = try #require(ObjectKey(String(repeating: "d", count: 64)))
+            let id = PostgresContentLocks.lockID(key)
+            let count: @Sendable (String) async throws -> Int = { condition in
+                try await client.withConnection { connection in
+                    var count = 0
+                    for try await value in try await connection.query(
+                        "SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND \(unescaped: condition)",
+                        logger: Self.logger
+                    ).decode(Int.self) { count = value }
+                    return count
+                }
+            }
+            try await client.withConnection { other in
+                try await other.query("SELECT pg_advisory_lock(\(id))", logger: Self.logger)
+                // Only the other node's lock is granted while the body runs.
+                #expect(try await locks.whileHolding(key) { try await count("granted") } == 1)
+                var waiting = 1
+                for _ in 0..<100 where waiting > 0 {
+                    waiting = try await count("NOT granted")
+                    if waiting > 0 { try await Task.sleep(for: .milliseconds(100)) }
+                }
+                #expect(waiting == 0, "the wait in the database did not end")
+                // The wait itself: it says the lock was not had (the timeout's error comes with the rows, and used to
+                // be missed), and leaves the connection's lock_timeout as it was.
+                try await client.withConnection { connection in
+                    #expect(try await locks.waitInDatabase(for: id, on: connection) == false)
+                    var setting = ""
+                    for try await value in try await connection.query("SHOW lock_timeout", logger: Self.logger)
+                        .decode(String.self)
+                    { setting = value }
+                    #expect(setting == "0")
+                }
+                #expect(try await count("granted") == 1)
+                try await other.query("SELECT pg_advisory_unlock(\(id))", logger: Self.logger)
+            }
+        }
+    }
 }
 
 /// A flag the test and the lock's body share.
