@@ -116,15 +116,16 @@ package final class SharedResults: Service, Sendable {
     }
 
     /// Writes object `key` (already in the local cache) to the shared store, the JSON last.
-    /// - Throws: `ObjectFilesDisagree` when this disk's copy is damaged (a file of the right size with other bytes,
-    ///   which a hit's checks do not see): the object is then set aside (`quarantine/`), so that the next request
-    ///   converts it again rather than failing to publish it every time.
+    /// - Throws: `ObjectFilesDisagree` when this disk's copy is not what its manifest says (a file missing, of
+    ///   another size, or of the right size with other bytes, which a hit's checks do not see): the object is then
+    ///   set aside (`quarantine/`), so that the next request converts it again rather than failing to publish it
+    ///   every time. One purged or evicted meanwhile is only forgotten.
     func publish(_ key: ObjectKey) async throws {
         let directory = (self.cache.objects.objectPath(key, ObjectFiles.manifest) as NSString).deletingLastPathComponent
         do {
             try await self.guarded { try await self.store.putObject(key, from: directory) }
         } catch let error as ObjectFilesDisagree {
-            self.cache.objects.quarantine(key)
+            if self.cache.objects.contains(key) { self.cache.objects.quarantine(key) }
             self.forgetUnpublished(key)
             throw error
         } catch {

@@ -96,6 +96,7 @@ package struct ServiceError: Error, Sendable, CustomStringConvertible {
         case let error as ServiceError: return error
         case let error as TranscodeError: return ServiceError(error)
         case let error as S3Error: return .storageUnavailable("the shared result store failed: \(error)")
+        case let error as ObjectFilesDisagree: return ServiceError(.io, error.description)
         case let error as IOError where Self.isShortage(errno: error.errnoCode):
             return .overloaded("\(error)")
         default: return .internal("\(error)")

@@ -45,23 +45,47 @@ package struct S3ResultStore: ResultStore {
                 try await self.client.put(name, data, contentType: artifact.format.mediaType)
                 continue
             }
-            let size = (try? FileManager.default.attributesOfItem(atPath: artifact.path))?[.size] as? Int
-            guard let size else { throw ObjectFilesDisagree("object \(key) has no .\(fileExtension) to upload") }
+            let (size, digest) = try await Self.inspect(artifact.path, sha256: artifact.sha256)
             guard size == artifact.bytes else {
                 throw ObjectFilesDisagree("object \(key)'s .\(fileExtension) is not the size its manifest says")
             }
-            // A manifest written before files carried digests: the file's own, read on the I/O pool.
-            var digest = artifact.sha256
-            if digest == nil { digest = try await StoredFile.sha256(ofFile: artifact.path) }
-            guard let digest else { throw ObjectFilesDisagree("object \(key) has no .\(fileExtension) to upload") }
             try await self.client.put(
                 name, file: artifact.path, size: artifact.bytes, sha256: digest, contentType: artifact.format.mediaType)
         }
     }
 
     /// The bytes of the file at `path` (a manifest), read on the I/O thread pool; nil when there is none.
+    /// - Throws: `overloaded` when the process is out of descriptors or memory (not a sign of damage).
     static func read(_ path: String) async throws -> [UInt8]? {
-        try await NIOThreadPool.singleton.runIfActive { FileManager.default.contents(atPath: path).map { [UInt8]($0) } }
+        try await NIOThreadPool.singleton.runIfActive {
+            guard let file = try Self.opening(path) else { return nil }
+            return file.readAll()
+        }
+    }
+
+    /// The size of the file at `path`, to upload, and its SHA-256: `sha256` when its manifest records one, else
+    /// the file's own (a manifest written before files carried digests), read on the I/O pool.
+    /// - Throws: `ObjectFilesDisagree` when the file is missing or cannot be read whole; `overloaded` when the
+    ///   process is out of descriptors or memory.
+    static func inspect(_ path: String, sha256: String?) async throws -> (size: Int, sha256: String) {
+        try await NIOThreadPool.singleton.runIfActive {
+            guard let file = try Self.opening(path) else { throw ObjectFilesDisagree("\(path) is missing") }
+            guard let digest = sha256 ?? file.sha256() else {
+                throw ObjectFilesDisagree("\(path) could not be read whole")
+            }
+            return (file.size, digest)
+        }
+    }
+
+    /// The file at `path`, opened; nil when there is no such file.
+    /// - Throws: `overloaded` on a shortage of descriptors or memory, `internal` on any other failure.
+    private static func opening(_ path: String) throws -> StoredFile? {
+        if let file = StoredFile.opening(path) { return file }
+        let code = errno
+        if code == ENOENT || code == ENOTDIR { return nil }
+        let reason = String(cString: strerror(code))
+        if ServiceError.isShortage(errno: code) { throw ServiceError.overloaded("cannot open \(path): \(reason)") }
+        throw ServiceError.internal("cannot open \(path): \(reason)")
     }
 
     /// Reads the manifest first, then each file it lists (`ObjectFiles.stored`), streamed to disk and checked against

@@ -9,9 +9,10 @@ import Transcoder
 /// local disk in front of it as a read-through cache.
 package typealias ResultStore = ObjectStore & LinkStore & TombstoneStore & SourceLedger
 
-/// The files handed to a store (`ObjectStore.putObject`) are not what their manifest says: one is missing, of
-/// another size, or holds other bytes. The sender's copy is damaged, not the store: nothing was stored, and
-/// sending it again cannot help (`SharedResults.publish` sets such a local object aside).
+/// The files handed to a store (`S3ResultStore.putObject`) are not what their manifest says: one is missing, of
+/// another size, or holds other bytes. The sender's copy is damaged, not the store: the manifest was not stored
+/// (files sent before the bad one may be, which nothing refers to), and sending it again cannot help
+/// (`SharedResults.publish` sets such a local object aside). Answered as `io`, as a file that cannot be read is.
 package struct ObjectFilesDisagree: Error, CustomStringConvertible {
     package let description: String
 
