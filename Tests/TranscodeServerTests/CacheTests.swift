@@ -85,10 +85,11 @@ import Transcoder
     /// to it (this cache's takedowns, a file put there or removed by another process) is seen at once.
     @Test func tombstonesAreSeenAtOnceFromEitherSide() async throws {
         try await withTemporaryDirectory { directory in
-            // The clock the directory's times are read against: moved 3 s ahead where the test would wait.
-            let ahead = Mutex(0.0)
+            // The clock the directory's times are read against: 10 s behind (no change is ever settled) where the
+            // test checks what is read at once, 3 s ahead where it would wait for the directory to settle.
+            let ahead = Mutex(-10.0)
             let cache = try DiskCache(
-                root: directory, maxBytes: 1 << 30, now: { Date() + ahead.withLock { $0 } })
+                root: directory, maxBytes: 1 << 30, fileSystemClock: { Date() + ahead.withLock { $0 } })
             let (first, second) = (
                 ObjectKey(String(repeating: "a", count: 64))!, ObjectKey(String(repeating: "b", count: 64))!
             )
@@ -98,7 +99,11 @@ import Transcoder
             ahead.withLock { $0 = 3 }
             #expect(!cache.tombstones.isBuried(.object(first)))
             #expect(cache.tombstones.lastRead.withLock { $0?.names.isEmpty == true }, "the settled directory was read")
-            ahead.withLock { $0 = 0 }
+            // Back behind; and the next change must not fall in the settled read's clock tick (kernels before 6.13
+            // stamp directories with a coarse clock, and a change in the same tick would leave the stamp as it was).
+            // In the server the two seconds see to both.
+            ahead.withLock { $0 = -10 }
+            try await Task.sleep(for: .milliseconds(20))
 
             try cache.tombstones.bury([.object(first)], reason: "test")
             #expect(cache.tombstones.isBuried(.object(first)))
@@ -112,7 +117,8 @@ import Transcoder
             ahead.withLock { $0 = 3 }
             #expect(cache.tombstones.isBuried(.gif(ContentDigest(second.rawValue)!)))
             #expect(cache.tombstones.lastRead.withLock { $0?.names.count == 2 })
-            ahead.withLock { $0 = 0 }
+            ahead.withLock { $0 = -10 }
+            try await Task.sleep(for: .milliseconds(20))
             try FileManager.default.removeItem(atPath: path)
             #expect(!cache.tombstones.isBuried(.gif(ContentDigest(second.rawValue)!)))
             #expect(cache.tombstones.isBuried(.object(first)))

@@ -26,16 +26,21 @@ package final class DiskCache: Sendable {
 
     /// Opens (or creates) the cache at `root`, removes what a killed process left behind, and indexes
     /// the objects. - Throws: when the directories cannot be created.
-    /// - Parameter cleanUp: remove what a killed process left behind (the server, which owns the cache);
-    ///   false to only index it (a command run beside a live server must not touch its temporary files).
+    /// - Parameters:
+    ///   - cleanUp: remove what a killed process left behind (the server, which owns the cache); false to only
+    ///     index it (a command run beside a live server must not touch its temporary files).
+    ///   - now: the clock of the objects' last uses (eviction order).
+    ///   - fileSystemClock: the real-time clock the kernel stamps files with, against which the tombstone
+    ///     directory's times are read; a test moves it instead of waiting, never the objects' clock.
     package init(
         root: String, maxBytes: Int64, cleanUp: Bool = true, onEviction: @escaping @Sendable (Int) -> Void = { _ in },
         onQuarantine: @escaping @Sendable (ObjectKey) -> Void = { _ in },
-        now: @escaping @Sendable () -> Date = { Date() }
+        now: @escaping @Sendable () -> Date = { Date() },
+        fileSystemClock: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
         self.links = try LinkIndex(root: self.root, cleanUp: cleanUp, memory: self.memory)
-        self.tombstones = try LocalTombstones(root: self.root, now: now)
+        self.tombstones = try LocalTombstones(root: self.root, now: fileSystemClock)
         self.objects = try LocalObjects(
             root: self.root, maxBytes: maxBytes, cleanUp: cleanUp, memory: self.memory,
             ledgerPath: self.links.sourcesDirectory + "/objects.log", onEviction: onEviction,
