@@ -83,10 +83,13 @@ final class SeaweedFS: @unchecked Sendable {
 
     var endpoint: URL { URL(string: "http://127.0.0.1:\(self.s3Port)")! }
 
+    /// The client's settings for this store. Its requests may take 30 s: the system tier starts twenty suites at
+    /// once on two cores, and the PUT of a poster to a store started a moment before once took longer than the
+    /// 5 s this used to allow. No test waits on the bound: a stopped store refuses connections at once.
     func configuration(bucket: String = "results") -> S3Configuration {
         S3Configuration(
             endpoint: self.endpoint, bucket: bucket, accessKey: Self.accessKey, secretKey: Self.secretKey,
-            timeoutSeconds: 5)
+            timeoutSeconds: 30)
     }
 
     /// Starts the process (again, after `stop`: the data directory is kept) and waits for the S3 port.
