@@ -20,6 +20,18 @@ import Testing
         return queue
     }
 
+    /// The advisory locks in `pg_locks` that meet `condition` (SQL: `granted`, `NOT granted`, `true`).
+    static func advisoryLocks(_ client: PostgresClient, where condition: String) async throws -> Int {
+        try await client.withConnection { connection in
+            var count = 0
+            for try await value in try await connection.query(
+                "SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND \(unescaped: condition)",
+                logger: Self.logger
+            ).decode(Int.self) { count = value }
+            return count
+        }
+    }
+
     @Test func nodesStartingTogetherApplyEachMigrationOnce() async throws {
         try await withPostgres { _, client in
             let queue = PostgresQueue(client: client, logger: Self.logger)
@@ -282,22 +294,13 @@ import Testing
             let locks = PostgresContentLocks(client: client, timeoutSeconds: 30, logger: Self.logger)
             let key = try #require(ObjectKey(String(repeating: "c", count: 64)))
             let id = PostgresContentLocks.lockID(key)
-            let count: @Sendable (String) async throws -> Int = { condition in
-                try await client.withConnection { connection in
-                    var count = 0
-                    for try await value in try await connection.query(
-                        "SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND \(unescaped: condition)",
-                        logger: Self.logger
-                    ).decode(Int.self) { count = value }
-                    return count
-                }
-            }
-            let released = Flag()
+            let count = { @Sendable (condition: String) in try await Self.advisoryLocks(client, where: condition) }
+            let released = PoolSchedulingTests.Shared(false)
             try await client.withConnection { other in
                 try await other.query("SELECT pg_advisory_lock(\(id))", logger: Self.logger)
                 async let ran = locks.whileHolding(key) {
                     // Runs after the other node let go, holding the lock itself.
-                    (released.value.withLock { $0 }, try await count("granted"))
+                    (released.withLock { $0 }, try await count("granted"))
                 }
                 var waiting = 0
                 for _ in 0..<300 where waiting == 0 {
@@ -305,7 +308,7 @@ import Testing
                     if waiting == 0 { try await Task.sleep(for: .milliseconds(100)) }
                 }
                 #expect(waiting == 1, "the waiter never waited in the database")
-                released.value.withLock { $0 = true }
+                released.withLock { $0 = true }
                 try await other.query("SELECT pg_advisory_unlock(\(id))", logger: Self.logger)
                 let (afterRelease, granted) = try await ran
                 #expect(afterRelease)
@@ -328,16 +331,7 @@ import Testing
             let locks = PostgresContentLocks(client: client, timeoutSeconds: 30, maxWaitSeconds: 1, logger: Self.logger)
             let key = try #require(ObjectKey(String(repeating: "d", count: 64)))
             let id = PostgresContentLocks.lockID(key)
-            let count: @Sendable (String) async throws -> Int = { condition in
-                try await client.withConnection { connection in
-                    var count = 0
-                    for try await value in try await connection.query(
-                        "SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND \(unescaped: condition)",
-                        logger: Self.logger
-                    ).decode(Int.self) { count = value }
-                    return count
-                }
-            }
+            let count = { @Sendable (condition: String) in try await Self.advisoryLocks(client, where: condition) }
             try await client.withConnection { other in
                 try await other.query("SELECT pg_advisory_lock(\(id))", logger: Self.logger)
                 // Only the other node's lock is granted while the body runs.
@@ -363,9 +357,4 @@ import Testing
             }
         }
     }
-}
-
-/// A flag the test and the lock's body share.
-private final class Flag: Sendable {
-    let value = Mutex(false)
 }

@@ -15,7 +15,7 @@ package final class ReceivingFile: Sendable {
     package init(in directory: String, prefix: String, suffix: String = "") throws {
         self.path = "\(directory)/\(prefix)-\(UInt64.random(in: 0...UInt64.max))\(suffix)"
         self.descriptor = open(self.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard self.descriptor >= 0 else { throw Self.failure("cannot create \(self.path)") }
+        guard self.descriptor >= 0 else { throw ServiceError.file(errno: errno, "cannot create \(self.path)") }
     }
 
     deinit {
@@ -33,7 +33,7 @@ package final class ReceivingFile: Sendable {
                         self.descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset + written))
                     if result < 0 {
                         if errno == EINTR { continue }
-                        throw Self.failure("writing \(self.path) failed")
+                        throw ServiceError.file(errno: errno, "writing \(self.path) failed")
                     }
                     written += result
                 }
@@ -51,14 +51,5 @@ package final class ReceivingFile: Sendable {
             }
             return bytes
         }
-    }
-
-    private static func failure(_ message: String) -> ServiceError {
-        let code = errno
-        if code == ENOSPC || code == EDQUOT { return ServiceError.insufficientStorage("the disk is full") }
-        if ServiceError.isShortage(errno: code) {
-            return ServiceError.overloaded("\(message): \(String(cString: strerror(code)))")
-        }
-        return ServiceError.internal("\(message): \(String(cString: strerror(code)))")
     }
 }

@@ -85,6 +85,14 @@ package struct ServiceError: Error, Sendable, CustomStringConvertible {
         [EMFILE, ENFILE, ENOMEM, ENOBUFS, EAGAIN].contains(code)
     }
 
+    /// A file operation of this node that failed with `errno` value `code`: `insufficient-storage` when the disk or
+    /// quota is full, `overloaded` on a shortage (`isShortage`), `internal` otherwise; `message` says what failed.
+    static func file(errno code: CInt, _ message: String) -> ServiceError {
+        if code == ENOSPC || code == EDQUOT { return .insufficientStorage("the disk is full") }
+        let detail = "\(message): \(String(cString: strerror(code)))"
+        return Self.isShortage(errno: code) ? .overloaded(detail) : .internal(detail)
+    }
+
     /// The transcoder's errors: bad input is 422 (413 for size), our own failures 500 (`ErrorCode.status`).
     init(_ error: TranscodeError) {
         self.init(ErrorCode(error.code), error.message)

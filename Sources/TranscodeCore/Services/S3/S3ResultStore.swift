@@ -78,14 +78,13 @@ package struct S3ResultStore: ResultStore {
     }
 
     /// The file at `path`, opened; nil when there is no such file.
-    /// - Throws: `overloaded` on a shortage of descriptors or memory, `internal` on any other failure.
+    /// - Throws: `overloaded` on a shortage of descriptors or memory, `internal` on any other failure
+    ///   (`ServiceError.file`).
     private static func opening(_ path: String) throws -> StoredFile? {
         if let file = StoredFile.opening(path) { return file }
         let code = errno
         if code == ENOENT || code == ENOTDIR { return nil }
-        let reason = String(cString: strerror(code))
-        if ServiceError.isShortage(errno: code) { throw ServiceError.overloaded("cannot open \(path): \(reason)") }
-        throw ServiceError.internal("cannot open \(path): \(reason)")
+        throw ServiceError.file(errno: code, "cannot open \(path)")
     }
 
     /// Reads the manifest first, then each file it lists (`ObjectFiles.stored`), streamed to disk and checked against
